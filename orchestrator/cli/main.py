@@ -1,0 +1,83 @@
+"""The `orch` command line: one typer app, sub-commands mounted from their own modules."""
+
+from __future__ import annotations
+
+import sys
+from enum import Enum
+from typing import Annotated
+
+import typer
+
+from orchestrator import __version__
+from orchestrator.cli import hosts
+from orchestrator.cli.common import EXIT_INTERRUPTED, err, print_json, report_error
+from orchestrator.errors import OrchError
+
+EPILOG = """\
+Examples:
+
+  orch hosts check                       # probe every host in ./hosts.yaml
+
+  orch hosts check --only a6000 --json   # only hosts tagged a6000, machine-readable
+
+  orch schema playbook > playbook.schema.json
+"""
+
+app = typer.Typer(
+    name="orch",
+    help="Benchmark LLM serving engines (vLLM, SGLang) and speculative decoding on GPU hosts over SSH.",
+    epilog=EPILOG,
+    no_args_is_help=True,
+    rich_markup_mode="markdown",
+    pretty_exceptions_show_locals=False,  # locals may hold secrets
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+app.add_typer(hosts.app, name="hosts")
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"orch {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print the version and exit."),
+    ] = False,
+) -> None:
+    """Benchmark LLM serving engines (vLLM, SGLang) and speculative decoding on GPU hosts over SSH."""
+
+
+class SchemaKind(str, Enum):
+    hosts = "hosts"
+    playbook = "playbook"
+
+
+@app.command("schema")
+def schema(kind: Annotated[SchemaKind, typer.Argument(help="hosts or playbook")]) -> None:
+    """Print the JSON Schema of hosts.yaml or of a playbook (for editor completion)."""
+    from orchestrator.config import json_schema
+
+    print_json(json_schema(kind.value))
+
+
+def run(argv: list[str] | None = None) -> int:
+    """Run the CLI and return its exit code; OrchError becomes one message, never a traceback."""
+    try:
+        app(args=argv, prog_name="orch")
+    except SystemExit as exc:
+        code = exc.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    except OrchError as exc:
+        return report_error(exc)
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/]")
+        return EXIT_INTERRUPTED
+    return 0
+
+
+def main() -> None:
+    sys.exit(run())

@@ -1,0 +1,98 @@
+"""Top-level results of a playbook run: `summary.csv` (one row per run) and `comparison.png`.
+
+Both are built from the per-run ``summary.json`` dicts, so a report can be rebuilt from a results
+folder alone (``orch report DIR``).
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from orchestrator.results.store import write_bytes
+
+CSV_COLUMNS = [
+    "run", "host", "engine", "method", "num_draft_tokens", "completed", "failed", "duration_s",
+    "request_throughput", "output_tok_s", "decode_tok_s_mean", "decode_tok_s_median",
+    "decode_tok_s_p10", "decode_tok_s_p90", "ttft_ms_median", "ttft_ms_p90", "tpot_ms_median",
+    "tpot_ms_p90", "itl_chunk_ms_median", "itl_token_ms_median", "acceptance_length",
+    "acceptance_source", "acceptance_length_prometheus", "acceptance_length_log",
+    "acceptance_length_client", "acceptance_disagreement", "engine_gen_tok_s", "client_lag_ms_p99",
+    "collapse", "error",
+]
+
+
+def _get(d: dict[str, Any] | None, *path: str) -> Any:
+    for key in path:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(key)
+    return d
+
+
+def _ms(v: Any) -> float | None:
+    return None if v is None else round(float(v) * 1000.0, 3)
+
+
+def summary_row(s: dict[str, Any]) -> dict[str, Any]:
+    """Flatten one run's summary.json into a CSV row (times in ms, None where unknown)."""
+    req = s.get("requests") or {}
+    acc = s.get("acceptance") or {}
+    collapse = s.get("collapse")
+    error = s.get("error")
+    return {
+        "run": s.get("run"),
+        "host": s.get("host"),
+        "engine": s.get("engine"),
+        "method": s.get("method"),
+        "num_draft_tokens": s.get("num_draft_tokens"),
+        "completed": req.get("completed", 0),
+        "failed": req.get("failed", 0),
+        "duration_s": req.get("duration_s"),
+        "request_throughput": req.get("request_throughput"),
+        "output_tok_s": req.get("output_throughput"),
+        "decode_tok_s_mean": _get(req, "decode_tok_s", "mean"),
+        "decode_tok_s_median": _get(req, "decode_tok_s", "median"),
+        "decode_tok_s_p10": _get(req, "decode_tok_s", "p10"),
+        "decode_tok_s_p90": _get(req, "decode_tok_s", "p90"),
+        "ttft_ms_median": _ms(_get(req, "ttft_s", "median")),
+        "ttft_ms_p90": _ms(_get(req, "ttft_s", "p90")),
+        "tpot_ms_median": _ms(_get(req, "tpot_s", "median")),
+        "tpot_ms_p90": _ms(_get(req, "tpot_s", "p90")),
+        "itl_chunk_ms_median": _ms(_get(req, "itl_chunk_s", "median")),
+        "itl_token_ms_median": _ms(_get(req, "itl_token_s", "median")),
+        "acceptance_length": acc.get("length"),
+        "acceptance_source": acc.get("source"),
+        "acceptance_length_prometheus": acc.get("prometheus"),
+        "acceptance_length_log": acc.get("log"),
+        "acceptance_length_client": acc.get("client"),
+        "acceptance_disagreement": bool(acc.get("disagreement")),
+        "engine_gen_tok_s": _get(s, "engine_metrics", "generation_throughput_mean"),
+        "client_lag_ms_p99": _ms(_get(req, "client_lag", "send_lag_s", "p99")),
+        "collapse": bool(collapse),
+        "error": (error.get("message") if isinstance(error, dict) else error) or "",
+    }
+
+
+def summary_frame(summaries: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    return pd.DataFrame([summary_row(s) for s in summaries], columns=CSV_COLUMNS)
+
+
+def write_summary_csv(path: Path, summaries: Sequence[dict[str, Any]]) -> Path:
+    buf = io.StringIO()
+    summary_frame(summaries).to_csv(buf, index=False, float_format="%.4g")
+    return write_bytes(path, buf.getvalue().encode("utf-8"))
+
+
+def load_summaries(results_dir: Path) -> list[dict[str, Any]]:
+    """Every run's summary.json under a playbook results folder, in run order (manifest time)."""
+    found = []
+    for p in sorted(results_dir.glob("*/summary.json")):
+        found.append(json.loads(p.read_text(encoding="utf-8")))
+    found.sort(key=lambda s: (s.get("order", 0), s.get("run") or ""))
+    return found

@@ -1,0 +1,122 @@
+"""The results folder: one folder per playbook run, one sub-folder per run, files written atomically.
+
+Nothing is ever overwritten: a playbook run gets a fresh folder (``<UTC time>-<playbook>``, with a
+numeric suffix if two start in the same second), and each file is written to a temporary name in
+the same folder and then linked into place, which fails if the name is already taken.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+from collections.abc import Iterable
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, TextIO
+
+from orchestrator.errors import OrchError
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
+
+
+def safe_name(name: str) -> str:
+    """A file-system-safe folder name for a run or playbook name (matrix names carry [], =)."""
+    cleaned = _UNSAFE.sub("_", name).strip("._")
+    return cleaned or "run"
+
+
+def utc_stamp(now: datetime | None = None) -> str:
+    now = now or datetime.now(timezone.utc)
+    return now.strftime("%Y%m%dT%H%M%SZ")
+
+
+def new_results_dir(root: Path, playbook: str, *, now: datetime | None = None) -> Path:
+    """Create ``root/<stamp>-<playbook>`` exclusively (never reuse an existing folder)."""
+    root.mkdir(parents=True, exist_ok=True)
+    base = f"{utc_stamp(now)}-{safe_name(playbook)}"
+    for n in range(1000):
+        path = root / (base if n == 0 else f"{base}-{n}")
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise OrchError(f"could not create a new results folder under {root}")
+
+
+def write_bytes(path: Path, data: bytes) -> Path:
+    """Write atomically and refuse to replace an existing file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError as exc:
+            raise OrchError(f"refusing to overwrite {path}", hint="results are never overwritten") from exc
+    finally:
+        os.unlink(tmp)
+    return path
+
+
+def write_text(path: Path, text: str) -> Path:
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: Path, obj: Any) -> Path:
+    return write_text(path, json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+
+
+class AppendLog:
+    """A file that grows while a run goes on (server.log, events.jsonl, requests.jsonl).
+
+    Written under a hidden temporary name and linked into place by ``close()``, so a reader never
+    mistakes a half-written file for a finished one and an existing file is never clobbered.
+    """
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self._tmp = path.with_name(f".{path.name}.partial")
+        self._fh: TextIO | None = open(self._tmp, "x", encoding="utf-8")  # noqa: SIM115
+
+    def write_line(self, line: str) -> None:
+        assert self._fh is not None, f"{self.path} already closed"
+        self._fh.write(line.rstrip("\n") + "\n")
+
+    def write_json(self, obj: Any) -> None:
+        self.write_line(json.dumps(obj, ensure_ascii=False, default=str))
+
+    def write_lines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write_line(line)
+
+    def flush(self) -> None:
+        if self._fh:
+            self._fh.flush()
+
+    def close(self) -> Path:
+        if self._fh is None:
+            return self.path
+        self._fh.flush()
+        os.fsync(self._fh.fileno())
+        self._fh.close()
+        self._fh = None
+        try:
+            os.link(self._tmp, self.path)
+        except FileExistsError as exc:
+            raise OrchError(f"refusing to overwrite {self.path}") from exc
+        finally:
+            os.unlink(self._tmp)
+        return self.path
+
+    def __enter__(self) -> AppendLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
