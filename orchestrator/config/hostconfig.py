@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from orchestrator.config.yamlload import Mark
 from orchestrator.errors import ConfigError
 
 DEFAULT_WORKDIR = "~/.cache/orch"
@@ -47,6 +49,8 @@ class HostConfig:
     transport: str = "ssh"
     connect_timeout: float = 15.0
     source: str | None = None  # "hosts.yaml:12" where the host was declared, for messages
+    # where each env value was written (defaults, a group or the host), for ${VAR} errors
+    env_marks: dict[str, Mark] = field(default_factory=dict, compare=False, repr=False)
 
     @property
     def target(self) -> str:
@@ -55,7 +59,13 @@ class HostConfig:
 
     def resolved_env(self, environ: dict[str, str] | None = None) -> dict[str, str]:
         """Expand ``${VAR}`` from the controller's environment; secrets never sit in the file."""
-        return expand_env(self.env, environ=environ, owner=f"host {self.name!r}", source=self.source)
+        return expand_env(
+            self.env,
+            environ=environ,
+            owner=f"host {self.name!r}",
+            source=self.source,
+            marks=self.env_marks,
+        )
 
     def secret_values(self, environ: dict[str, str] | None = None) -> set[str]:
         return secret_values(self.env, environ=environ)
@@ -67,7 +77,9 @@ def expand_env(
     environ: dict[str, str] | None = None,
     owner: str,
     source: str | None = None,
+    marks: Mapping[str, Mark] | None = None,
 ) -> dict[str, str]:
+    """``marks`` (where each value was written) make an unset variable's error exact."""
     environ = dict(os.environ) if environ is None else environ
     out: dict[str, str] = {}
     for key, value in env.items():
@@ -75,12 +87,14 @@ def expand_env(
         def sub(match: re.Match[str], key: str = key) -> str:
             var = match.group(1)
             if var not in environ:
-                raise ConfigError(
-                    f"env {key} of {owner} references ${{{var}}}, which is not set in this shell",
-                    file=source,
-                    path=f"env.{key}",
-                    hint=f"export {var}=... before running orch (the value is never written to disk)",
+                message = (
+                    f"env {key} of {owner} references ${{{var}}}, which is not set in this shell"
                 )
+                hint = f"export {var}=... before running orch (the value is never written to disk)"
+                mark = (marks or {}).get(key)
+                if mark is not None:
+                    raise mark.error(message, hint=hint)
+                raise ConfigError(message, file=source, path=f"env.{key}", hint=hint)
             return environ[var]
 
         out[key] = _VAR.sub(sub, value)

@@ -1,0 +1,468 @@
+"""Playbooks: which engines, models and speculative settings to benchmark, on which hosts, how.
+
+``defaults`` are deep-merged into every run before it is validated, and ``matrix`` expands a run
+over lists of values; both are done on the YAML node trees, so an error in a merged or expanded
+run still points at the line where the offending value was written.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import json
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal, get_origin
+
+from pydantic import (
+    AfterValidator,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    WithJsonSchema,
+    create_model,
+    field_validator,
+    model_validator,
+)
+from yaml.nodes import MappingNode, Node, SequenceNode
+
+from orchestrator.config.errors import did_you_mean, unwrap, validate
+from orchestrator.config.hostconfig import HostConfig, expand_env
+from orchestrator.config.inventory import (
+    EnvDict,
+    Inventory,
+    ScalarStr,
+    Selectors,
+    StrictModel,
+    name_check,
+)
+from orchestrator.config.yamlload import (
+    Document,
+    Mark,
+    child,
+    load_yaml,
+    merge_nodes,
+    replace_at,
+    to_python,
+)
+from orchestrator.errors import ConfigError
+
+Engine = Literal["vllm", "sglang"]
+Method = Literal["none", "dflash", "mtp", "eagle", "eagle3", "ngram"]
+Positive = Annotated[int, Field(ge=1)]
+Port = Annotated[int, Field(ge=1, le=65535)]
+ArgList = Annotated[
+    list[ScalarStr], WithJsonSchema({"type": "array", "items": {"type": ["string", "number"]}})
+]
+
+
+class SpeculativeSpec(StrictModel):
+    """Speculative decoding. ``num_draft_tokens`` means tokens drafted per step, whatever the engine calls it."""
+
+    method: Method = Field("none", description="none, dflash, mtp, eagle, eagle3 or ngram.")
+    draft_model: str | None = Field(
+        None, description="Drafter model id or path (dflash, eagle, eagle3)."
+    )
+    num_draft_tokens: Positive | None = Field(
+        None, description="Tokens drafted per step (vLLM num_speculative_tokens; SGLang num-steps)."
+    )
+    draft_tensor_parallel: Positive | None = Field(
+        None, description="Tensor parallel size of the drafter."
+    )
+    prompt_lookup_min: Positive | None = Field(None, description="ngram: shortest n-gram to match.")
+    prompt_lookup_max: Positive | None = Field(None, description="ngram: longest n-gram to match.")
+    eagle_topk: Positive | None = Field(
+        None, description="EAGLE tree top-k (SGLang --speculative-eagle-topk)."
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Method-specific knobs passed through to the engine's speculative config.",
+    )
+
+    @model_validator(mode="after")
+    def _lookup_range(self) -> SpeculativeSpec:
+        low, high = self.prompt_lookup_min, self.prompt_lookup_max
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"prompt_lookup_min ({low}) must be <= prompt_lookup_max ({high})")
+        return self
+
+
+_BUILTIN = re.compile(r"builtin:[A-Za-z0-9_.-]+")
+
+
+class WorkloadSpec(StrictModel):
+    """The load driven against the server once it is ready."""
+
+    prompts: str = Field(
+        "builtin:chat",
+        description="'builtin:<name>', 'random', or a .jsonl file (relative to the playbook).",
+    )
+    num_prompts: Positive = Field(64, description="Requests to send (after warm-up).")
+    duration_s: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="Stop after this many seconds instead of after num_prompts."
+    )
+    concurrency: Positive = Field(1, description="Requests in flight at once (closed loop).")
+    request_rate: Annotated[float, Field(gt=0)] | None = Field(
+        None, description="Requests per second (open loop, Poisson arrivals) when set."
+    )
+    burstiness: Annotated[float, Field(gt=0)] = Field(
+        1.0, description="Gamma shape of arrivals: 1 is Poisson, lower is burstier."
+    )
+    max_tokens: Positive = Field(256, description="Output tokens per request.")
+    input_len: Positive | None = Field(
+        None, description="Prompt length in tokens for 'random' prompts."
+    )
+    temperature: Annotated[float, Field(ge=0)] = Field(0.0, description="Sampling temperature.")
+    ignore_eos: bool = Field(
+        False, description="Generate exactly max_tokens where the engine supports it."
+    )
+    api: Literal["chat", "completions"] = Field(
+        "chat", description="OpenAI endpoint: chat or completions."
+    )
+    chat_template_kwargs: dict[str, Any] | None = Field(
+        None, description="Passed to the chat template, e.g. {enable_thinking: false}."
+    )
+    warmup: Annotated[int, Field(ge=0)] = Field(
+        2, description="Warm-up requests, excluded from results."
+    )
+    seed: int = Field(0, description="Seed for everything random in the workload.")
+
+    @field_validator("prompts")
+    @classmethod
+    def _prompt_source(cls, value: str, info: ValidationInfo) -> str:
+        if value == "random" or _BUILTIN.fullmatch(value):
+            return value
+        if not value.endswith(".jsonl"):
+            raise ValueError(
+                f"expected 'builtin:<name>', 'random' or a path to a .jsonl file; found {value!r}"
+            )
+        path = Path(value).expanduser()
+        base = (info.context or {}).get("base_dir")
+        return str(path if path.is_absolute() or base is None else Path(base) / path)
+
+
+class RunSpec(StrictModel):
+    """One server configuration to benchmark."""
+
+    name: Annotated[str, AfterValidator(name_check("run"))] = Field(
+        description="Unique within the playbook; used in result folder names."
+    )
+    engine: Engine = Field(description="vllm or sglang.")
+    model: str = Field(min_length=1, description="Target model id or path, e.g. Qwen/Qwen3.6-27B.")
+    served_name: str | None = Field(
+        None, description="Name the API serves the model under (default: model)."
+    )
+    tensor_parallel: Positive = Field(1, description="Tensor parallel size (GPUs per server).")
+    max_model_len: Positive | None = Field(None, description="Maximum context length.")
+    gpu_memory_fraction: Annotated[float, Field(gt=0, le=1)] | None = Field(
+        None, description="Fraction of GPU memory the engine may use."
+    )
+    port: Port | None = Field(None, description="Server port (default: the engine's).")
+    speculative: SpeculativeSpec = Field(
+        default_factory=SpeculativeSpec, description="Speculative decoding settings."
+    )
+    extra_args: ArgList = Field(
+        default_factory=list, description="More engine arguments, one argv item each."
+    )
+    env: EnvDict = Field(default_factory=dict)
+    workload: WorkloadSpec = Field(default_factory=WorkloadSpec, description="The load to drive.")
+    doctor: Literal["error", "warn", "off"] = Field(
+        "error",
+        description="What the doctor's errors do: refuse the run, warn, or skip the checks.",
+    )
+    ready_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        900.0, description="Seconds to wait for the server to become ready."
+    )
+    hosts: Selectors | None = Field(
+        None, description="Host names or tags for this run (default: the playbook's)."
+    )
+    matrix: dict[str, Annotated[list[Any], Field(min_length=1)]] | None = Field(
+        None,
+        description="Expand this run over lists of values: {workload.concurrency: [1, 4], speculative.num_draft_tokens: [7, 15]}.",
+    )
+
+    _mark: Mark | None = PrivateAttr(None)
+    _env_marks: dict[str, Mark] = PrivateAttr(default_factory=dict)
+    _matrix_values: dict[str, Any] = PrivateAttr(default_factory=dict)
+    _served_default: bool = PrivateAttr(False)  # served_name follows model (matrix over model)
+
+    @model_validator(mode="after")
+    def _default_served_name(self) -> RunSpec:
+        if self.served_name is None:
+            self.served_name = self.model
+            self._served_default = True
+        return self
+
+    @property
+    def source(self) -> str | None:
+        """``playbook.yaml:12`` where the run starts, when it came from a file."""
+        return f"{self._mark.file}:{self._mark.line}" if self._mark else None
+
+    @property
+    def line(self) -> int | None:
+        return self._mark.line if self._mark else None
+
+    @property
+    def matrix_values(self) -> dict[str, Any]:
+        """For a run expanded from a matrix: the value of each matrix key ({} otherwise)."""
+        return dict(self._matrix_values)
+
+    def resolved_env(self, environ: dict[str, str] | None = None) -> dict[str, str]:
+        return expand_env(
+            self.env,
+            environ=environ,
+            owner=f"run {self.name!r}",
+            source=self.source,
+            marks=self._env_marks,
+        )
+
+
+def _partial(model: type[StrictModel], name: str, drop: tuple[str, ...]) -> type[StrictModel]:
+    """The same fields, all optional: what a playbook's ``defaults`` may set."""
+    fields: dict[str, Any] = {}
+    for f, info in model.model_fields.items():
+        if f not in drop:
+            typ = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+            fields[f] = (typ | None, Field(None, description=info.description))
+    return create_model(
+        name, __base__=StrictModel, __doc__="Run fields merged into every run.", **fields
+    )
+
+
+RunDefaults = _partial(RunSpec, "RunDefaults", drop=("name",))
+
+
+class Playbook(StrictModel):
+    """orch playbook: runs to benchmark and the hosts to run them on."""
+
+    model_config = ConfigDict(title="orch playbook")
+
+    name: str = Field(min_length=1, description="Playbook name; used in the results folder name.")
+    description: str | None = Field(None, description="Free text.")
+    hosts: Selectors | None = Field(
+        None, description="Host names, tags or groups (default: every host)."
+    )
+    defaults: RunDefaults | None = Field(None, description="Run fields deep-merged into every run.")  # type: ignore[valid-type]
+    runs: Annotated[list[RunSpec], Field(min_length=1)] = Field(description="The runs, in order.")
+
+    _source_path: Path | None = PrivateAttr(None)
+    _doc: Document | None = PrivateAttr(None)
+    _run_nodes: list[Node] = PrivateAttr(default_factory=list)
+    _context: dict[str, Any] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> Playbook:
+        names = [run.name for run in self.runs]
+        for name in names:
+            if names.count(name) > 1:
+                raise ValueError(f"run name {name!r} is used more than once")
+        return self
+
+    @property
+    def source_path(self) -> Path | None:
+        return self._source_path
+
+    def hosts_for(self, run: RunSpec, inventory: Inventory) -> list[HostConfig]:
+        """The hosts ``run`` may use: its own selectors, else the playbook's, else all."""
+        base = run.name.split("[", 1)[0]  # an expanded run is found by its base run
+        index = next((i for i, r in enumerate(self.runs) if r.name == base), None)
+        own = run.hosts is not None
+        selectors = run.hosts if own else self.hosts
+        origin = self._marks_of(("runs", index, "hosts") if own else ("hosts",), selectors)
+        return inventory.select(selectors, origin=origin)
+
+    def _marks_of(self, loc: tuple[Any, ...], selectors: list[str] | None) -> list[Mark] | None:
+        """Where each selector was written, when this playbook came from a file."""
+        if self._doc is None or None in loc or not selectors:
+            return None
+        doc = self._doc
+        node, _, depth = doc.locate(doc.root, loc)
+        if depth != len(loc):
+            return None
+        if isinstance(node, SequenceNode) and len(node.value) == len(selectors):
+            return [doc.mark(item) for item in node.value]
+        return [doc.mark(node)] * len(selectors)
+
+    def expand(self) -> list[RunSpec]:
+        """Every run with its matrix expanded (cartesian product, in the order keys are written)."""
+        out: list[RunSpec] = []
+        for i, run in enumerate(self.runs):
+            node = self._run_nodes[i] if i < len(self._run_nodes) else None
+            out.extend(_expand(run, i, node, self._doc, self._context))
+        seen: set[str] = set()
+        for run in out:
+            if run.name in seen:
+                raise _error(
+                    self._doc, node=None, message=f"two expanded runs are both named {run.name!r}"
+                )
+            seen.add(run.name)
+        return out
+
+
+def _error(
+    doc: Document | None,
+    *,
+    node: Node | None,
+    message: str,
+    path: str | None = None,
+    hint: str | None = None,
+) -> ConfigError:
+    if doc is not None and node is not None:
+        return doc.mark(node).error(message, path=path, hint=hint)
+    return ConfigError(message, file=doc.file if doc else None, path=path, hint=hint)
+
+
+def run_paths() -> tuple[list[str], list[str]]:
+    """(field paths a matrix may set, paths of free mappings whose sub-keys may be set too)."""
+    exact: list[str] = []
+    free: list[str] = ["env"]
+    for name, info in RunSpec.model_fields.items():
+        if name in ("name", "matrix"):
+            continue
+        exact.append(name)
+        sub = info.annotation
+        if isinstance(sub, type) and issubclass(sub, StrictModel):
+            for inner, inner_info in sub.model_fields.items():
+                exact.append(f"{name}.{inner}")
+                if get_origin(unwrap(inner_info.annotation)[0]) is dict:
+                    free.append(f"{name}.{inner}")
+    return exact, free
+
+
+def _check_matrix_key(key: str, doc: Document | None, node: Node | None, index: int) -> None:
+    exact, free = run_paths()
+    if key in exact or any(key.startswith(f"{p}.") and len(key) > len(p) + 1 for p in free):
+        return
+    key_node = None
+    if node is not None and (found := child(node, "matrix")) and (entry := child(found[1], key)):
+        key_node = entry[0]
+    raise _error(
+        doc,
+        node=key_node,
+        path=f"runs[{index}].matrix.{key}",
+        message=f"matrix key {key!r} is not a run field{did_you_mean(key, exact)}",
+        hint="matrix keys are dotted run fields, e.g. workload.concurrency, speculative.num_draft_tokens",
+    )
+
+
+def _label(value: Any) -> str:
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)
+    if isinstance(value, dict | list):
+        return json.dumps(value, separators=(",", ":")).replace('"', "")
+    return str(value)
+
+
+def _expand(
+    run: RunSpec, index: int, node: Node | None, doc: Document | None, context: dict[str, Any]
+) -> list[RunSpec]:
+    if not run.matrix:
+        return [run]
+    keys = list(run.matrix)
+    for key in keys:
+        _check_matrix_key(key, doc, node, index)
+    shorts = [k.rsplit(".", 1)[-1] for k in keys]
+    if len(set(shorts)) < len(shorts):
+        shorts = keys
+    # from the validated run (current even after model_copy), re-validated with each combination
+    base = run.model_dump(exclude={"matrix", "served_name"} if run._served_default else {"matrix"})
+    items = _matrix_items(node, keys)
+    out: list[RunSpec] = []
+    for combo in itertools.product(*(range(len(run.matrix[k])) for k in keys)):
+        data = copy.deepcopy(base)
+        tree = node
+        for key, j in zip(keys, combo, strict=True):
+            _set(data, key.split("."), copy.deepcopy(run.matrix[key][j]))
+            if tree is not None and doc is not None and items[key]:
+                tree = replace_at(tree, key.split("."), items[key][j], doc)
+        spec = _validate_run(data, doc, tree, index, context)
+        values = {key: run.matrix[key][j] for key, j in zip(keys, combo, strict=True)}
+        label = ",".join(f"{s}={_label(v)}" for s, v in zip(shorts, values.values(), strict=True))
+        spec = spec.model_copy(update={"name": f"{run.name}[{label}]", "matrix": None})
+        spec._matrix_values = values
+        out.append(spec)
+    return out
+
+
+def _matrix_items(node: Node | None, keys: list[str]) -> dict[str, list[Node]]:
+    found = child(node, "matrix") if node is not None else None
+    out: dict[str, list[Node]] = {}
+    for key in keys:
+        entry = child(found[1], key) if found else None
+        out[key] = list(entry[1].value) if entry and isinstance(entry[1], SequenceNode) else []
+    return out
+
+
+def _set(data: dict[str, Any], parts: list[str], value: Any) -> None:
+    for part in parts[:-1]:
+        if not isinstance(data.get(part), dict):
+            data[part] = {}
+        data = data[part]
+    data[parts[-1]] = value
+
+
+def _validate_run(
+    data: dict[str, Any],
+    doc: Document | None,
+    node: Node | None,
+    index: int,
+    context: dict[str, Any],
+) -> RunSpec:
+    if doc is None or node is None:
+        return RunSpec.model_validate(data, context=context)
+    run = validate(RunSpec, data, doc, node, prefix=("runs", index), context=context)
+    run._mark = doc.mark(node)
+    env = child(node, "env")
+    if env is not None and isinstance(env[1], MappingNode):
+        run._env_marks = {key.value: doc.mark(value) for key, value in env[1].value}
+    return run
+
+
+def load_playbook(path: str | Path) -> Playbook:
+    doc = load_yaml(path)
+    context = {"base_dir": Path(path).resolve().parent}
+    head = validate(_PlaybookHead, doc.data, doc, doc.root, context=context)
+    defaults = child(doc.root, "defaults")
+    runs_node = child(doc.root, "runs")
+    assert runs_node is not None and isinstance(runs_node[1], SequenceNode)  # validated above
+    runs: list[RunSpec] = []
+    nodes: list[Node] = []
+    first: dict[str, int] = {}
+    for i, run_node in enumerate(runs_node[1].value):
+        merged = merge_nodes(defaults[1] if defaults else None, run_node, doc)
+        run = _validate_run(to_python(merged), doc, merged, i, context)
+        if run.name in first:
+            name_node = child(merged, "name")
+            raise _error(
+                doc,
+                node=name_node[1] if name_node else merged,
+                message=f"duplicate run name {run.name!r} (first used by the run at line {first[run.name]})",
+                hint="run names must be unique within a playbook",
+            )
+        first[run.name] = run.line or 0
+        runs.append(run)
+        nodes.append(merged)
+    playbook = Playbook(
+        name=head.name,
+        description=head.description,
+        hosts=head.hosts,
+        defaults=head.defaults,
+        runs=runs,
+    )
+    playbook._source_path = Path(path)
+    playbook._doc = doc
+    playbook._run_nodes = nodes
+    playbook._context = context
+    playbook.expand()  # a bad matrix key or value fails now, at its own line
+    return playbook
+
+
+class _PlaybookHead(StrictModel):
+    """The playbook's top level, runs unvalidated: they are validated one by one, merged with defaults."""
+
+    name: str = Field(min_length=1)
+    description: str | None = None
+    hosts: Selectors | None = None
+    defaults: RunDefaults | None = None  # type: ignore[valid-type]
+    runs: Annotated[list[dict[str, Any]], Field(min_length=1)]

@@ -1,0 +1,308 @@
+"""YAML loading that remembers where every key and value was typed.
+
+pydantic reports problems as key paths (``("runs", 2, "speculative", "method")``) while people
+need ``file:line:column``. So files are composed into YAML nodes (which carry marks), plain
+Python data is built from those nodes here, and the node tree is kept so that a key path can be
+walked back to the exact key or value in the file. Merged trees (playbook defaults, matrix
+values) are built from the original nodes, so their errors still point at the line that holds
+the offending value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from yaml.constructor import SafeConstructor
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from orchestrator.errors import ConfigError
+
+MAP_TAG = "tag:yaml.org,2002:map"
+STR_TAG = "tag:yaml.org,2002:str"
+MERGE_TAG = "tag:yaml.org,2002:merge"
+
+Loc = tuple[str | int, ...]
+
+
+@dataclass(frozen=True)
+class Mark:
+    """A place in a file (1-based line and column) and the key path found there."""
+
+    file: str
+    line: int
+    column: int
+    path: str | None = None
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.column}"
+
+    def error(
+        self, message: str, *, path: str | None = None, hint: str | None = None
+    ) -> ConfigError:
+        return ConfigError(
+            message,
+            file=self.file,
+            line=self.line,
+            column=self.column,
+            path=self.path if path is None else path,
+            hint=hint,
+        )
+
+
+def join_path(base: str, part: str | int) -> str:
+    if isinstance(part, int):
+        return f"{base}[{part}]"
+    return f"{base}.{part}" if base else part
+
+
+def format_path(loc: Iterable[str | int]) -> str:
+    """``("runs", 2, "speculative")`` -> ``runs[2].speculative``."""
+    out = ""
+    for part in loc:
+        out = join_path(out, part)
+    return out
+
+
+class Document:
+    """One loaded YAML file: its root node and the key path of every node in it."""
+
+    def __init__(self, file: str, root: MappingNode) -> None:
+        self.file = file
+        self.root = root
+        # id(node) -> (node, path); the node is kept so that an id is never reused while indexed.
+        self._paths: dict[int, tuple[Node, str]] = {}
+        self._index(root, "")
+
+    def _index(self, node: Node, path: str) -> None:
+        if id(node) in self._paths:
+            return
+        self._paths[id(node)] = (node, path)
+        if isinstance(node, MappingNode):
+            for key, value in node.value:
+                sub = join_path(path, key.value)
+                self._paths.setdefault(id(key), (key, sub))
+                self._index(value, sub)
+        elif isinstance(node, SequenceNode):
+            for i, item in enumerate(node.value):
+                self._index(item, join_path(path, i))
+
+    @property
+    def data(self) -> dict[str, Any]:
+        return to_python(self.root)
+
+    def path_of(self, node: Node) -> str | None:
+        entry = self._paths.get(id(node))
+        return entry[1] if entry else None
+
+    def alias(self, new: Node, old: Node) -> None:
+        """A synthetic node stands for ``old``: report it under ``old``'s path."""
+        self._paths[id(new)] = (new, self.path_of(old) or "")
+
+    def mark(self, node: Node, *, path: str | None = None) -> Mark:
+        start = node.start_mark
+        return Mark(
+            self.file,
+            start.line + 1,
+            start.column + 1,
+            self.path_of(node) if path is None else path,
+        )
+
+    def locate(self, node: Node, loc: Loc) -> tuple[Node, Node | None, int]:
+        """Walk ``loc`` down from ``node``: (deepest node reached, its key node, parts consumed)."""
+        key: Node | None = None
+        depth = 0
+        for part in loc:
+            found = child(node, part)
+            if found is None:
+                break
+            key, node = found
+            depth += 1
+        return node, key, depth
+
+
+def child(node: Node | None, part: str | int) -> tuple[Node | None, Node] | None:
+    """The (key node, value node) at ``part`` of a mapping or a sequence, or None."""
+    if isinstance(node, MappingNode) and isinstance(part, str):
+        for key, value in reversed(node.value):
+            if key.value == part:
+                return key, value
+    elif isinstance(node, SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+        return None, node.value[part]
+    return None
+
+
+def load_yaml(path: str | Path) -> Document:
+    file = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8-sig")
+    except FileNotFoundError as exc:
+        raise ConfigError("file not found", file=file, hint="check the path") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=file) from exc
+    except OSError as exc:
+        raise ConfigError(f"cannot read the file: {exc.strerror or exc}", file=file) from exc
+    return parse_yaml(text, file=file)
+
+
+def parse_yaml(text: str, *, file: str = "<input>") -> Document:
+    """Compose ``text`` and check it: one mapping at the top, no duplicate keys, no cycles."""
+    try:
+        loader = yaml.SafeLoader(text)
+        try:
+            root = loader.get_single_node()
+        finally:
+            loader.dispose()
+        if root is None or (isinstance(root, ScalarNode) and root.tag == "tag:yaml.org,2002:null"):
+            raise ConfigError(
+                "the file is empty; expected a mapping of keys",
+                file=file,
+                line=1,
+                column=1,
+                hint="see `orch schema` for the keys this file takes",
+            )
+        if not isinstance(root, MappingNode):
+            start = root.start_mark
+            raise ConfigError(
+                f"expected a mapping of keys at the top level, found {node_kind(root)}",
+                file=file,
+                line=start.line + 1,
+                column=start.column + 1,
+            )
+        _normalize(root, file, SafeConstructor(), set(), set(), "")
+        doc = Document(file, root)
+        doc.data  # noqa: B018 - constructs every scalar once, so bad tags fail here, with a mark
+    except yaml.MarkedYAMLError as exc:
+        raise _syntax_error(exc, file) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}", file=file) from exc
+    return doc
+
+
+def node_kind(node: Node) -> str:
+    if isinstance(node, MappingNode):
+        return "a mapping"
+    if isinstance(node, SequenceNode):
+        return "a list"
+    return repr(node.value)
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> ConfigError:
+    mark = exc.problem_mark or exc.context_mark
+    problem = exc.problem or exc.context or "invalid YAML"
+    hint = None
+    if exc.context and exc.context_mark is not None and exc.problem_mark is not None:
+        ctx = exc.context_mark
+        hint = f"check the indentation and brackets ({exc.context} at line {ctx.line + 1}, column {ctx.column + 1})"
+    if "'\\t'" in problem:
+        hint = "indent with spaces: YAML does not allow tabs"
+    return ConfigError(
+        f"invalid YAML: {problem}",
+        file=file,
+        line=mark.line + 1 if mark else None,
+        column=mark.column + 1 if mark else None,
+        hint=hint,
+    )
+
+
+def _normalize(
+    node: Node, file: str, constructor: SafeConstructor, done: set[int], stack: set[int], path: str
+) -> None:
+    """Reject duplicate and non-string keys and recursive aliases; apply ``<<`` merge keys."""
+    if id(node) in stack:
+        start = node.start_mark
+        raise ConfigError(
+            "recursive alias: the value anchored here contains itself",
+            file=file,
+            line=start.line + 1,
+            column=start.column + 1,
+            path=path or None,
+            hint="an alias (*name) may not refer to a value that encloses it",
+        )
+    if id(node) in done:
+        return
+    done.add(id(node))
+    stack.add(id(node))
+    if isinstance(node, SequenceNode):
+        for i, item in enumerate(node.value):
+            _normalize(item, file, constructor, done, stack, join_path(path, i))
+    elif isinstance(node, MappingNode):
+        _check_keys(node, file, path)
+        if any(key.tag == MERGE_TAG for key, _ in node.value):
+            constructor.flatten_mapping(node)
+        entries: dict[str, tuple[Node, Node]] = {}
+        for key, value in node.value:  # merged entries first, explicit ones override them
+            entries[key.value] = (key, value)
+        node.value = list(entries.values())
+        for key, value in node.value:
+            _normalize(value, file, constructor, done, stack, join_path(path, key.value))
+    stack.discard(id(node))
+
+
+def _check_keys(node: MappingNode, file: str, path: str) -> None:
+    first: dict[str, Node] = {}
+    for key, _ in node.value:
+        if key.tag == MERGE_TAG:
+            continue
+        start = key.start_mark
+        where = {"file": file, "line": start.line + 1, "column": start.column + 1}
+        if not isinstance(key, ScalarNode):
+            raise ConfigError(
+                f"keys must be plain strings, found {node_kind(key)}", path=path or None, **where
+            )
+        if key.value in first:
+            raise ConfigError(
+                f"duplicate key {key.value!r} (first defined at line {first[key.value].start_mark.line + 1})",
+                path=join_path(path, key.value),
+                hint="remove one of them: YAML would silently keep only the last",
+                **where,
+            )
+        first[key.value] = key
+
+
+def to_python(node: Node, constructor: SafeConstructor | None = None) -> Any:
+    """Plain data from a node tree; mapping keys are the text the user typed (``on`` stays 'on')."""
+    constructor = constructor or SafeConstructor()
+    if isinstance(node, MappingNode):
+        return {key.value: to_python(value, constructor) for key, value in node.value}
+    if isinstance(node, SequenceNode):
+        return [to_python(item, constructor) for item in node.value]
+    return constructor.construct_object(node, deep=True)
+
+
+def merge_nodes(base: Node | None, over: Node, doc: Document) -> Node:
+    """Deep-merge two mapping trees (``over`` wins); the result reuses the original nodes."""
+    if not (isinstance(base, MappingNode) and isinstance(over, MappingNode)):
+        return over
+    entries: dict[str, tuple[Node, Node]] = {key.value: (key, value) for key, value in base.value}
+    for key, value in over.value:
+        if key.value in entries:
+            value = merge_nodes(entries[key.value][1], value, doc)
+        entries[key.value] = (key, value)
+    merged = MappingNode(MAP_TAG, list(entries.values()), over.start_mark, over.end_mark)
+    doc.alias(merged, over)
+    return merged
+
+
+def replace_at(node: Node, parts: list[str], new: Node, doc: Document) -> Node:
+    """A copy of ``node`` with the value at ``parts`` replaced by ``new`` (copy on write)."""
+    if not parts:
+        return new
+    head, rest = parts[0], parts[1:]
+    entries = list(node.value) if isinstance(node, MappingNode) else []
+    for i, (key, value) in enumerate(entries):
+        if key.value == head:
+            entries[i] = (key, replace_at(value, rest, new, doc))
+            break
+    else:
+        key = ScalarNode(STR_TAG, head, new.start_mark, new.end_mark)
+        doc.alias(key, new)
+        empty = MappingNode(MAP_TAG, [], node.start_mark, node.end_mark)
+        doc.alias(empty, node)
+        entries.append((key, replace_at(empty, rest, new, doc)))
+    out = MappingNode(MAP_TAG, entries, node.start_mark, node.end_mark)
+    doc.alias(out, node)
+    return out

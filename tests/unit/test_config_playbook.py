@@ -1,0 +1,261 @@
+"""Playbooks: the issue's example, defaults merging, matrix expansion, JSON Schema export."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.config import (
+    Playbook,
+    RunSpec,
+    SpeculativeSpec,
+    WorkloadSpec,
+    json_schema,
+    load_inventory,
+    load_playbook,
+)
+from orchestrator.errors import ConfigError
+
+DATA = Path(__file__).parent / "data" / "config"
+REPO = Path(__file__).resolve().parents[2]
+
+SPECULATIVE_DEFAULTS: dict[str, Any] = {
+    "method": "none", "draft_model": None, "num_draft_tokens": None, "draft_tensor_parallel": None,
+    "prompt_lookup_min": None, "prompt_lookup_max": None, "eagle_topk": None, "options": {},
+}
+WORKLOAD_DEFAULTS: dict[str, Any] = {
+    "prompts": "builtin:chat", "num_prompts": 64, "duration_s": None, "concurrency": 1,
+    "request_rate": None, "burstiness": 1.0, "max_tokens": 256, "input_len": None,
+    "temperature": 0.0, "ignore_eos": False, "api": "chat", "chat_template_kwargs": None,
+    "warmup": 2, "seed": 0,
+}
+
+
+def run_dump(name: str, engine: str, model: str, **changes: Any) -> dict[str, Any]:
+    """A run as model_dump() gives it: the documented defaults plus ``changes``."""
+    out: dict[str, Any] = {
+        "name": name, "engine": engine, "model": model, "served_name": model,
+        "tensor_parallel": 1, "max_model_len": None, "gpu_memory_fraction": None, "port": None,
+        "speculative": dict(SPECULATIVE_DEFAULTS), "extra_args": [], "env": {},
+        "workload": dict(WORKLOAD_DEFAULTS), "doctor": "error", "ready_timeout_s": 900.0,
+        "hosts": None, "matrix": None,
+    }
+    for key, value in changes.items():
+        if key in ("speculative", "workload"):
+            out[key].update(value)
+        else:
+            out[key] = value
+    return out
+
+
+def test_issue_example_loads_exactly() -> None:
+    file = REPO / "playbooks" / "qwen36-27b-spec.yaml"
+    playbook = load_playbook(file)
+    assert (playbook.name, playbook.description, playbook.hosts, playbook.defaults) == (
+        "qwen36-27b-spec", None, ["a6000"], None
+    )
+    assert [run.model_dump() for run in playbook.runs] == [
+        run_dump("sglang-mtp", "sglang", "Qwen/Qwen3.6-27B", tensor_parallel=2,
+                 speculative={"method": "mtp", "num_draft_tokens": 3},
+                 workload={"num_prompts": 64, "max_tokens": 512}),
+        run_dump("vllm-dflash", "vllm", "Qwen/Qwen3.6-27B", tensor_parallel=2,
+                 speculative={"method": "dflash", "draft_model": "z-lab/Qwen3.6-27B-DFlash",
+                              "num_draft_tokens": 15},
+                 workload={"num_prompts": 64, "max_tokens": 512}),
+    ]
+    assert [(run.line, run.source) for run in playbook.runs] == [(6, f"{file}:6"), (12, f"{file}:12")]
+    assert playbook.source_path == file
+    assert playbook.expand() == playbook.runs  # no matrix: each run expands to itself
+
+
+def test_issue_example_selects_the_repository_sim_hosts() -> None:
+    playbook = load_playbook(REPO / "playbooks" / "qwen36-27b-spec.yaml")
+    inventory = load_inventory(REPO / "hosts.yaml")
+    assert [h.name for h in playbook.hosts_for(playbook.runs[0], inventory)] == ["sim-a6000-1", "sim-a6000-2"]
+
+
+@pytest.fixture(scope="module")
+def sweep() -> Playbook:
+    return load_playbook(DATA / "pb-defaults-matrix.yaml")
+
+
+def test_defaults_are_deep_merged_into_every_run(sweep: Playbook) -> None:
+    prompts = str(DATA.resolve() / "prompts" / "chat.jsonl")  # relative to the playbook's folder
+    common_workload = {"prompts": prompts, "max_tokens": 512, "chat_template_kwargs": {"enable_thinking": False}}
+    assert sweep.hosts == ["a6000"]  # a single string is a one-item list
+    assert sweep.description == "DFlash draft length and concurrency sweep"
+    assert [run.model_dump() for run in sweep.runs] == [
+        run_dump(
+            "vllm-dflash", "vllm", "Qwen/Qwen3.6-27B", tensor_parallel=2,
+            speculative={"method": "dflash", "draft_model": "z-lab/Qwen3.6-27B-DFlash"},
+            extra_args=["--attention-backend", "flash_attn", "--max-num-seqs", "8"],
+            env={"HF_HOME": "/data/hf", "VLLM_USE_V2_MODEL_RUNNER": "1", "HF_TOKEN": "${HF_TOKEN}"},
+            workload=common_workload,
+            matrix={"workload.concurrency": [1, 4], "speculative.num_draft_tokens": [7, 15]},
+        ),
+        run_dump(
+            "sglang-plain", "sglang", "Qwen/Qwen3.6-27B", served_name="qwen", port=30001,
+            tensor_parallel=2, hosts=["a6000-2"], doctor="warn",
+            env={"HF_HOME": "/data/hf", "VLLM_USE_V2_MODEL_RUNNER": "1"},
+            # the run's own `workload` mapping is merged with the defaults', key by key
+            workload={**common_workload, "prompts": "random", "input_len": 128, "concurrency": 2,
+                      "request_rate": 4.5, "api": "completions"},
+        ),
+    ]
+    assert [run.line for run in sweep.runs] == [12, 21]
+
+
+def test_matrix_expands_to_the_cartesian_product_in_written_order(sweep: Playbook) -> None:
+    runs = sweep.expand()
+    assert [(r.name, r.workload.concurrency, r.speculative.num_draft_tokens) for r in runs] == [
+        ("vllm-dflash[concurrency=1,num_draft_tokens=7]", 1, 7),
+        ("vllm-dflash[concurrency=1,num_draft_tokens=15]", 1, 15),
+        ("vllm-dflash[concurrency=4,num_draft_tokens=7]", 4, 7),
+        ("vllm-dflash[concurrency=4,num_draft_tokens=15]", 4, 15),
+        ("sglang-plain", 2, None),
+    ]
+    first = runs[0]
+    assert first.matrix is None
+    assert first.matrix_values == {"workload.concurrency": 1, "speculative.num_draft_tokens": 7}
+    assert runs[-1].matrix_values == {}
+    assert runs[-1] is sweep.runs[1]
+    # everything else is the base run's
+    assert first.model_dump(exclude={"name", "workload", "speculative", "matrix"}) == sweep.runs[
+        0
+    ].model_dump(exclude={"name", "workload", "speculative", "matrix"})
+    assert (first.speculative.method, first.workload.max_tokens, first.source) == (
+        "dflash", 512, sweep.runs[0].source
+    )
+
+
+def test_expanded_runs_resolve_env_and_hosts(sweep: Playbook) -> None:
+    inventory = load_inventory(DATA / "hosts-issue.yaml")
+    runs = sweep.expand()
+    assert runs[1].resolved_env({"HF_TOKEN": "t"}) == {
+        "HF_HOME": "/data/hf", "VLLM_USE_V2_MODEL_RUNNER": "1", "HF_TOKEN": "t"
+    }
+    assert [h.name for h in sweep.hosts_for(runs[1], inventory)] == ["a6000-1"]  # playbook's tag
+    assert [h.name for h in sweep.hosts_for(runs[4], inventory)] == ["a6000-2"]  # run's own
+
+
+def test_programmatic_playbook_expands_without_a_file() -> None:
+    run = RunSpec(
+        name="r", engine="sglang", model="m",
+        matrix={"speculative": [{"method": "none"}, {"method": "mtp", "num_draft_tokens": 3}],
+                "max_tokens": [64]},  # not a field path: checked on expand
+    )
+    playbook = Playbook(name="p", runs=[run])
+    with pytest.raises(ConfigError) as info:
+        playbook.expand()
+    assert (info.value.file, info.value.line, info.value.path, info.value.message) == (
+        None, None, "runs[0].matrix.max_tokens",
+        "matrix key 'max_tokens' is not a run field (did you mean 'workload.max_tokens'?)",
+    )
+    good = Playbook(name="p", runs=[run.model_copy(update={"matrix": {
+        "speculative": [{"method": "none"}, {"method": "mtp", "num_draft_tokens": 3}],
+        "workload.chat_template_kwargs.enable_thinking": [False],
+    }})])
+    expanded = good.expand()
+    assert [r.name for r in expanded] == [
+        "r[speculative={method:none},enable_thinking=false]",
+        "r[speculative={method:mtp,num_draft_tokens:3},enable_thinking=false]",
+    ]
+    assert expanded[1].speculative == SpeculativeSpec(method="mtp", num_draft_tokens=3)
+    assert expanded[1].workload == WorkloadSpec(chat_template_kwargs={"enable_thinking": False})
+
+
+def test_matrix_keys_with_the_same_last_part_are_named_in_full() -> None:
+    run = RunSpec(name="r", engine="vllm", model="m",
+                  matrix={"port": [8000], "env.port": ["1"]})
+    assert [r.name for r in Playbook(name="p", runs=[run]).expand()] == ["r[port=8000,env.port=1]"]
+
+
+def test_changing_the_model_in_a_matrix_keeps_served_name_following_it() -> None:
+    run = RunSpec(name="r", engine="vllm", model="a", matrix={"model": ["b"]})
+    (only,) = Playbook(name="p", runs=[run]).expand()
+    assert (only.model, only.served_name) == ("b", "b")
+    named = RunSpec(name="r", engine="vllm", model="a", served_name="x", matrix={"model": ["b"]})
+    (only,) = Playbook(name="p", runs=[named]).expand()
+    assert (only.model, only.served_name) == ("b", "x")
+
+
+def test_expansion_starts_from_the_run_as_it_is_now() -> None:
+    run = RunSpec(name="r", engine="vllm", model="m", matrix={"workload.concurrency": [2]})
+    changed = run.model_copy(update={"tensor_parallel": 4})
+    (only,) = Playbook(name="p", runs=[changed]).expand()
+    assert (only.name, only.tensor_parallel, only.workload.concurrency) == ("r[concurrency=2]", 4, 2)
+
+
+def test_run_defaults_and_coercions() -> None:
+    run = RunSpec(name="r", engine="vllm", model="org/model", extra_args=["--x", 3, 0.5],
+                  env={"N": 4}, hosts="lab")
+    assert run.model_dump() == run_dump("r", "vllm", "org/model", extra_args=["--x", "3", "0.5"],
+                                        env={"N": "4"}, hosts=["lab"])
+    assert run.source is None and run.line is None
+
+
+def test_defaults_cannot_name_runs(tmp_path: Path) -> None:
+    file = tmp_path / "p.yaml"
+    file.write_text("name: p\ndefaults:\n  name: x\nruns:\n  - {name: a, engine: vllm, model: m}\n")
+    with pytest.raises(ConfigError) as info:
+        load_playbook(file)
+    assert (info.value.line, info.value.column, info.value.path) == (3, 3, "defaults.name")
+    assert info.value.message.startswith("unknown key 'name'; allowed: engine, model,")
+
+
+def test_absolute_and_home_prompt_paths(tmp_path: Path) -> None:
+    file = tmp_path / "p.yaml"
+    file.write_text(
+        "name: p\nruns:\n"
+        "  - {name: a, engine: vllm, model: m, workload: {prompts: /data/p.jsonl}}\n"
+        "  - {name: b, engine: vllm, model: m, workload: {prompts: ~/p.jsonl}}\n"
+        "  - {name: c, engine: vllm, model: m, workload: {prompts: 'builtin:code'}}\n"
+    )
+    runs = load_playbook(file).runs
+    assert [r.workload.prompts for r in runs] == [
+        "/data/p.jsonl", str(Path("~/p.jsonl").expanduser()), "builtin:code"
+    ]
+
+
+def test_json_schema_playbook_has_every_field_with_help() -> None:
+    schema = json_schema("playbook")
+    defs = schema["$defs"]
+    assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
+    assert schema["title"] == "orch playbook"
+    assert schema["required"] == ["name", "runs"]
+    assert list(defs["RunSpec"]["properties"]) == list(RunSpec.model_fields)
+    assert defs["RunSpec"]["required"] == ["name", "engine", "model"]
+    assert defs["RunSpec"]["additionalProperties"] is False
+    assert list(defs["SpeculativeSpec"]["properties"]) == list(SpeculativeSpec.model_fields)
+    assert list(defs["WorkloadSpec"]["properties"]) == list(WorkloadSpec.model_fields)
+    assert defs["SpeculativeSpec"]["properties"]["method"]["enum"] == [
+        "none", "dflash", "mtp", "eagle", "eagle3", "ngram"
+    ]
+    assert defs["RunSpec"]["properties"]["engine"]["enum"] == ["vllm", "sglang"]
+    assert "required" not in defs["RunDefaults"]
+    assert "name" not in defs["RunDefaults"]["properties"]
+    for model in ("RunSpec", "SpeculativeSpec", "WorkloadSpec"):
+        for field, prop in defs[model]["properties"].items():
+            assert prop.get("description"), f"{model}.{field} has no description"
+
+
+def test_json_schema_hosts() -> None:
+    schema = json_schema("hosts")
+    host = schema["$defs"]["HostFields"]["properties"]
+    assert schema["title"] == "orch hosts.yaml"
+    assert schema["required"] == ["hosts"]
+    assert list(host) == [
+        "address", "port", "user", "identity_file", "proxy_jump", "python", "workdir", "env",
+        "gpus", "tags", "transport", "connect_timeout",
+    ]
+    assert host["port"]["anyOf"][0] == {"maximum": 65535, "minimum": 1, "type": "integer"}
+    assert host["transport"]["anyOf"][0]["enum"] == ["ssh", "embedded"]
+    assert [alt.get("type") for alt in host["gpus"]["anyOf"]] == ["string", "integer", "object", "null"]
+    assert "hosts" in schema["$defs"]["GroupFields"]["properties"]
+
+
+def test_json_schema_unknown_kind() -> None:
+    with pytest.raises(ConfigError, match=r"unknown schema 'playbok' \(did you mean 'playbook'\?\)"):
+        json_schema("playbok")  # type: ignore[arg-type]
