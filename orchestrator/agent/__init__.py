@@ -1,0 +1,17 @@
+"""Controller side of the remote agent: bundle it, push it, call its verbs, type its answers."""
+
+from __future__ import annotations
+
+from orchestrator.agent.bundle import AgentBundle, build_bundle
+from orchestrator.agent.client import Agent
+from orchestrator.agent.facts import GpuInfo, GpuProcess, HostFacts, compare_gpus
+
+__all__ = [
+    "Agent",
+    "AgentBundle",
+    "GpuInfo",
+    "GpuProcess",
+    "HostFacts",
+    "build_bundle",
+    "compare_gpus",
+]

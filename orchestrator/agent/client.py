@@ -1,0 +1,257 @@
+"""Controller side of the remote agent: push it once, push a spec, run a verb, decode JSON lines.
+
+The only command ever sent is ``<python> <workdir>/agent-<hash>.pyz <verb> <spec path>``, all
+controller-owned paths; every user value (model names, flags, prompts, environment values)
+travels inside the spec file, which goes over SFTP, so no shell ever sees it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import posixpath
+import re
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from orchestrator.agent.bundle import AgentBundle, build_bundle
+from orchestrator.agent.facts import HostFacts
+from orchestrator.config.hostconfig import HostConfig
+from orchestrator.errors import AgentError, ConfigError, RemoteCommandError
+
+PROBE_PACKAGES = ("vllm", "sglang", "torch", "transformers")
+_VERB = re.compile(r"^[a-z][a-z0-9_]*$")
+_TAIL_LINES = 15
+PYTHON_HINT = (
+    "is `python` in hosts.yaml a Python 3.9+ interpreter on that host? It is run as given "
+    "(e.g. /opt/venvs/vllm/bin/python), without your login shell's PATH tweaks"
+)
+
+
+class _Completed(Protocol):
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class _RemoteStream(Protocol):
+    returncode: int | None
+
+    @property
+    def stderr(self) -> str: ...
+    async def __aenter__(self) -> _RemoteStream: ...
+    async def __aexit__(self, *exc_info: object) -> None: ...
+    def __aiter__(self) -> AsyncIterator[str]: ...
+
+
+class AgentConnection(Protocol):
+    """What the agent needs from ``orchestrator.transport.Connection``."""
+
+    host: str
+
+    async def run(
+        self, argv: Sequence[str], *, timeout: float | None = None, check: bool = False
+    ) -> _Completed: ...
+    def open_stream(
+        self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True
+    ) -> _RemoteStream: ...
+    async def put_bytes(self, data: bytes, remote_path: str, *, mode: int = 0o600) -> int: ...
+    async def exists(self, remote_path: str) -> bool: ...
+    async def makedirs(self, remote_path: str) -> None: ...
+    async def home(self) -> str: ...
+
+
+@dataclass(frozen=True)
+class DecodedOutput:
+    """The agent's stdout split into protocol events and anything else (``noise``)."""
+
+    events: list[dict[str, Any]]
+    noise: list[str]
+
+    @property
+    def final(self) -> dict[str, Any] | None:
+        last = self.events[-1] if self.events else None
+        return last if last is not None and last["event"] in ("result", "error") else None
+
+
+def decode_line(line: str) -> dict[str, Any] | None:
+    """One JSON-lines event, or None for a line that is not one (e.g. a login banner)."""
+    text = line.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    return obj if isinstance(obj, dict) and isinstance(obj.get("event"), str) else None
+
+
+def decode_output(stdout: str) -> DecodedOutput:
+    events: list[dict[str, Any]] = []
+    noise: list[str] = []
+    for line in stdout.split("\n"):  # not splitlines(): U+2028 and friends may sit inside JSON
+        event = decode_line(line)
+        if event is not None:
+            events.append(event)
+        elif line.strip():
+            noise.append(line)
+    return DecodedOutput(events, noise)
+
+
+class Agent:
+    """The agent on one host, over one reused connection."""
+
+    def __init__(
+        self, conn: AgentConnection, host: HostConfig, *, bundle: AgentBundle | None = None
+    ) -> None:
+        self.conn = conn
+        self.host = host
+        self.bundle = bundle or build_bundle()
+        self.bytes_pushed = 0
+        self._workdir: str | None = None
+        self._ready = False
+        self._lock = asyncio.Lock()
+
+    async def workdir(self) -> str:
+        """The host's workdir as an absolute path (``~`` expanded from the SFTP home, no shell)."""
+        if self._workdir is None:
+            self._workdir = await self._resolve_workdir(self.host.workdir)
+        return self._workdir
+
+    async def _resolve_workdir(self, raw: str) -> str:
+        if raw.startswith("~") and not (raw == "~" or raw.startswith("~/")):
+            raise ConfigError(
+                f"workdir {raw!r} of host {self.host.name!r}: only a leading '~' or '~/' can "
+                "be expanded (no shell is involved)",
+                file=self.host.source,
+                path=f"hosts.{self.host.name}.workdir",
+                hint="use an absolute path or one under '~/'",
+            )
+        if raw == "~" or raw.startswith("~/") or not raw.startswith("/"):
+            home = await self.conn.home()
+            rest = raw[2:] if raw.startswith("~/") else ("" if raw == "~" else raw)
+            raw = posixpath.join(home, rest) if rest else home
+        return posixpath.normpath(raw)
+
+    async def pyz_path(self) -> str:
+        return posixpath.join(await self.workdir(), self.bundle.filename)
+
+    async def ensure(self) -> int:
+        """Make the workdir and push the bundle unless that exact file is there; bytes pushed."""
+        async with self._lock:
+            workdir = await self.workdir()
+            await self.conn.makedirs(posixpath.join(workdir, "specs"))
+            pyz = await self.pyz_path()
+            sent = 0
+            if not await self.conn.exists(pyz):
+                sent = await self.conn.put_bytes(self.bundle.data, pyz, mode=0o644)
+            self.bytes_pushed += sent
+            self._ready = True
+            return sent
+
+    async def _command(self, verb: str, spec: dict[str, Any]) -> list[str]:
+        """Push the spec file and return the argv that runs the verb on it."""
+        if not _VERB.match(verb):
+            raise ValueError(f"not a verb name: {verb!r}")
+        if not self._ready:
+            await self.ensure()
+        data = json.dumps(spec, ensure_ascii=True).encode("ascii")
+        spec_path = posixpath.join(await self.workdir(), "specs", f"{verb}-{uuid.uuid4().hex}.json")
+        await self.conn.put_bytes(data, spec_path, mode=0o600)
+        return [self.host.python, await self.pyz_path(), verb, spec_path]
+
+    async def call(
+        self, verb: str, spec: dict[str, Any], *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Run ``verb`` to completion and return its result data.
+
+        An error event -> AgentError (its kind and details kept); no final event ->
+        RemoteCommandError with the remote stderr's tail. Lines that are not events (a chatty
+        login script, say) are tolerated when a final event follows.
+        """
+        argv = await self._command(verb, spec)
+        proc = await self.conn.run(argv, timeout=timeout, check=False)
+        decoded = decode_output(proc.stdout)
+        final = decoded.final
+        if final is not None and final["event"] == "error":
+            raise self._agent_error(verb, final)
+        if final is not None:
+            return final.get("data") or {}
+        raise self._no_result(verb, proc.returncode, decoded.noise, proc.stderr)
+
+    async def stream(
+        self, verb: str, spec: dict[str, Any], *, timeout: float | None = None
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield every event as it arrives, the final ``result`` included (AgentError on error).
+
+        Closing the iterator early stops the remote agent (the transport sends it SIGTERM).
+        """
+        argv = await self._command(verb, spec)
+        noise: list[str] = []
+        finished = False
+        async with self.conn.open_stream(argv, timeout=timeout, check=False) as remote:
+            async for line in remote:
+                event = decode_line(line)
+                if event is None:
+                    if line.strip():
+                        noise.append(line)
+                    continue
+                if event["event"] == "error":
+                    raise self._agent_error(verb, event)
+                finished = finished or event["event"] == "result"
+                yield event
+            if not finished:
+                raise self._no_result(verb, remote.returncode, noise, remote.stderr)
+
+    async def probe(self, *, ports: Sequence[int] = ()) -> HostFacts:
+        spec = {
+            "workdir": await self.workdir(),
+            "ports": list(ports),
+            "packages": list(PROBE_PACKAGES),
+        }
+        data = await self.call("probe", spec)
+        try:
+            return HostFacts.from_probe(data)
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise RemoteCommandError(
+                self.host.name,
+                f"the agent's probe result is malformed ({type(exc).__name__}: {exc})",
+            ) from exc
+
+    def _agent_error(self, verb: str, event: dict[str, Any]) -> AgentError:
+        kind = str(event.get("kind") or "error")
+        details = event.get("details") if isinstance(event.get("details"), dict) else {}
+        message = str(event.get("message") or f"agent verb {verb!r} failed")
+        hint = None
+        if kind == "internal":
+            hint = "this is a bug in orch's agent: please report it with the traceback from the error details"
+        elif kind == "python_too_old":
+            hint = PYTHON_HINT
+        return AgentError(
+            self.host.name, f"{verb}: {message}", kind=kind, details=details, hint=hint
+        )
+
+    def _no_result(
+        self, verb: str, returncode: int | None, noise: list[str], stderr: str
+    ) -> RemoteCommandError:
+        python = self.host.python
+        tail = "\n".join((stderr.splitlines() + noise)[-_TAIL_LINES:]).strip()
+        hint: str | None = None
+        if returncode == 127:
+            message = f"the remote interpreter {python!r} was not found (exit 127)"
+            hint = PYTHON_HINT
+        elif returncode == 126:
+            message = f"the remote interpreter {python!r} is not executable (exit 126)"
+            hint = PYTHON_HINT
+        elif "SyntaxError" in stderr or "future feature" in stderr:
+            message = f"the remote interpreter {python!r} cannot run the agent (too old?)"
+            hint = PYTHON_HINT
+        else:
+            status = "ended" if returncode is None else f"exited with status {returncode}"
+            message = f"agent verb {verb!r} {status} without a result"
+            hint = "read the remote output in this message; check the host's free disk space and `python` in hosts.yaml"
+        if tail:
+            message += f"; remote output:\n{tail}"
+        return RemoteCommandError(self.host.name, message, hint=hint)

@@ -1,0 +1,182 @@
+"""Entry point of the agent: ``<agent.pyz> <verb> <spec.json>`` -> JSON lines on stdout.
+
+Verbs are looked up in ``VERBS`` and their modules imported only when called, so a verb written
+later plugs in by adding its module (and, if new, one line here) and a broken verb module cannot
+stop the others from working. The spec file is deleted as soon as it is read because it may
+hold secrets (tokens in engine environments), unless it says ``"keep_spec": true``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import os
+import sys
+import traceback
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
+
+from .protocol import AgentFailure, Emit, write_event
+
+Handler = Callable[[Dict[str, Any], Emit], Dict[str, Any]]
+
+# verb -> "module:function" (relative to this package), or a handler itself.
+VERBS: Dict[str, Union[str, Handler]] = {
+    "echo": "echo:run",
+    "probe": "probe:run",
+    "launch": "lifecycle:launch",
+    "tail": "lifecycle:tail",
+    "stop": "lifecycle:stop",
+    "status": "lifecycle:status",
+    "http": "http:run",
+    "loadgen": "loadgen:run",
+    "read_model_configs": "modelfiles:run",
+}
+
+_RESERVED_EVENTS = ("result", "error")
+USAGE = "usage: agent.pyz <verb> <spec.json>"
+
+
+def resolve(verb: str) -> Handler:
+    """The handler for ``verb``; AgentFailure(unknown_verb) when it is not in this agent."""
+    target = VERBS.get(verb)
+    if target is None:
+        raise AgentFailure(
+            "unknown_verb", f"unknown verb {verb!r}", {"verb": verb, "known": sorted(VERBS)}
+        )
+    if callable(target):
+        return target
+    module_name, _, func_name = target.partition(":")
+    qualified = f"{__package__}.{module_name}"
+    try:
+        module = importlib.import_module(f".{module_name}", __package__)
+    except ModuleNotFoundError as exc:
+        if exc.name != qualified:
+            raise
+        raise AgentFailure(
+            "unknown_verb",
+            f"verb {verb!r} is registered but its module {module_name!r} is not in this agent",
+            {"verb": verb, "known": sorted(VERBS)},
+        ) from exc
+    return getattr(module, func_name)
+
+
+def load_spec(path: str) -> Dict[str, Any]:
+    """Read the spec (a JSON object) and delete its file unless it asks to be kept."""
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read()
+    except OSError as exc:
+        raise AgentFailure(
+            "bad_spec", f"cannot read spec file {path}: {exc.strerror}", {"path": path}
+        ) from exc
+    try:
+        spec = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        _remove(path)
+        raise AgentFailure(
+            "bad_spec", f"spec file {path} is not valid JSON: {exc}", {"path": path}
+        ) from exc
+    if not isinstance(spec, dict):
+        _remove(path)
+        raise AgentFailure(
+            "bad_spec",
+            f"spec file {path} holds a {type(spec).__name__}, not an object",
+            {"path": path},
+        )
+    if spec.get("keep_spec") is not True:
+        _remove(path)
+    return spec
+
+
+def _remove(path: str) -> None:
+    with contextlib.suppress(OSError):
+        os.unlink(path)
+
+
+def make_emit(out: Any) -> Emit:
+    """An ``emit`` that refuses objects that would break the protocol for the controller."""
+
+    def emit(obj: Dict[str, Any]) -> None:
+        event = obj.get("event") if isinstance(obj, dict) else None
+        if not isinstance(event, str) or event in _RESERVED_EVENTS:
+            raise ValueError(
+                f"emit() needs a dict with an 'event' other than result/error, got {obj!r}"
+            )
+        write_event(obj, out)
+
+    return emit
+
+
+def error_event(
+    kind: str, message: str, details: Optional[Dict[str, Any]] = None
+) -> Dict[str, Any]:
+    return {"event": "error", "kind": kind, "message": message, "details": details or {}}
+
+
+def run_verb(argv: List[str], out: Any) -> int:
+    """Dispatch one invocation, writing events to ``out``; returns the exit status."""
+    try:
+        if len(argv) != 2:
+            raise AgentFailure("bad_usage", USAGE, {"argv": list(argv)})
+        verb, spec_path = argv
+        spec, spec_failure = _load_quietly(spec_path)
+        handler = resolve(verb)  # an unknown verb wins over a bad spec: it is the bigger mistake
+        if spec_failure is not None:
+            raise spec_failure
+        data = handler(spec, make_emit(out))
+        if not isinstance(data, dict):
+            raise TypeError(f"verb {verb!r} returned {type(data).__name__}, not a dict")
+        write_event({"event": "result", "data": data}, out)
+        return 0
+    except AgentFailure as failure:
+        _write_failure(failure, out)
+    except Exception as exc:  # noqa: BLE001 - any bug must still end as one error event
+        details = {"type": type(exc).__name__, "traceback": traceback.format_exc()}
+        write_event(
+            error_event("internal", f"agent failed: {type(exc).__name__}: {exc}", details), out
+        )
+    return 1
+
+
+def _write_failure(failure: AgentFailure, out: Any) -> None:
+    try:
+        write_event(error_event(failure.kind, failure.message, failure.details), out)
+    except (TypeError, ValueError):  # details a verb filled with something JSON cannot hold
+        write_event(
+            error_event(failure.kind, failure.message, {"repr": repr(failure.details)}), out
+        )
+
+
+def _load_quietly(path: str) -> Tuple[Dict[str, Any], Optional[AgentFailure]]:
+    try:
+        return load_spec(path), None
+    except AgentFailure as failure:
+        return {}, failure
+
+
+def _protocol_stream() -> io.TextIOWrapper:
+    """Keep fd 1 for our JSON lines only: anything else that writes there goes to stderr.
+
+    Handlers, the libraries they call and the processes they start may print; one stray line
+    on stdout would corrupt the protocol, so stdout is re-pointed at stderr and the protocol
+    gets a private duplicate of the original fd, always UTF-8 whatever the remote locale.
+    """
+    sys.stdout.flush()
+    fd = os.dup(1)
+    os.dup2(2, 1)
+    return io.TextIOWrapper(io.FileIO(fd, "w"), encoding="utf-8", newline="\n", line_buffering=True)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    out = _protocol_stream()
+    try:
+        return run_verb(args, out)
+    finally:
+        out.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,363 @@
+"""The agent's entry point, run the way hosts run it: ``python agent.pyz <verb> <spec.json>``."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from orchestrator.agent.bundle import build_bundle
+from orchestrator.agent.client import decode_output
+from orchestrator.remote import main as agent_main
+from orchestrator.remote.protocol import AgentFailure
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def pyz(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    bundle = build_bundle()
+    path = tmp_path_factory.mktemp("agent") / bundle.filename
+    path.write_bytes(bundle.data)
+    return path
+
+
+def run_agent(
+    argv: list[str], *, env: dict[str, str] | None = None, cwd: Path | None = None
+) -> tuple[int, list[dict[str, Any]], str]:
+    proc = subprocess.run(argv, capture_output=True, env=env, cwd=cwd, timeout=60, check=False)
+    lines = proc.stdout.decode("utf-8").splitlines()
+    return proc.returncode, [json.loads(line) for line in lines], proc.stderr.decode()
+
+
+def write_spec(path: Path, spec: Any) -> Path:
+    path.write_text(json.dumps(spec))
+    return path
+
+
+def test_echo_returns_spec_argv_and_requested_env(pyz: Path, tmp_path: Path) -> None:
+    spec = {
+        "model": "a'b\"c $(rm -rf /) `id`; ünï\n--x",
+        "n": [1, 2.5, None, True],
+        "env_keys": ["ORCH_T", "ABSENT"],
+    }
+    spec_path = write_spec(tmp_path / "echo.json", spec)
+    env = {**os.environ, "ORCH_T": "v a l"}
+    code, events, _ = run_agent([sys.executable, str(pyz), "echo", str(spec_path)], env=env)
+    assert code == 0
+    assert events == [
+        {
+            "event": "result",
+            "data": {
+                "spec": spec,
+                "argv": [str(pyz), "echo", str(spec_path)],
+                "env": {"ORCH_T": "v a l", "ABSENT": None},
+            },
+        }
+    ]
+    assert not spec_path.exists()  # deleted once read: specs may hold secrets
+
+
+def test_echo_child_gets_args_and_env_uninterpreted(pyz: Path, tmp_path: Path) -> None:
+    child = {
+        "args": ["--model", "$(id)", "a b", "-", "`x`;y"],
+        "env": {"HF_TOKEN": "s3cr$t\n'\"", "E": ""},
+    }
+    spec_path = write_spec(tmp_path / "child.json", {"child": child})
+    code, events, _ = run_agent([sys.executable, str(pyz), "echo", str(spec_path)])
+    assert code == 0
+    assert events[-1]["data"]["child"] == {"argv": child["args"], "env": child["env"]}
+
+
+def test_keep_spec_leaves_the_file(pyz: Path, tmp_path: Path) -> None:
+    spec_path = write_spec(tmp_path / "keep.json", {"keep_spec": True})
+    code, _, _ = run_agent([sys.executable, str(pyz), "echo", str(spec_path)])
+    assert code == 0
+    assert json.loads(spec_path.read_text()) == {"keep_spec": True}
+
+
+@pytest.mark.parametrize(
+    ("content", "kind", "message_part", "deleted"),
+    [
+        (None, "bad_spec", "cannot read spec file", True),
+        ("{not json", "bad_spec", "is not valid JSON", True),
+        ("[1, 2]", "bad_spec", "holds a list, not an object", True),
+        (b"\xff\xfe", "bad_spec", "is not valid JSON", True),
+    ],
+)
+def test_bad_spec_is_one_error_event(
+    pyz: Path, tmp_path: Path, content: Any, kind: str, message_part: str, deleted: bool
+) -> None:
+    spec_path = tmp_path / "bad.json"
+    if isinstance(content, bytes):
+        spec_path.write_bytes(content)
+    elif content is not None:
+        spec_path.write_text(content)
+    code, events, _ = run_agent([sys.executable, str(pyz), "echo", str(spec_path)])
+    assert code == 1
+    assert len(events) == 1
+    assert events[0]["event"] == "error"
+    assert events[0]["kind"] == kind
+    assert message_part in events[0]["message"]
+    assert events[0]["details"] == {"path": str(spec_path)}
+    assert spec_path.exists() is not deleted
+
+
+def test_unknown_verb(pyz: Path, tmp_path: Path) -> None:
+    spec_path = write_spec(tmp_path / "s.json", {})
+    code, events, _ = run_agent([sys.executable, str(pyz), "frobnicate", str(spec_path)])
+    assert code == 1
+    assert events == [
+        {
+            "event": "error",
+            "kind": "unknown_verb",
+            "message": "unknown verb 'frobnicate'",
+            "details": {"verb": "frobnicate", "known": sorted(agent_main.VERBS)},
+        }
+    ]
+    assert not spec_path.exists()  # deleted even though no verb read it
+
+
+def test_wrong_argument_count(pyz: Path) -> None:
+    code, events, _ = run_agent([sys.executable, str(pyz), "echo"])
+    assert code == 1
+    assert events[0]["kind"] == "bad_usage"
+    assert events[0]["message"] == agent_main.USAGE
+
+
+def test_agent_failure_from_a_verb_keeps_its_kind(pyz: Path, tmp_path: Path) -> None:
+    spec_path = write_spec(tmp_path / "s.json", {"ports": ["http"]})
+    code, events, _ = run_agent([sys.executable, str(pyz), "probe", str(spec_path)])
+    assert code == 1
+    assert events == [
+        {
+            "event": "error",
+            "kind": "bad_spec",
+            "message": "probe: 'ports' must be a list of port numbers (1-65535)",
+            "details": {},
+        }
+    ]
+
+
+def test_python_m_runs_the_same_code(tmp_path: Path) -> None:
+    spec = {"x": "y"}
+    spec_path = write_spec(tmp_path / "s.json", spec)
+    code, events, _ = run_agent(
+        [sys.executable, "-m", "orchestrator.remote.main", "echo", str(spec_path)], cwd=REPO
+    )
+    assert code == 0
+    assert events[-1]["data"]["spec"] == spec
+
+
+def test_stray_prints_and_child_output_go_to_stderr(tmp_path: Path) -> None:
+    """A handler (or a process it starts) writing to stdout must not corrupt the protocol."""
+    spec_path = write_spec(tmp_path / "s.json", {})
+    script = (
+        "import os, subprocess, sys\n"
+        "import orchestrator.remote.main as m\n"
+        "def noisy(spec, emit):\n"
+        "    print('hello from print')\n"
+        "    subprocess.run(['echo', 'hello from a child'], check=True)\n"
+        "    emit({'event': 'line', 'text': 'ünï'})\n"
+        "    return {'ok': True}\n"
+        "m.VERBS['noisy'] = noisy\n"
+        "sys.exit(m.main(sys.argv[1:]))\n"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", script, "noisy", str(spec_path)],
+        capture_output=True,
+        cwd=REPO,
+        timeout=60,
+        check=False,
+        env={**os.environ, "PYTHONIOENCODING": "ascii", "LC_ALL": "C"},
+    )
+    assert proc.returncode == 0
+    assert proc.stdout.decode("utf-8").splitlines() == [
+        '{"event":"line","text":"ünï"}',
+        '{"event":"result","data":{"ok":true}}',
+    ]
+    assert "hello from print" in proc.stderr.decode()
+    assert "hello from a child" in proc.stderr.decode()
+
+
+# In-process dispatch: handlers registered as callables, output captured in a buffer.
+
+
+def dispatch(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    handler: Any,
+    spec: dict[str, Any] | None = None,
+) -> tuple[int, list[dict[str, Any]]]:
+    monkeypatch.setitem(agent_main.VERBS, "t", handler)
+    spec_path = write_spec(tmp_path / "t.json", spec or {})
+    out = io.StringIO()
+    code = agent_main.run_verb(["t", str(spec_path)], out)
+    return code, [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_streamed_events_precede_the_result(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def handler(spec: dict[str, Any], emit: Any) -> dict[str, Any]:
+        for i in range(3):
+            emit({"event": "progress", "done": i})
+        return {"total": 3, "echo": spec["v"]}
+
+    code, events = dispatch(monkeypatch, tmp_path, handler, {"v": "x"})
+    assert code == 0
+    assert events == [
+        {"event": "progress", "done": 0},
+        {"event": "progress", "done": 1},
+        {"event": "progress", "done": 2},
+        {"event": "result", "data": {"total": 3, "echo": "x"}},
+    ]
+
+
+def test_agent_failure_details_are_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    def handler(spec: dict[str, Any], emit: Any) -> dict[str, Any]:
+        raise AgentFailure("port_in_use", "port 8000 is taken", {"port": 8000, "pid": 42})
+
+    code, events = dispatch(monkeypatch, tmp_path, handler)
+    assert code == 1
+    assert events == [
+        {
+            "event": "error",
+            "kind": "port_in_use",
+            "message": "port 8000 is taken",
+            "details": {"port": 8000, "pid": 42},
+        }
+    ]
+
+
+def test_agent_failure_with_unserialisable_details(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def handler(spec: dict[str, Any], emit: Any) -> dict[str, Any]:
+        raise AgentFailure("gpu_busy", "GPU 0 is busy", {"pids": {4321}})
+
+    code, events = dispatch(monkeypatch, tmp_path, handler)
+    assert code == 1
+    assert events == [
+        {
+            "event": "error",
+            "kind": "gpu_busy",
+            "message": "GPU 0 is busy",
+            "details": {"repr": "{'pids': {4321}}"},
+        }
+    ]
+
+
+def test_unexpected_exception_is_internal_with_traceback(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    def handler(spec: dict[str, Any], emit: Any) -> dict[str, Any]:
+        return {"x": 1 // spec["zero"]}
+
+    code, events = dispatch(monkeypatch, tmp_path, handler, {"zero": 0})
+    assert code == 1
+    [event] = events
+    assert event["kind"] == "internal"
+    assert event["message"] == "agent failed: ZeroDivisionError: integer division or modulo by zero"
+    assert event["details"]["type"] == "ZeroDivisionError"
+    assert "in handler" in event["details"]["traceback"]
+    assert "ZeroDivisionError" in event["details"]["traceback"]
+
+
+@pytest.mark.parametrize(
+    ("obj", "returned"),
+    [
+        ({"event": "result", "data": {}}, {}),  # a handler may not fake the final event
+        ({"no": "event"}, {}),
+        ({"event": "line", "bad": {1, 2}}, {}),  # not JSON-serialisable
+        (None, None),  # returns None instead of a dict
+    ],
+)
+def test_protocol_misuse_is_internal(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, obj: Any, returned: Any
+) -> None:
+    def handler(spec: dict[str, Any], emit: Any) -> Any:
+        if obj is not None:
+            emit(obj)
+        return returned
+
+    code, events = dispatch(monkeypatch, tmp_path, handler)
+    assert code == 1
+    assert [e["event"] for e in events] == ["error"]
+    assert events[0]["kind"] == "internal"
+
+
+def test_registered_verb_whose_module_is_absent(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    code, events = dispatch(monkeypatch, tmp_path, "no_such_module:run")
+    assert code == 1
+    assert events[0]["kind"] == "unknown_verb"
+    assert (
+        events[0]["message"]
+        == "verb 't' is registered but its module 'no_such_module' is not in this agent"
+    )
+
+
+def test_preregistered_verbs() -> None:
+    assert agent_main.VERBS == {
+        "echo": "echo:run",
+        "probe": "probe:run",
+        "launch": "lifecycle:launch",
+        "tail": "lifecycle:tail",
+        "stop": "lifecycle:stop",
+        "status": "lifecycle:status",
+        "http": "http:run",
+        "loadgen": "loadgen:run",
+        "read_model_configs": "modelfiles:run",
+    }
+
+
+# The controller's decoder of this output (orchestrator.agent.client).
+
+
+@pytest.mark.parametrize(
+    ("stdout", "events", "noise", "final"),
+    [
+        (
+            '{"event":"result","data":{"a":1}}\n',
+            [{"event": "result", "data": {"a": 1}}],
+            [],
+            "result",
+        ),
+        (  # a chatty login script before the agent: tolerated, kept for error messages
+            'Welcome to gpu-1!\n{"event":"line","text":"x"}\n{"event":"result","data":{}}\n',
+            [{"event": "line", "text": "x"}, {"event": "result", "data": {}}],
+            ["Welcome to gpu-1!"],
+            "result",
+        ),
+        (  # U+2028 / U+0085 are not escaped by json.dumps and must not split a line
+            '{"event":"result","data":{"m":"a\u2028b\x85c"}}\n',
+            [{"event": "result", "data": {"m": "a\u2028b\x85c"}}],
+            [],
+            "result",
+        ),
+        ('{"event":"line"}\n', [{"event": "line"}], [], None),  # cut off before the end
+        ('{"no_event":1}\n[1]\n{broken\n', [], ['{"no_event":1}', "[1]", "{broken"], None),
+        (
+            '{"event":"error","kind":"k","message":"m","details":{}}\r\n',
+            [{"event": "error", "kind": "k", "message": "m", "details": {}}],
+            [],
+            "error",
+        ),
+        ("", [], [], None),
+    ],
+)
+def test_decode_output(
+    stdout: str, events: list[dict[str, Any]], noise: list[str], final: str | None
+) -> None:
+    decoded = decode_output(stdout)
+    assert decoded.events == events
+    assert decoded.noise == noise
+    assert (decoded.final or {}).get("event") == final
