@@ -1,0 +1,294 @@
+"""Host checks from probe facts: GPUs, memory, engine version, driver, port -> findings.
+
+Pure: the facts come from the agent's ``probe`` verb (a dict) or any object with the same
+attribute names, so the same checks run on a probe done minutes ago or on test data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.doctor.findings import Finding, error, ok, warning
+from orchestrator.doctor.modelconfig import ModelConfig
+from orchestrator.doctor.reference import METHOD_SUPPORT, canonical_method, version_tuple
+
+GIB = 1024**3
+MIB = 1024**2
+# Leave this share of the engine's memory budget for KV cache and activations; weights above
+# it leave too little room to serve even short prompts.
+MAX_WEIGHT_SHARE = 0.8
+DEFAULT_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    index: int
+    name: str | None
+    memory_total_mib: int | None
+    memory_used_mib: int | None
+
+    @property
+    def free_mib(self) -> int | None:
+        if self.memory_total_mib is None or self.memory_used_mib is None:
+            return None
+        return self.memory_total_mib - self.memory_used_mib
+
+
+@dataclass
+class HostProbe:
+    """The facts the host checks need. ``free_ports`` None means ports were not probed."""
+
+    gpus: list[Gpu] = field(default_factory=list)
+    driver_version: str | None = None
+    engines: dict[str, str | None] = field(default_factory=dict)
+    free_ports: set[int] | None = None
+    checked_ports: set[int] | None = None
+
+    @classmethod
+    def from_probe(cls, probe: Mapping[str, Any] | Any) -> HostProbe:
+        """From the ``probe`` verb's result dict, or an object with the same attributes."""
+        get = probe.get if isinstance(probe, Mapping) else (lambda k, d=None: getattr(probe, k, d))
+        gpus = [_gpu(g) for g in get("gpus", None) or []]
+        engines = get("packages", None) or get("engines", None) or {}
+        ports = get("ports", None)
+        free = checked = None
+        if isinstance(ports, Mapping):
+            free = {int(p) for p in ports.get("free") or []}
+            checked = {int(p) for p in ports.get("checked") or []}
+        elif get("free_ports", None) is not None:
+            free = {int(p) for p in get("free_ports")}
+        return cls(gpus=gpus, driver_version=get("driver_version", None),
+                   engines=dict(engines), free_ports=free, checked_ports=checked)
+
+
+def _gpu(row: Mapping[str, Any] | Any) -> Gpu:
+    get = row.get if isinstance(row, Mapping) else (lambda k, d=None: getattr(row, k, d))
+    return Gpu(int(get("index", 0)), get("name", None), get("memory_total_mib", None),
+               get("memory_used_mib", None))
+
+
+def run_host_checks(
+    *,
+    host: HostProbe,
+    engine: str,
+    method: str | None,
+    tensor_parallel: int = 1,
+    port: int | None = None,
+    target: ModelConfig | None = None,
+    drafter: ModelConfig | None = None,
+    memory_fraction: float | None = None,
+    expected_gpu: str | None = None,
+) -> list[Finding]:
+    """GPU count, GPU model, free memory, engine and version, driver, port -> one finding each."""
+    engine = engine.strip().lower()
+    gpus = sorted(host.gpus, key=lambda g: g.index)[: max(tensor_parallel, 1)]
+    return [
+        check_driver(host),
+        check_gpu_count(host, tensor_parallel),
+        check_gpu_model(gpus, expected_gpu),
+        check_gpu_memory(gpus, engine=engine, tensor_parallel=tensor_parallel, target=target,
+                         drafter=drafter, memory_fraction=memory_fraction),
+        check_engine_version(host, engine=engine, method=method),
+        check_port(host, port),
+    ]
+
+
+def check_driver(host: HostProbe) -> Finding:
+    if not host.driver_version:
+        return error("driver", "no NVIDIA driver answered (nvidia-smi missing or failing). "
+                     "Fix: install the NVIDIA driver, or check `nvidia-smi` works for this user.")
+    return ok("driver", f"NVIDIA driver {host.driver_version}.", version=host.driver_version)
+
+
+def check_gpu_count(host: HostProbe, tensor_parallel: int) -> Finding:
+    found = len(host.gpus)
+    details = {"found": found, "tensor_parallel": tensor_parallel}
+    if found < tensor_parallel:
+        return error("gpu_count", f"the run needs {tensor_parallel} GPU(s) (tensor_parallel) but the "
+                     f"host has {found}. Fix: lower tensor_parallel to {max(found, 1)} or run on a "
+                     "host with more GPUs.", **details)
+    return ok("gpu_count", f"{found} GPU(s) for tensor_parallel {tensor_parallel}.", **details)
+
+
+def check_gpu_model(gpus: list[Gpu], expected: str | None) -> Finding:
+    names = [g.name or "unknown" for g in gpus]
+    details = {"found": names, "expected": expected}
+    if not gpus:
+        return warning("gpu_model", "no GPU to check.", **details)
+    if expected and not all(expected.lower() in n.lower() for n in names):
+        return warning("gpu_model", f"the inventory says {expected!r} but the run's GPUs are "
+                       f"{names}: results will not be comparable. Fix: correct `gpus` in hosts.yaml "
+                       "or pick the intended host.", **details)
+    if len(set(names)) > 1:
+        return warning("gpu_model", f"the run's GPUs are of different models {names}: tensor "
+                       "parallel runs at the slowest one's pace.", **details)
+    return ok("gpu_model", f"{len(gpus)} x {names[0]}.", **details)
+
+
+def check_gpu_memory(
+    gpus: list[Gpu],
+    *,
+    engine: str,
+    tensor_parallel: int,
+    target: ModelConfig | None,
+    drafter: ModelConfig | None,
+    memory_fraction: float | None,
+) -> Finding:
+    """Every GPU of the run must have ``fraction`` x total free (engines refuse to start
+    otherwise) and the weights per GPU must leave room for KV cache within that budget."""
+    name = "gpu_memory"
+    fraction = memory_fraction or DEFAULT_MEMORY_FRACTION.get(engine, 0.9)
+    weights = sum(estimate_weight_bytes(m) or 0 for m in (target, drafter) if m is not None)
+    per_gpu = weights / max(tensor_parallel, 1)
+    details: dict[str, Any] = {"memory_fraction": fraction, "weights_gib": round(weights / GIB, 1),
+                               "weights_per_gpu_gib": round(per_gpu / GIB, 1), "gpus": []}
+    worst: Finding | None = None
+    for gpu in gpus:
+        if gpu.memory_total_mib is None or gpu.free_mib is None:
+            continue
+        total, free = gpu.memory_total_mib * MIB, gpu.free_mib * MIB
+        budget = fraction * total
+        details["gpus"].append({"index": gpu.index, "total_gib": _gib(total), "free_gib": _gib(free),
+                                "budget_gib": _gib(budget)})
+        finding = _memory_verdict(gpu.index, free=free, budget=budget, per_gpu=per_gpu,
+                                  fraction=fraction, tensor_parallel=tensor_parallel)
+        if finding and (worst is None or (worst.severity == "warning" and finding.severity == "error")):
+            worst = finding
+    if not details["gpus"]:
+        return warning(name, "GPU memory figures are unavailable: not checked.", **details)
+    if worst is not None:
+        worst.details.update(details)
+        return worst
+    need = f"; weights about {_gib(per_gpu)} GiB per GPU" if weights else ""
+    return ok(name, f"every GPU has its {fraction:.0%} budget free{need}.", **details)
+
+
+def _memory_verdict(index: int, *, free: float, budget: float, per_gpu: float, fraction: float,
+                    tensor_parallel: int) -> Finding | None:
+    if free < budget:
+        return error("gpu_memory", f"GPU {index} has {_gib(free)} GiB free but the engine asks for "
+                     f"{fraction:.0%} of it ({_gib(budget)} GiB) and will refuse to start. Fix: stop "
+                     "what else runs on that GPU (see `orch hosts check`) or lower "
+                     "gpu_memory_fraction.")
+    if per_gpu > budget:
+        return error("gpu_memory", f"the weights need about {_gib(per_gpu)} GiB per GPU with "
+                     f"tensor_parallel {tensor_parallel}, more than GPU {index}'s {_gib(budget)} GiB "
+                     "budget. Fix: raise tensor_parallel, use a quantized checkpoint, or a bigger GPU.")
+    if per_gpu > MAX_WEIGHT_SHARE * budget:
+        return warning("gpu_memory", f"the weights take about {_gib(per_gpu)} GiB of GPU {index}'s "
+                       f"{_gib(budget)} GiB budget, leaving little KV cache. Fix: raise "
+                       "tensor_parallel or gpu_memory_fraction.")
+    return None
+
+
+def check_engine_version(host: HostProbe, *, engine: str, method: str | None) -> Finding:
+    name = "engine_version"
+    version = host.engines.get(engine)
+    canonical = canonical_method(method)
+    details = {"engine": engine, "version": version, "method": canonical}
+    if not version:
+        return error(name, f"{engine} is not installed for the host's Python. Fix: install it, or set "
+                     "`python` in hosts.yaml to the interpreter of the engine's virtual environment.",
+                     **details)
+    support = METHOD_SUPPORT.get((engine, canonical)) if canonical else None
+    if canonical is None or support is None:
+        return ok(name, f"{engine} {version} installed.", **details)
+    have = version_tuple(version)
+    details["source"] = support.source
+    if support.min_version and have < version_tuple(support.min_version):
+        return error(name, f"{engine} {version} has no {canonical!r} speculative method (it arrived in "
+                     f"{support.min_version}). Fix: upgrade {engine} to {support.min_version} or later.",
+                     expected=support.min_version, **details)
+    if support.min_version or (support.confirmed_version and have >= version_tuple(support.confirmed_version)):
+        return ok(name, f"{engine} {version} supports {canonical!r}.", **details)
+    return warning(name, f"{engine} {version} is older than {support.confirmed_version}, the release "
+                   f"known to support {canonical!r}: it may not. Fix: upgrade {engine} if the launch "
+                   "fails.", expected=support.confirmed_version, **details)
+
+
+def check_port(host: HostProbe, port: int | None) -> Finding:
+    details = {"port": port}
+    if port is None:
+        return ok("port", "no fixed port: orch picks a free one.", **details)
+    if host.free_ports is None or (host.checked_ports is not None and port not in host.checked_ports):
+        return warning("port", f"port {port} was not probed: not checked.", **details)
+    if port not in host.free_ports:
+        return error("port", f"port {port} is already in use on the host. Fix: stop what listens "
+                     "there or set another `port` for the run.", **details)
+    return ok("port", f"port {port} is free.", **details)
+
+
+# --- weight estimate ----------------------------------------------------------------------------
+
+
+def estimate_weight_bytes(model: ModelConfig) -> int | None:
+    """Weight bytes: parameter count (a stated one, else estimated) x bytes per parameter."""
+    params = estimate_parameters(model)
+    if params is None:
+        return None
+    return int(params * bytes_per_parameter(model.text))
+
+
+def estimate_parameters(model: ModelConfig) -> int | None:
+    """Parameter count from a stated field, else from the shapes in the config.
+
+    The estimate counts embeddings, attention and MLP (or MoE experts) of every layer; it is
+    within a few percent for dense and MoE transformers, looser for hybrid linear-attention
+    stacks, which is enough to tell "fits" from "does not fit".
+    """
+    text = model.text
+    for key in ("num_parameters", "num_params", "n_params", "total_params"):
+        if _pos_int(text.get(key)):
+            return int(text[key])
+    hidden, layers, vocab = model.hidden_size, model.num_layers, model.vocab_size
+    if not hidden or not layers:
+        return None
+    embed = (vocab or 0) * hidden * (1 if text.get("tie_word_embeddings") else 2)
+    if any("dflash" in a.lower() for a in model.architectures):
+        embed = 0  # DFlash drafters share the target's embeddings and LM head
+    return embed + layers * (_attention_params(text, hidden) + _mlp_params(text, hidden))
+
+
+def _attention_params(text: Mapping[str, Any], hidden: int) -> int:
+    heads = _pos_int(text.get("num_attention_heads"))
+    if not heads:
+        return 4 * hidden * hidden
+    head_dim = _pos_int(text.get("head_dim")) or hidden // heads
+    kv_heads = _pos_int(text.get("num_key_value_heads")) or heads
+    return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
+
+
+def _mlp_params(text: Mapping[str, Any], hidden: int) -> int:
+    experts = _pos_int(text.get("num_experts")) or _pos_int(text.get("n_routed_experts"))
+    expert_width = _pos_int(text.get("moe_intermediate_size"))
+    if experts and expert_width:
+        shared = _pos_int(text.get("shared_expert_intermediate_size")) or 0
+        shared += (_pos_int(text.get("n_shared_experts")) or 0) * expert_width
+        return 3 * hidden * (experts * expert_width + shared)
+    width = _pos_int(text.get("intermediate_size")) or 4 * hidden
+    return 3 * hidden * width
+
+
+def bytes_per_parameter(text: Mapping[str, Any]) -> float:
+    quant = text.get("quantization_config")
+    if isinstance(quant, Mapping):
+        bits = _pos_int(quant.get("bits")) or _pos_int(quant.get("w_bit"))
+        if bits:
+            return bits / 8
+        method = str(quant.get("quant_method", "")).lower()
+        if "fp8" in method or method == "fbgemm_fp8":
+            return 1.0
+        if "fp4" in method or "mxfp4" in method:
+            return 0.5
+    dtype = str(text.get("torch_dtype") or text.get("dtype") or "bfloat16").lower()
+    return 4.0 if "float32" in dtype else 2.0
+
+
+def _pos_int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def _gib(num_bytes: float) -> float:
+    return round(num_bytes / GIB, 1)

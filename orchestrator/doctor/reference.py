@@ -1,0 +1,193 @@
+"""Published facts the checks compare against, kept in one place so they can be audited.
+
+Every table says where its values come from. When an engine or a checkpoint disagrees with a
+value here, the engine/checkpoint wins: fix the table and add the case to the tests.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# --- DFlash target layer choice -----------------------------------------------------------------
+
+
+def reference_layer_ids(num_target_layers: int, captures: int) -> list[int]:
+    """The layer ids DFlash's training code picks for a target of ``num_target_layers``.
+
+    Same rule as z-lab's ``build_target_layer_ids`` (mirrored by SGLang and vLLM): one capture
+    takes the middle layer; otherwise ``captures`` ids spread from layer 1 to layer L - 3 with
+    Python's round (half to even). 36 layers, 5 captures -> [1, 9, 17, 25, 33].
+    """
+    if num_target_layers <= 0 or captures <= 0:
+        raise ValueError(f"need positive layer and capture counts, got {num_target_layers}, {captures}")
+    if captures == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
+    return [round(start + i * (end - start) / (captures - 1)) for i in range(captures)]
+
+
+# vLLM reads the hidden state *after* layer i at index i + 1 (index 0 is the embedding output),
+# so an id of L - 1 asks for a capture past the last layer. SGLang's hook also captures "before
+# layer i + 1" but handles the last layer; no overflow is checked for it.
+ENGINE_LAYER_SHIFT: dict[str, int] = {"vllm": 1, "sglang": 0}
+
+
+# --- Tokenizer families -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TokenizerFamily:
+    """A tokenizer family and the DFlash mask ids published for it.
+
+    ``first_added_id``: ids below it are BPE text tokens. ``length``: one past the last token
+    the tokenizer defines (``len(tokenizer)``); ids from there up to ``vocab_size`` - 1 are
+    unused embedding rows.
+    """
+
+    name: str
+    vocab_size: int
+    first_added_id: int
+    length: int
+    dflash_mask_ids: tuple[int, ...]
+
+
+# Qwen3: added tokens 151643 (<|endoftext|>) .. 151668 (</think>), embedding rows 151936;
+# z-lab's Qwen3 drafters (e.g. Qwen3-4B/8B-DFlash-b16) use 151669, the first unused id.
+# Qwen3.5 / Qwen3.6: added tokens 248044 (<|endoftext|>) .. 248076 (<|audio_pad|>), so
+# len(tokenizer) = 248077 and 248070 is <|audio_start|>; z-lab's Qwen3.6-27B-DFlash uses 248070,
+# its Qwen3.5-122B-A10B-DFlash uses 248077. Embedding rows 248320.
+TOKENIZER_FAMILIES: tuple[TokenizerFamily, ...] = (
+    TokenizerFamily("Qwen3", 151936, 151643, 151669, (151669,)),
+    TokenizerFamily("Qwen3.5/3.6", 248320, 248044, 248077, (248070, 248077)),
+)
+
+
+def family_for_vocab(vocab_size: int | None) -> TokenizerFamily | None:
+    for family in TOKENIZER_FAMILIES:
+        if family.vocab_size == vocab_size:
+            return family
+    return None
+
+
+def families_using_mask_id(mask_id: int) -> list[TokenizerFamily]:
+    return [f for f in TOKENIZER_FAMILIES if mask_id in f.dflash_mask_ids]
+
+
+# --- Methods, architectures, versions -----------------------------------------------------------
+
+# Names people write for a method -> the doctor's canonical name. SGLang's algorithm names are
+# upper-case; NEXTN is SGLang's name for a built-in MTP head; vLLM's old per-family MTP names
+# are deprecated aliases of "mtp".
+METHOD_ALIASES: dict[str, str] = {
+    "dflash": "dflash",
+    "eagle": "eagle",
+    "eagle3": "eagle3",
+    "mtp": "mtp",
+    "nextn": "mtp",
+    "qwen3_next_mtp": "mtp",
+    "qwen3_5_mtp": "mtp",
+    "deepseek_mtp": "mtp",
+    "draft_model": "draft_model",
+    "standalone": "draft_model",
+    "ngram": "ngram",
+    "ngram_gpu": "ngram",
+    "suffix": "suffix",
+    "dspark": "dspark",
+}
+
+# Methods that need a separate drafter checkpoint, and those with no model at all.
+DRAFTER_METHODS = frozenset({"dflash", "eagle", "eagle3", "draft_model", "dspark"})
+MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
+
+
+def canonical_method(method: str | None) -> str | None:
+    if method is None:
+        return None
+    key = method.strip().lower()
+    return METHOD_ALIASES.get(key, key)
+
+
+# Drafter architectures each engine loads for a method. EAGLE-3 checkpoints name themselves
+# in several ways (LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM, Eagle3Qwen...), so any
+# architecture containing "eagle3" is accepted for eagle3; same idea for EAGLE-1/2.
+# DFlash2DraftModel is served by vLLM's "dflash" method from 0.28 on.
+DRAFTER_ARCHITECTURES: dict[tuple[str, str], frozenset[str]] = {
+    ("vllm", "dflash"): frozenset({"DFlashDraftModel", "DFlash2DraftModel"}),
+    ("sglang", "dflash"): frozenset({"DFlashDraftModel"}),
+}
+ARCHITECTURE_KEYWORDS: dict[str, tuple[str, ...]] = {
+    "eagle3": ("eagle3",),
+    "eagle": ("eagle",),
+}
+
+# Fields that give a target's number of multi-token-prediction layers, by model family:
+# DeepSeek-V3 / GLM-4.5 / MiMo style and Qwen3-Next / Qwen3.5 / Qwen3.6 style.
+MTP_LAYER_FIELDS: tuple[str, ...] = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+
+
+@dataclass(frozen=True)
+class MethodSupport:
+    """Which engine releases run a method.
+
+    ``min_version``: first release known to have it (older ones are refused). When the first
+    release is not known, ``confirmed_version`` is a release known to have it: newer ones pass,
+    older ones get a warning rather than a guess.
+    """
+
+    min_version: str | None
+    confirmed_version: str | None
+    source: str
+
+
+# vLLM 0.33.0 / SGLang 0.5.23 are the releases shared/reference/engines.md was read from.
+METHOD_SUPPORT: dict[tuple[str, str], MethodSupport] = {
+    ("vllm", "dflash"): MethodSupport(
+        "0.20.0", "0.33.0", "vLLM has served method 'dflash' since 0.20 (NeMo Automodel #2913)"
+    ),
+    ("vllm", "mtp"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
+    ("vllm", "eagle"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
+    ("vllm", "eagle3"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
+    ("vllm", "draft_model"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
+    ("vllm", "ngram"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
+    ("vllm", "suffix"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
+    ("vllm", "dspark"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
+    ("sglang", "dflash"): MethodSupport(
+        None, "0.5.23", "DFLASH merged in SGLang in April 2026 (#22077); engines.md (0.5.23)"
+    ),
+    ("sglang", "mtp"): MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23, NEXTN)"),
+    ("sglang", "eagle"): MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23)"),
+    ("sglang", "eagle3"): MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23)"),
+    ("sglang", "draft_model"): MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23, STANDALONE)"),
+    ("sglang", "ngram"): MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23, NGRAM)"),
+}
+
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """'0.33.0rc1.dev5+g1a2b' -> (0, 33, 0): release numbers only, enough to order releases."""
+    parts: list[int] = []
+    for piece in version.strip().lstrip("v").split("."):
+        digits = ""
+        for char in piece:
+            if not char.isdigit():
+                break
+            digits += char
+        if not digits:
+            break
+        parts.append(int(digits))
+        if len(digits) != len(piece):
+            break
+    return tuple(parts)
+
+
+# --- Drafters and thinking ----------------------------------------------------------------------
+
+# Boolean fields a drafter config may use to say whether it was trained on thinking traces,
+# looked up inside dflash_config first, then at the top level. No published checkpoint is
+# known to carry one yet; a training recipe that writes one is read without code changes.
+THINKING_FIELDS: tuple[str, ...] = ("trained_with_thinking", "enable_thinking", "thinking")
+
+# Published drafters documented as trained without thinking (z-lab's model table marks them
+# "(non-thinking)"), matched on the last part of the model id or directory name.
+NON_THINKING_DRAFTERS: frozenset[str] = frozenset(
+    {"qwen3-4b-dflash-b16", "qwen3-8b-dflash-b16"}
+)

@@ -1,0 +1,240 @@
+"""Collapse detection, cause ranking and SGLang's silent setting changes, with exact values."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from orchestrator.doctor import (
+    Finding,
+    HostProbe,
+    ModelConfig,
+    acceptance_floor,
+    causes_for_run,
+    check_run,
+    detect_collapse,
+    engine_silent_changes,
+    model_from_agent,
+    problems,
+    rank_causes,
+)
+from orchestrator.doctor.collapse import flag_value
+
+# Real per-position rates: the healthy one is engines.md's vLLM example line.
+HEALTHY = [0.863, 0.706, 0.588, 0.471, 0.314, 0.255, 0.176]
+DEAD = [0.012, 0.001, 0.0, 0.0, 0.0, 0.0, 0.0]
+
+
+@pytest.mark.parametrize(
+    ("method", "tokens", "floor"),
+    [("dflash", 15, 1.5), ("DFLASH", 3, 1.5), ("eagle3", None, 1.5), ("mtp", 1, 1.15),
+     ("NEXTN", 2, 1.3), ("ngram", 3, None), ("suffix", 8, None)],
+)
+def test_acceptance_floor(method: str, tokens: int | None, floor: float | None) -> None:
+    assert acceptance_floor(method, tokens) == floor
+
+
+@pytest.mark.parametrize(
+    ("method", "tokens", "length", "positions", "reasons"),
+    [
+        ("dflash", 15, 1.04, DEAD, 2),
+        ("dflash", 15, 4.37, HEALTHY, 0),
+        ("dflash", 15, 1.6, [0.04, 0.3], 1),  # dead first position despite the mean
+        ("mtp", 1, 1.12, None, 1),
+        ("mtp", 1, 1.8, [0.8], 0),
+        ("mtp", 3, 2.9, None, 0),
+        ("eagle3", 3, None, [0.0, 0.0, 0.0], 1),
+        ("ngram", 3, 1.01, [0.0, 0.0, 0.0], 0),
+        ("dflash", 15, None, None, 0),
+    ],
+)
+def test_detect_collapse(method: str, tokens: int, length: float | None,
+                         positions: list[float] | None, reasons: int) -> None:
+    collapse = detect_collapse(method=method, num_draft_tokens=tokens, acceptance_length=length,
+                               per_position=positions)
+    assert (len(collapse.reasons) if collapse else 0) == reasons
+
+
+def test_collapse_record() -> None:
+    collapse = detect_collapse(method="dflash", num_draft_tokens=15, acceptance_length=1.04,
+                               per_position=DEAD)
+    assert collapse is not None
+    assert collapse.to_json() == {
+        "method": "dflash", "num_draft_tokens": 15, "acceptance_length": 1.04, "floor": 1.5,
+        "per_position": DEAD,
+        "reasons": ["mean acceptance length 1.04 is below 1.50, the floor for dflash with 15 "
+                    "draft tokens",
+                    "per-position acceptance is near zero from the first position (0.012 <= 0.05)"],
+        "message": collapse.message,
+    }
+    assert collapse.message.startswith("speculation collapsed: mean acceptance length 1.04")
+
+
+CLASSIC = [
+    Finding("target_layer_ids", "error", "ids wrong"),
+    Finding("num_target_layers", "ok", "fine"),
+    Finding("mask_token_id", "error", "mask wrong"),
+    Finding("thinking", "ok", "not checked"),
+]
+MIXED_DRAFTER = ModelConfig.from_json({
+    "architectures": ["DFlashDraftModel"],
+    "layer_types": ["sliding_attention"] * 4 + ["full_attention"]})
+
+
+def _ranked(causes: list[Any]) -> list[tuple[int, str, str]]:
+    return [(c.rank, c.cause, c.source) for c in causes]
+
+
+def test_rank_causes_errors_first_then_configuration() -> None:
+    causes = rank_causes(CLASSIC, engine="vllm", attention_backend=None, env={}, extra_args=[],
+                         chat_template_kwargs=None, kv_cache_dtype="fp8", method="dflash",
+                         drafter=MIXED_DRAFTER)
+    assert _ranked(causes) == [
+        (1, "mask_token", "finding"), (2, "layer_ids", "finding"),
+        (3, "attention_backend", "configuration"), (4, "model_runner", "configuration"),
+        (5, "thinking_mode", "configuration"), (6, "kv_cache_quantization", "configuration"),
+    ]
+    assert causes[0].evidence == ["mask wrong"]
+    assert causes[0].fix == "set dflash_config.mask_token_id to the id the drafter was trained with"
+    assert causes[2].evidence == ["vLLM's DFlash drafter is run with --attention-backend flash_attn; "
+                                  "this run used the engine default"]
+
+
+def test_rank_causes_with_a_clean_configuration() -> None:
+    causes = rank_causes(CLASSIC, engine="vllm", attention_backend=None,
+                         env={"VLLM_USE_V2_MODEL_RUNNER": "1"},
+                         extra_args=["--attention-backend=flash_attn", "--kv-cache-dtype", "auto"],
+                         chat_template_kwargs={"enable_thinking": False}, kv_cache_dtype=None,
+                         method="dflash", drafter=MIXED_DRAFTER)
+    assert _ranked(causes) == [(1, "mask_token", "finding"), (2, "layer_ids", "finding")]
+
+
+def test_rank_causes_merges_one_cause_and_prefers_findings() -> None:
+    findings = [Finding("num_target_layers", "error", "36 != 64"),
+                Finding("target_layer_ids", "error", "ids wrong"),
+                Finding("thinking", "warning", "non-thinking drafter, thinking on"),
+                Finding("attention_backend", "warning", "SGLang replaced fa3 with triton")]
+    causes = rank_causes(findings, engine="sglang", attention_backend="fa3", env=None,
+                         extra_args=None, chat_template_kwargs=None, kv_cache_dtype=None)
+    assert _ranked(causes) == [(1, "layer_ids", "finding"), (2, "attention_backend", "finding"),
+                               (3, "thinking_mode", "finding")]
+    assert causes[0].checks == ["target_layer_ids", "num_target_layers"]
+    assert causes[0].evidence == ["ids wrong", "36 != 64"]
+    assert causes[1].fix == ("request an attention backend SGLang keeps on this GPU and KV cache "
+                             "dtype (see its log)")
+
+
+def test_rank_causes_for_mtp_on_sglang_has_no_drafter_suspicions() -> None:
+    causes = rank_causes([Finding("mtp", "ok", "1 layer")], engine="sglang", attention_backend=None,
+                         env={}, extra_args=[], chat_template_kwargs={}, kv_cache_dtype=None,
+                         method="NEXTN")
+    assert causes == []
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag", "value"),
+    [(["--attention-backend", "flash_attn"], "--attention-backend", "flash_attn"),
+     (["--attention-backend=triton_attn"], "--attention-backend", "triton_attn"),
+     (["--attention-backend", "a", "--attention-backend=b"], "--attention-backend", "b"),
+     (["--kv-cache-dtype"], "--kv-cache-dtype", None), ([], "--x", None)],
+)
+def test_flag_value(argv: list[str], flag: str, value: str | None) -> None:
+    assert flag_value(argv, flag) == value
+
+
+# --- SGLang's silent changes: real server_args.py log lines -------------------------------------
+
+FA3_FP8 = ("[2026-07-30 13:35:13] FlashAttention3 only supports fp8_e4m3 if using FP8; "
+           "Setting attention backend to triton.")
+DEFAULT = ("[2025-11-11 20:29:05] WARNING server_args.py:1183: Attention backend not explicitly "
+           "specified. Use flashinfer backend by default.")
+TRTLLM_PAGE = ("[2026-07-30 13:35:13] TensorRT-LLM MHA only supports page_size of 16, 32 or 64, "
+               "changing page_size from 1 to 64.")
+FLASHMLA_PAGE = "FlashMLA only supports a page_size of 64, change page_size to 64."
+DRAFTS = ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+          "speculative_eagle_topk == 1")
+
+
+@pytest.mark.parametrize(
+    ("lines", "requested", "expected"),
+    [
+        ([FA3_FP8], {"attention_backend": "fa3"}, [("attention_backend", "fa3", "triton")]),
+        ([DEFAULT], {"attention_backend": None}, []),
+        ([DEFAULT], {}, []),
+        ([FA3_FP8], {"attention_backend": "triton"}, []),
+        ([TRTLLM_PAGE], {"page_size": 1}, [("page_size", 1, 64)]),
+        ([FLASHMLA_PAGE], {"page_size": 64}, []),
+        ([TRTLLM_PAGE], {"page_size": None}, []),
+        ([{"line": FA3_FP8}, SimpleNamespace(message=TRTLLM_PAGE), 42],
+         {"attention_backend": "FA3", "page_size": 16},
+         [("attention_backend", "FA3", "triton"), ("page_size", 16, 64)]),
+        ([DRAFTS], {"speculative_num_draft_tokens": 8},
+         [("num_draft_tokens", 8, "speculative_num_steps + 1")]),
+    ],
+)
+def test_engine_silent_changes(lines: list[Any], requested: dict[str, Any],
+                               expected: list[tuple[str, Any, Any]]) -> None:
+    findings = engine_silent_changes(lines, requested)
+    assert [(f.check, f.details["requested"], f.details["chosen"]) for f in findings] == expected
+    assert all(f.severity == "warning" for f in findings)
+
+
+def test_silent_change_message() -> None:
+    (finding,) = engine_silent_changes([FA3_FP8], {"attention_backend": "fa3"})
+    assert finding.message.startswith("SGLang replaced the requested attention backend 'fa3' with "
+                                      "'triton' (log: ")
+
+
+# --- a playbook run: RunSpec-like object in, findings and causes out -----------------------------
+
+TARGET = {"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 36, "vocab_size": 151936,
+          "hidden_size": 4096, "num_attention_heads": 32, "num_key_value_heads": 8,
+          "head_dim": 128, "intermediate_size": 12288}
+DRAFTER = {"architectures": ["DFlashDraftModel"], "block_size": 16, "hidden_size": 4096,
+           "vocab_size": 151936, "num_hidden_layers": 5, "num_target_layers": 36,
+           "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]}}
+
+
+def _run(**overrides: Any) -> SimpleNamespace:
+    run = SimpleNamespace(
+        name="qwen3-dflash", engine="vllm", model="Qwen/Qwen3-8B", tensor_parallel=1, port=8000,
+        gpu_memory_fraction=0.9, extra_args=["--attention-backend", "flash_attn"], env={},
+        speculative=SimpleNamespace(method="dflash", draft_model="z-lab/Qwen3-8B-DFlash-b16",
+                                    num_draft_tokens=15, options={}),
+        workload=SimpleNamespace(chat_template_kwargs={"enable_thinking": False}))
+    for key, value in overrides.items():
+        setattr(run, key, value)
+    return run
+
+
+def test_check_run_from_agent_results() -> None:
+    models = {"Qwen/Qwen3-8B": {"found": True, "path": "/m/qwen3", "config": TARGET,
+                                "tokenizer_config": None, "error": None},
+              "z-lab/Qwen3-8B-DFlash-b16": {"found": True, "path": "/m/d", "config": DRAFTER}}
+    target, note = model_from_agent(models, "Qwen/Qwen3-8B", role="target")
+    drafter, none = model_from_agent(models, "z-lab/Qwen3-8B-DFlash-b16", role="drafter")
+    assert (note.check, note.severity) == ("model_files", "warning") and none is None
+    host = HostProbe.from_probe({"gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3",
+                                           "memory_total_mib": 81559, "memory_used_mib": 1}],
+                                 "driver_version": "570.124.06", "packages": {"vllm": "0.33.0"},
+                                 "ports": {"checked": [8000], "free": [8000]}})
+    findings = check_run(_run(), target=target, drafter=drafter, host=host)
+    assert problems(findings) == []
+    assert len(findings) == 14  # 8 model checks + 6 host checks
+    broken = dict(DRAFTER, dflash_config={"mask_token_id": 100, "target_layer_ids": [1, 9, 17, 25, 35]})
+    bad = check_run(_run(), target=target, drafter=ModelConfig.from_json(broken), host=None)
+    assert [(f.check, f.severity) for f in problems(bad)] == [
+        ("target_layer_ids", "error"), ("mask_token_id", "error")]
+    causes = causes_for_run(_run(env={"VLLM_USE_V2_MODEL_RUNNER": "1"}), bad)
+    assert [c.cause for c in causes] == ["mask_token", "layer_ids"]
+
+
+def test_model_from_agent_missing_model() -> None:
+    models = {"Qwen/Qwen3-8B": {"found": False, "error": "not found (looked in cache /x)"}}
+    model, finding = model_from_agent(models, "Qwen/Qwen3-8B", role="target")
+    assert model is None
+    assert (finding.check, finding.severity) == ("model_files", "error")
+    assert finding.message.startswith("the target 'Qwen/Qwen3-8B' was not found on the host: not "
+                                      "found (looked in cache /x).")
