@@ -1,0 +1,286 @@
+"""Prompt sources for a workload, resolved on the controller, and the ``loadgen`` verb's spec.
+
+``workload.prompts`` is one of:
+
+- ``builtin:chat`` | ``builtin:code`` | ``builtin:math`` | ``builtin:mixed`` (the three
+  together): small sets of real prompts shipped in ``orchestrator/loadgen/data/``;
+- a path to a JSONL file (relative to the playbook's directory), one prompt per line in any of
+  these shapes: ``{"prompt": str}``, ``{"text": str}``, ``{"messages": [...]}`` (OpenAI chat),
+  ShareGPT ``{"conversations": [{"from": "human", "value": ...}, ...]}`` (the first human turn
+  is the prompt; entries without one are skipped and counted), or a bare JSON string. A file
+  holding one JSON array of such objects (how ShareGPT dumps ship) is read too;
+- ``random``: random prompts of ``input_len`` tokens, made on the host where the model's
+  tokenizer is (so this returns only the recipe).
+
+Files are read here and the sampled prompts are sent inside the spec, so hosts need no copy.
+Sampling is a seeded shuffle cycled as often as needed, so a seed always gives the same
+prompts in the same order, and ``num_prompts`` larger than the set repeats it evenly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from orchestrator.errors import ConfigError
+
+Item = str | dict[str, Any]  # plain text, or {"messages": [...]}
+BUILTIN_SETS = ("chat", "code", "math")
+BUILTIN_NAMES = (*BUILTIN_SETS, "mixed")
+RANDOM_POOL = 512  # distinct random prompts for a duration-bound run (cycled after that)
+_SHAPES = "'prompt', 'text', 'messages' or 'conversations' (ShareGPT)"
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """Where prompts come from: ``items`` for builtin/file sets, ``input_len`` for random."""
+
+    source: str  # "builtin:<name>" | "file:<path>" | "random"
+    items: tuple[Item, ...] = ()
+    input_len: int | None = None
+    skipped: int = 0  # records with no usable prompt (ShareGPT entries without a human turn)
+
+    @property
+    def is_random(self) -> bool:
+        return self.source == "random"
+
+    def sample(self, n: int, *, seed: int | str) -> list[Item]:
+        return sample_items(self.items, n, seed=seed)
+
+
+def _get(workload: Any, name: str, default: Any = None) -> Any:
+    if isinstance(workload, Mapping):
+        return workload.get(name, default)
+    return getattr(workload, name, default)
+
+
+def _explicit(workload: Any, name: str) -> bool:
+    """Whether the user set ``name`` (pydantic's fields_set; key presence for a mapping)."""
+    if isinstance(workload, Mapping):
+        return name in workload
+    fields_set = getattr(workload, "model_fields_set", None)
+    return fields_set is None or name in fields_set
+
+
+def load_prompts(workload: Any, *, base_dir: Path | str) -> PromptSet:
+    """The workload's prompt set; ConfigError naming the file and line for a bad file."""
+    source = _get(workload, "prompts") or "builtin:mixed"
+    if source == "random":
+        input_len = _get(workload, "input_len")
+        if not isinstance(input_len, int) or input_len < 1:
+            raise ConfigError(
+                f"random prompts need input_len (a positive number of tokens), got {input_len!r}",
+                path="workload.input_len",
+            )
+        return PromptSet(source="random", input_len=input_len)
+    if source.startswith("builtin:"):
+        return load_builtin(source.split(":", 1)[1])
+    path = Path(source).expanduser()
+    if not path.is_absolute():
+        path = Path(base_dir) / path
+    return load_file(path)
+
+
+def load_builtin(name: str) -> PromptSet:
+    if name not in BUILTIN_NAMES:
+        raise ConfigError(
+            f"unknown built-in prompt set {name!r}",
+            path="workload.prompts",
+            hint=f"use one of: {', '.join('builtin:' + n for n in BUILTIN_NAMES)}",
+        )
+    items: list[Item] = []
+    for part in BUILTIN_SETS if name == "mixed" else (name,):
+        resource = resources.files("orchestrator.loadgen") / "data" / f"{part}.jsonl"
+        parsed, _ = parse_prompt_lines(
+            resource.read_text(encoding="utf-8").splitlines(), file=str(resource)
+        )
+        items.extend(parsed)
+    return PromptSet(source=f"builtin:{name}", items=tuple(items))
+
+
+def load_file(path: Path) -> PromptSet:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError(
+            f"prompt file {path} does not exist",
+            file=str(path),
+            path="workload.prompts",
+            hint="paths are relative to the playbook's directory",
+        ) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read prompt file {path}: {exc}", file=str(path)) from exc
+    if text.lstrip().startswith("["):
+        items, skipped = _parse_array(text, file=str(path))
+    else:
+        items, skipped = parse_prompt_lines(text.splitlines(), file=str(path))
+    if not items:
+        raise ConfigError(
+            f"prompt file {path} holds no usable prompt ({skipped} entries skipped)",
+            file=str(path),
+            hint=f"each line needs {_SHAPES}",
+        )
+    return PromptSet(source=f"file:{path}", items=tuple(items), skipped=skipped)
+
+
+def parse_prompt_lines(lines: Iterable[str], *, file: str) -> tuple[list[Item], int]:
+    """Pure JSONL parser: (items, skipped); blank lines are ignored."""
+    items: list[Item] = []
+    skipped = 0
+    for line_no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            obj = json.loads(line)
+        except ValueError as exc:
+            raise ConfigError(f"not valid JSON: {exc}", file=file, line=line_no) from exc
+        item = parse_prompt_record(obj, file=file, line=line_no)
+        if item is None:
+            skipped += 1
+        else:
+            items.append(item)
+    return items, skipped
+
+
+def _parse_array(text: str, *, file: str) -> tuple[list[Item], int]:
+    try:
+        data = json.loads(text)
+    except ValueError as exc:
+        raise ConfigError(
+            f"not valid JSON: {exc.args[0]}", file=file, line=getattr(exc, "lineno", None)
+        ) from exc
+    items: list[Item] = []
+    skipped = 0
+    for index, obj in enumerate(data):
+        item = parse_prompt_record(obj, file=file, line=None, where=f"item {index}")
+        if item is None:
+            skipped += 1
+        else:
+            items.append(item)
+    return items, skipped
+
+
+def parse_prompt_record(obj: Any, *, file: str, line: int | None, where: str = "") -> Item | None:
+    """One record -> a prompt, None for a ShareGPT entry without a human turn."""
+
+    def bad(message: str) -> ConfigError:
+        prefix = f"{where}: " if where else ""
+        return ConfigError(
+            prefix + message, file=file, line=line, hint=f"each record needs {_SHAPES}"
+        )
+
+    if isinstance(obj, str) and obj:
+        return obj
+    if not isinstance(obj, dict):
+        raise bad(f"expected a JSON object, got {type(obj).__name__}")
+    if "messages" in obj:
+        return {"messages": _check_messages(obj["messages"], bad)}
+    for key in ("prompt", "text"):
+        if key in obj:
+            value = obj[key]
+            if not isinstance(value, str) or not value:
+                raise bad(f"{key!r} must be a non-empty string, got {value!r:.60}")
+            return value
+    if "conversations" in obj:
+        turns = obj["conversations"]
+        if not isinstance(turns, list):
+            raise bad("'conversations' must be a list of {'from', 'value'} turns")
+        for turn in turns:
+            if isinstance(turn, dict) and turn.get("from") in ("human", "user"):
+                value = turn.get("value")
+                return value if isinstance(value, str) and value else None
+        return None
+    raise bad(f"no prompt found among keys {sorted(obj)}")
+
+
+def _check_messages(messages: Any, bad: Any) -> list[dict[str, Any]]:
+    if not isinstance(messages, list) or not messages:
+        raise bad("'messages' must be a non-empty list of {'role', 'content'} objects")
+    for i, message in enumerate(messages):
+        ok = (
+            isinstance(message, dict)
+            and isinstance(message.get("role"), str)
+            and isinstance(message.get("content"), (str, list))
+        )
+        if not ok:
+            raise bad(f"messages[{i}] must be an object with a string 'role' and a 'content'")
+    return messages
+
+
+def sample_items(items: tuple[Item, ...] | list[Item], n: int, *, seed: int | str) -> list[Item]:
+    """``n`` prompts: one seeded shuffle of ``items``, cycled."""
+    if not items:
+        return []
+    order = list(range(len(items)))
+    random.Random(f"{seed}:prompts").shuffle(order)
+    return [items[order[k % len(order)]] for k in range(n)]
+
+
+def build_loadgen_spec(
+    workload: Any,
+    prompts: PromptSet,
+    *,
+    port: int,
+    served_name: str,
+    tokenizer: str | None = None,
+    api_key: str | None = None,
+    timeout_s: float = 600.0,
+    metrics_path: str | None = "/metrics",
+    host: str = "127.0.0.1",
+) -> dict[str, Any]:
+    """The ``loadgen`` verb's spec (see ``orchestrator/remote/loadgen.py``) for one run.
+
+    ``duration_s`` replaces ``num_prompts`` when set. With a ``request_rate`` (open loop) the
+    concurrency is a cap on requests in flight only when the user wrote one.
+
+    ``tokenizer`` (the run's model id or path) lets the host make random prompts of an exact
+    token length and count tokens when the server sends no per-chunk usage.
+    """
+    seed = _get(workload, "seed", 0)
+    warmup = _get(workload, "warmup", 0) or 0
+    duration_s = _get(workload, "duration_s")
+    num_prompts = None if duration_s is not None else _get(workload, "num_prompts")
+    request_rate = _get(workload, "request_rate")
+    concurrency = _get(workload, "concurrency")
+    if request_rate is not None and not _explicit(workload, "concurrency"):
+        concurrency = None  # the default of 1 is for the closed loop: no cap on an open loop
+    if prompts.is_random:
+        num = warmup + (num_prompts or RANDOM_POOL)
+        prompt_spec: dict[str, Any] = {
+            "kind": "random",
+            "input_len": prompts.input_len,
+            "num": num,
+            "tokenizer": tokenizer,
+            "range_ratio": 0.0,
+        }
+    else:
+        num = warmup + (num_prompts or len(prompts.items))
+        prompt_spec = {"kind": "list", "items": prompts.sample(num, seed=seed)}
+    spec: dict[str, Any] = {
+        "base_url": f"http://{host}:{port}",
+        "api": _get(workload, "api", "chat"),
+        "model": served_name,
+        "prompts": prompt_spec,
+        "num_prompts": num_prompts,
+        "duration_s": duration_s,
+        "concurrency": concurrency,
+        "request_rate": request_rate,
+        "burstiness": _get(workload, "burstiness", 1.0) or 1.0,
+        "max_tokens": _get(workload, "max_tokens"),
+        "temperature": _get(workload, "temperature"),
+        "ignore_eos": bool(_get(workload, "ignore_eos", False)),
+        "chat_template_kwargs": _get(workload, "chat_template_kwargs"),
+        "warmup": warmup,
+        "seed": seed,
+        "timeout_s": timeout_s,
+        "tokenizer": tokenizer,
+        "metrics_path": metrics_path,
+    }
+    if api_key:
+        spec["api_key"] = api_key
+    return spec

@@ -1,0 +1,223 @@
+"""Per-run summary statistics from the load generator's request records (pure).
+
+Definitions (as vLLM's and SGLang's benchmark tools use them; times from the client):
+
+- A request is *completed* when it got HTTP 200, a stream ending in ``[DONE]``, at least one
+  token and no error; anything else is *failed*. Warm-up requests are left out entirely.
+- *Token chunk*: an SSE chunk that adds output tokens. The usage-only chunk after the last
+  token and ``[DONE]`` are not token chunks, so they never extend a latency.
+- TTFT = first token chunk arrival - request sent. E2EL = last token chunk arrival - request
+  sent. Hence E2EL - TTFT = the sum of the gaps between consecutive token chunks.
+- ``output_tokens`` = ``usage.completion_tokens`` of the response (the count the server did).
+- TPOT = (E2EL - TTFT) / (output_tokens - 1), requests with output_tokens > 1.
+- Per-request decode speed = (output_tokens - 1) / (E2EL - TTFT) tok/s: the single-stream
+  tok/s people quote; mean, median, p10, p90 over requests.
+- Per-chunk ITL: every gap between consecutive token chunks, pooled over requests. Under
+  speculative decoding one chunk is one verify step, so this is a per-*step* latency.
+- Per-token ITL: each gap divided by the tokens of the chunk that ends it, counted once per
+  token (a 4-token chunk after 40 ms adds four values of 10 ms), so the mean is
+  sum(gaps) / sum(tokens after the first chunk). Only from records whose per-chunk token counts
+  are known (``usage`` or ``tokenizer`` counting); ``None`` when there are none.
+- Tokens per chunk (client-side acceptance length): for a request with chunks c1..cn, the
+  tokens after the first chunk divided by n - 1, i.e. tokens per decode step, the first chunk
+  (the prefill's token) left out. Tokens after the first chunk = output_tokens - tokens(c1),
+  where tokens(c1) is the counted value with ``usage`` counting and 1 otherwise. Reported per
+  request (mean of the requests' ratios) and overall (sum of tokens / sum of steps, the way
+  the servers compute acceptance length). It equals the acceptance length only when the server
+  sends one chunk per step (vLLM ``--stream-interval 1``, the default); the final step can be
+  cut short by ``max_tokens``, which lowers it slightly for short outputs.
+- Duration: the measured window, first measured request sent -> last measured response ended.
+  Request throughput = completed / duration; output throughput = total output tokens of the
+  completed requests / duration.
+- Client lag: send lag = time a request was sent - time it was due (open loop: its arrival
+  time; closed loop: when its worker became free); event-loop delay = how late the load
+  generator's 20 ms ticker woke up. Large values mean the client, not the server, set the pace.
+- Percentiles: linear interpolation between closest ranks (numpy's default ``linear``, equal to
+  ``statistics.quantiles(method="inclusive")``): for sorted x0..x(n-1), p -> h = (n-1)p/100,
+  x[floor h] + (h - floor h)(x[floor h + 1] - x[floor h]).
+- Times are reported in ms, speeds in tok/s.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from orchestrator.loadgen.records import RequestRecord
+
+PER_CHUNK_COUNTS = ("usage", "tokenizer")  # methods whose per-chunk token counts are meaningful
+
+
+def percentile(values: Sequence[float], p: float) -> float | None:
+    """Linear-interpolation percentile (numpy's default); None for an empty sequence."""
+    if not values:
+        return None
+    if not 0 <= p <= 100:
+        raise ValueError(f"percentile must be in [0, 100], got {p}")
+    xs = sorted(values)
+    h = (len(xs) - 1) * p / 100.0
+    lo = math.floor(h)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Distribution of one metric; every field None when there were no values."""
+
+    n: int = 0
+    mean: float | None = None
+    median: float | None = None
+    p10: float | None = None
+    p90: float | None = None
+    p99: float | None = None
+    min: float | None = None
+    max: float | None = None
+
+    @classmethod
+    def of(cls, values: Iterable[float], *, scale: float = 1.0) -> Stats:
+        xs = [v * scale for v in values]
+        if not xs:
+            return cls()
+        return cls(
+            n=len(xs),
+            mean=math.fsum(xs) / len(xs),
+            median=percentile(xs, 50),
+            p10=percentile(xs, 10),
+            p90=percentile(xs, 90),
+            p99=percentile(xs, 99),
+            min=min(xs),
+            max=max(xs),
+        )
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    completed: int
+    failed: int
+    duration_s: float
+    request_throughput: float | None
+    output_throughput: float | None  # tok/s over the measured window
+    total_output_tokens: int
+    total_prompt_tokens: int
+    decode_tok_s: Stats
+    ttft_ms: Stats
+    tpot_ms: Stats
+    e2el_ms: Stats
+    itl_chunk_ms: Stats
+    itl_token_ms: Stats
+    tokens_per_chunk: float | None  # overall: sum(tokens after first chunk) / sum(steps)
+    tokens_per_chunk_request_mean: float | None
+    token_count_method: str | None
+    client_lag: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def flat(self) -> dict[str, Any]:
+        """One level of keys (``ttft_ms_median``...), for CSV rows and tables."""
+        out: dict[str, Any] = {}
+        for key, value in self.to_dict().items():
+            if key == "client_lag":
+                for name, stats in value.items():
+                    for stat in ("p50", "p99", "max"):
+                        out[f"{name}_{stat}"] = (stats or {}).get(stat)
+            elif isinstance(value, dict):
+                for stat, number in value.items():
+                    out[f"{key}_{stat}"] = number
+            else:
+                out[key] = value
+        out["output_tok_s"] = self.output_throughput
+        return out
+
+
+def measured_window(records: Sequence[RequestRecord]) -> float:
+    """First measured request sent -> last measured response ended, in seconds."""
+    measured = [r for r in records if not r.warmup]
+    if not measured:
+        return 0.0
+    return max(r.end for r in measured) - min(r.start for r in measured)
+
+
+def _first_chunk_tokens(record: RequestRecord) -> int:
+    return record.chunks[0].tokens if record.token_count_method == "usage" else 1
+
+
+def chunk_steps(record: RequestRecord) -> tuple[int, int]:
+    """(tokens after the first chunk, decode steps) of one record; see the module docstring."""
+    steps = len(record.chunks) - 1
+    if steps <= 0:
+        return 0, 0
+    if record.usage_reported and record.output_tokens is not None:
+        after = record.output_tokens - _first_chunk_tokens(record)
+    else:
+        after = sum(c.tokens for c in record.chunks[1:])
+    return max(0, after), steps
+
+
+def _gaps(record: RequestRecord) -> list[tuple[float, int]]:
+    """(gap before chunk i, tokens of chunk i) for the chunks after the first."""
+    c = record.chunks
+    return [(c[i].t - c[i - 1].t, c[i].tokens) for i in range(1, len(c))]
+
+
+def summarize(
+    records: Sequence[RequestRecord],
+    *,
+    window_s: float | None = None,
+    loop_delay_ms: dict[str, Any] | None = None,
+) -> RunSummary:
+    """The run's summary; ``window_s`` is the loadgen result's ``duration_s`` when known.
+
+    Warm-up records are dropped here, so callers can pass everything the verb emitted.
+    """
+    measured = [r for r in records if not r.warmup]
+    done = [r for r in measured if r.ok]
+    window = measured_window(measured) if window_s is None else window_s
+    out_tokens = sum(r.output_tokens or 0 for r in done)
+    decode, tpot, chunk_itl, token_itl = [], [], [], []
+    ratios, after_sum, steps_sum = [], 0, 0
+    for r in done:
+        n, span = r.output_tokens or 0, (r.e2el or 0.0) - (r.ttft or 0.0)
+        if n > 1 and span > 0:
+            decode.append((n - 1) / span)
+            tpot.append(span / (n - 1))
+        gaps = _gaps(r)
+        chunk_itl.extend(g for g, _ in gaps)
+        if r.token_count_method in PER_CHUNK_COUNTS:
+            for g, k in gaps:
+                token_itl.extend([g / k] * k)
+        after, steps = chunk_steps(r)
+        if steps:
+            ratios.append(after / steps)
+            after_sum += after
+            steps_sum += steps
+    methods = sorted({r.token_count_method for r in done if r.token_count_method})
+    lags = [lag for lag in (r.send_lag for r in measured) if lag is not None]
+    send = Stats.of(lags, scale=1000.0)
+    client_lag: dict[str, Any] = {
+        "send_lag_ms": {"p50": send.median, "p99": send.p99, "max": send.max}
+    }
+    if loop_delay_ms is not None:
+        client_lag["loop_delay_ms"] = dict(loop_delay_ms)
+    return RunSummary(
+        completed=len(done),
+        failed=len(measured) - len(done),
+        duration_s=window,
+        request_throughput=len(done) / window if window > 0 else None,
+        output_throughput=out_tokens / window if window > 0 else None,
+        total_output_tokens=out_tokens,
+        total_prompt_tokens=sum(r.prompt_tokens or 0 for r in done),
+        decode_tok_s=Stats.of(decode),
+        ttft_ms=Stats.of((r.ttft for r in done if r.ttft is not None), scale=1000.0),
+        tpot_ms=Stats.of(tpot, scale=1000.0),
+        e2el_ms=Stats.of((r.e2el for r in done if r.e2el is not None), scale=1000.0),
+        itl_chunk_ms=Stats.of(chunk_itl, scale=1000.0),
+        itl_token_ms=Stats.of(token_itl, scale=1000.0),
+        tokens_per_chunk=after_sum / steps_sum if steps_sum else None,
+        tokens_per_chunk_request_mean=math.fsum(ratios) / len(ratios) if ratios else None,
+        token_count_method=methods[0] if len(methods) == 1 else ("mixed" if methods else None),
+        client_lag=client_lag,
+    )

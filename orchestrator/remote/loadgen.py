@@ -1,0 +1,713 @@
+"""``loadgen``: drive an OpenAI-compatible server from its own host and stream per-request records.
+
+It runs next to the engine so the network between client and server is loopback, and in the
+engine's interpreter because vLLM and SGLang both ship aiohttp (imported lazily: the rest of the
+agent stays standard library only). One ClientSession with a connector sized to the
+concurrency serves every request; request bodies are serialised once per prompt. The client
+measures its own lag, so a saturated client shows up in the results instead of inflating
+latencies silently.
+
+Spec (JSON object; ``?`` marks optional keys, defaults in brackets)::
+
+    base_url | port          "http://127.0.0.1:8000" | 8000 (then http://127.0.0.1:<port>)
+    api?                     "chat" | "completions"                         ["chat"]
+    model                    served model name sent in every request
+    prompts                  {"kind": "list", "items": [str | {"messages": [...]}, ...]}
+                             | {"kind": "random", "input_len": N, "num": M,
+                                "tokenizer"?: id or path, "range_ratio"?: 0.0}
+    num_prompts?, duration_s?  stop after this many measured requests / seconds (one needed)
+    concurrency?             closed loop with this many workers; with request_rate: a cap
+    request_rate?            open loop: requests/s, gamma inter-arrivals (shape=burstiness)
+    burstiness?              [1.0] (1 = Poisson; < 1 burstier, > 1 more regular)
+    max_tokens?, temperature?, ignore_eos? [false], chat_template_kwargs?
+    warmup?                  [0] requests sent first and waited for, flagged, not measured
+    seed?                    [0] seeds the arrivals and random prompts
+    timeout_s?               [600] per request, whole stream
+    api_key?                 sent as "Authorization: Bearer ..."
+    tokenizer?               id or path: random prompts in exact tokens, and the fallback
+                             token count when the server gives no per-chunk usage
+    continuous_usage_stats?  [true] ask for usage in every chunk (vLLM, recent SGLang)
+    metrics_path?            e.g. "/metrics": scraped right before the first measured request
+                             and right after the last one ends (result: metrics_before/after)
+    progress_interval_s?     [2.0]
+
+Request ``k`` (0-based, warm-up first) uses ``items[k % len(items)]``. Warm-up requests are
+sent the same way (closed or open loop) and all finish before the measured ones start. Events:
+
+- ``{"event": "phase", "phase": "warmup" | "measure"}`` when a phase starts;
+- ``{"event": "record", "index", "warmup", "due", "start", "start_wall", "end", "status",
+  "ttft", "e2el", "chunks": [[t, tokens], ...], "output_tokens", "usage_reported",
+  "prompt_tokens", "token_count_method", "error"}`` per finished request, failed ones too
+  (``status`` null when no HTTP response came; ``error`` null when it completed). Seconds:
+  ``due``/``start``/``end`` from the run's start (monotonic), ``start_wall`` epoch,
+  ``ttft``/``e2el``/chunk times from the request's own start; only chunks that carry tokens;
+- ``{"event": "progress", "phase", "done", "failed", "in_flight", "tok_s", "elapsed_s"}``
+  every ``progress_interval_s`` (``tok_s``: tokens streamed over the last interval).
+
+Result: ``requests``/``completed``/``failed`` (measured), ``warmup``, ``output_tokens``,
+``mode``, ``concurrency``, ``request_rate``, ``burstiness``, ``started_at``/``ended_at`` (epoch
+s) and ``duration_s`` (first measured request sent -> last measured response ended),
+``client_lag`` (``send_lag_ms`` and ``loop_delay_ms``: n, mean, p50, p99, max),
+``token_count_method`` (``usage``/``tokenizer``/``chunk``/``mixed``), ``token_count_methods``,
+``prompt_source`` (``list``/``random:tokens``/``random:words``), ``random_prompts_exact`` and,
+with ``metrics_path``, ``metrics_before``/``metrics_after``.
+
+Token counts per chunk: the cumulative ``usage.completion_tokens`` the server sends in each
+chunk when asked with ``continuous_usage_stats`` (method ``usage``: exact, also under
+speculative decoding where one chunk carries several tokens); else the host tokenizer on the
+chunk's text (``tokenizer``: approximate at token boundaries); else 1 per non-empty chunk
+(``chunk``: wrong under speculative decoding, so the summary then relies only on the final
+usage total and the number of chunks).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import random
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+from .protocol import AgentFailure, Emit
+
+DEFAULT_TIMEOUT_S = 600.0
+TICK_S = 0.02  # event-loop ticker period: fine enough to see a stalled loop, cheap enough
+ERROR_TEXT_MAX = 500
+_WORD_TEXT = (
+    "time year people way day man thing woman life child world school state family student "
+    "group country problem hand part place case week company system program question work "
+    "government number night point home water room mother area money story fact month lot "
+    "right study book eye job word business issue side kind head house service friend father "
+    "power hour game line end member law car city community name president team minute idea "
+    "kid body information back parent face others level office door health person art war "
+    "history party result change morning reason research girl guy moment air teacher force"
+)
+_WORDS = tuple(_WORD_TEXT.split())
+
+
+# ---------------------------------------------------------------- pure helpers (unit-tested)
+
+
+def arrival_offsets(rate: float, burstiness: float, rng: random.Random) -> Iterator[float]:
+    """Due times (s from the phase start) of an open-loop arrival process: 0, then gamma gaps.
+
+    Gamma with shape k = burstiness and scale 1/(rate*k) keeps the mean gap at 1/rate while the
+    coefficient of variation is 1/sqrt(k): k = 1 is a Poisson process (exponential gaps).
+    """
+    if math.isinf(rate):
+        while True:
+            yield 0.0
+    scale = 1.0 / (rate * burstiness)
+    due = 0.0
+    while True:
+        yield due
+        due += rng.gammavariate(burstiness, scale)
+
+
+def percentile(values: List[float], p: float) -> Optional[float]:
+    """Linear interpolation between closest ranks (numpy's default), None for no values."""
+    if not values:
+        return None
+    xs = sorted(values)
+    h = (len(xs) - 1) * p / 100.0
+    lo = int(math.floor(h))
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
+
+
+def lag_stats_ms(values_s: List[float]) -> Dict[str, Any]:
+    """p50/p99/max/mean in milliseconds of lags given in seconds (None when there are none)."""
+    ms = [v * 1000.0 for v in values_s]
+    return {
+        "n": len(ms),
+        "mean": (sum(ms) / len(ms)) if ms else None,
+        "p50": percentile(ms, 50),
+        "p99": percentile(ms, 99),
+        "max": max(ms) if ms else None,
+    }
+
+
+def _choice_text(choice: Dict[str, Any]) -> str:
+    """Generated text of one streamed choice: completions ``text`` or chat delta parts.
+
+    Reasoning parsers move thinking tokens out of ``content`` (vLLM ``reasoning_content``,
+    newer ``reasoning``), and those tokens are output tokens too.
+    """
+    text = choice.get("text")
+    if isinstance(text, str):
+        return text
+    delta = choice.get("delta") or {}
+    parts = [delta.get(key) for key in ("content", "reasoning_content", "reasoning")]
+    return "".join(p for p in parts if isinstance(p, str))
+
+
+class StreamParser:
+    """Turns the bytes of one SSE response, each with its arrival time, into a record.
+
+    Pure (the caller supplies the clock), so the metric identities can be pinned with
+    scripted times. A chunk is a *token chunk* when it adds output tokens; only token chunks
+    are kept, so the trailing usage-only chunk and ``[DONE]`` never extend the latency.
+    """
+
+    def __init__(self, count_text: Optional[Callable[[str], int]] = None) -> None:
+        self.count_text = count_text
+        self.chunks: List[List[float]] = []  # [seconds since request start, tokens]
+        self.counted = 0
+        self.output_tokens: Optional[int] = None
+        self.prompt_tokens: Optional[int] = None
+        self.methods: Dict[str, int] = {}
+        self.done = False
+        self.error: Optional[str] = None
+        self._buffer = b""
+
+    def feed(self, data: bytes, t: float) -> None:
+        """Bytes that arrived at ``t``; complete lines are parsed now, the rest is kept."""
+        self._buffer += data
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            self._line(line.strip(), t)
+
+    def _line(self, line: bytes, t: float) -> None:
+        if not line.startswith(b"data:"):
+            return  # blank separators, ": keep-alive" comments, "event:" fields
+        payload = line[5:].strip()
+        if payload == b"[DONE]":
+            self.done = True
+            return
+        try:
+            obj = json.loads(payload)
+        except ValueError:
+            self.error = self.error or f"unparseable SSE data: {payload[:200]!r}"
+            return
+        if isinstance(obj, dict):
+            self._event(obj, t)
+
+    def _event(self, obj: Dict[str, Any], t: float) -> None:
+        if "error" in obj or obj.get("object") == "error":
+            err = obj.get("error", obj)
+            message = err.get("message") if isinstance(err, dict) else err
+            self.error = self.error or f"server error in stream: {message}"
+            return
+        usage = obj.get("usage")
+        completion = None
+        if isinstance(usage, dict):
+            completion = usage.get("completion_tokens")
+            if isinstance(completion, int):
+                self.output_tokens = completion
+            if isinstance(usage.get("prompt_tokens"), int):
+                self.prompt_tokens = usage["prompt_tokens"]
+        choices = obj.get("choices") or []
+        if not choices:
+            return  # the usage-only chunk after the last token
+        text = "".join(_choice_text(c) for c in choices if isinstance(c, dict))
+        if isinstance(completion, int):
+            n, method = max(0, completion - self.counted), "usage"
+        elif text and self.count_text is not None:
+            n, method = max(1, self.count_text(text)), "tokenizer"
+        elif text:
+            n, method = 1, "chunk"
+        else:
+            return
+        if n > 0:
+            self.counted += n
+            self.chunks.append([t, n])
+            self.methods[method] = self.methods.get(method, 0) + 1
+
+    def finish(self, *, error: Optional[str] = None) -> Dict[str, Any]:
+        """The record fields this response determines.
+
+        ``ttft``/``e2el``: first/last token chunk; ``output_tokens``: the final usage (else the
+        tokens counted); ``token_count_method``: the weakest method any chunk needed.
+        """
+        if error is None:
+            error = self.error
+        if error is None and not self.done:
+            error = "stream ended before [DONE]"
+        if error is None and not self.chunks:
+            error = "response carried no output tokens"
+        method = None
+        for name in ("usage", "tokenizer", "chunk"):
+            if name in self.methods:
+                method = name
+        chunks = [[round(t, 6), n] for t, n in self.chunks]  # microseconds: plenty, and lean JSON
+        return {
+            "ttft": chunks[0][0] if chunks else None,
+            "e2el": chunks[-1][0] if chunks else None,
+            "chunks": chunks,
+            "output_tokens": self.output_tokens if self.output_tokens is not None else self.counted,
+            "usage_reported": self.output_tokens is not None,
+            "prompt_tokens": self.prompt_tokens,
+            "token_count_method": method,
+            "error": error,
+        }
+
+
+def request_body(item: Any, cfg: "LoadSpec") -> Dict[str, Any]:
+    """The JSON body for one prompt; chat wraps a plain string, completions flattens messages."""
+    body: Dict[str, Any] = {"model": cfg.model, "stream": True}
+    options: Dict[str, Any] = {"include_usage": True}
+    if cfg.continuous_usage_stats:
+        options["continuous_usage_stats"] = True
+    body["stream_options"] = options
+    messages = item.get("messages") if isinstance(item, dict) else None
+    if cfg.api == "chat":
+        body["messages"] = messages if messages is not None else [{"role": "user", "content": item}]
+        if cfg.chat_template_kwargs:
+            body["chat_template_kwargs"] = cfg.chat_template_kwargs
+    else:
+        body["prompt"] = _flatten(messages) if messages is not None else item
+    if cfg.max_tokens is not None:
+        body["max_tokens"] = cfg.max_tokens
+    if cfg.temperature is not None:
+        body["temperature"] = cfg.temperature
+    if cfg.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+def _flatten(messages: List[Dict[str, Any]]) -> str:
+    out = []
+    for message in messages:
+        content = message.get("content")
+        if isinstance(content, list):
+            content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+        if isinstance(content, str) and content:
+            out.append(content)
+    return "\n\n".join(out)
+
+
+# ---------------------------------------------------------------- spec and prompts
+
+
+class LoadSpec:
+    """The validated spec; every problem is one ``bad_spec`` failure naming the key."""
+
+    def __init__(self, spec: Dict[str, Any]) -> None:
+        def num(key: str, kind: type = float, default: Any = None, minimum: float = 0) -> Any:
+            value = spec.get(key, default)
+            if value is None:
+                return None
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise AgentFailure("bad_spec", f"loadgen: {key!r} must be a number, got {value!r}")
+            if value < minimum or (kind is int and value != int(value)):
+                raise AgentFailure(
+                    "bad_spec", f"loadgen: {key!r} must be >= {minimum}, got {value!r}"
+                )
+            return kind(value)
+
+        port = num("port", int, minimum=1)
+        self.base_url = str(spec.get("base_url") or (f"http://127.0.0.1:{port}" if port else ""))
+        if not self.base_url:
+            raise AgentFailure("bad_spec", "loadgen: give 'base_url' or 'port'")
+        self.base_url = self.base_url.rstrip("/")
+        self.api = spec.get("api", "chat")
+        if self.api not in ("chat", "completions"):
+            raise AgentFailure(
+                "bad_spec", f"loadgen: 'api' must be chat or completions, got {self.api!r}"
+            )
+        self.model = spec.get("model")
+        if not isinstance(self.model, str) or not self.model:
+            raise AgentFailure("bad_spec", "loadgen: 'model' (the served model name) is required")
+        self.num_prompts = num("num_prompts", int, minimum=1)
+        self.duration_s = num("duration_s", minimum=0)
+        if self.num_prompts is None and self.duration_s is None:
+            raise AgentFailure("bad_spec", "loadgen: give 'num_prompts' or 'duration_s' (or both)")
+        self.request_rate = num("request_rate", minimum=1e-9)
+        self.concurrency = num("concurrency", int, minimum=1)
+        if self.request_rate is None and self.concurrency is None:
+            self.concurrency = 1
+        if (
+            self.request_rate is not None
+            and math.isinf(self.request_rate)
+            and self.num_prompts is None
+        ):
+            raise AgentFailure("bad_spec", "loadgen: an infinite request_rate needs 'num_prompts'")
+        self.burstiness = num("burstiness", default=1.0, minimum=1e-9)
+        self.max_tokens = num("max_tokens", int, minimum=1)
+        self.temperature = num("temperature")
+        self.ignore_eos = bool(spec.get("ignore_eos", False))
+        self.chat_template_kwargs = spec.get("chat_template_kwargs") or None
+        self.warmup = num("warmup", int, default=0)
+        self.seed = spec.get("seed", 0)
+        self.timeout_s = num("timeout_s", default=DEFAULT_TIMEOUT_S, minimum=1e-3)
+        self.api_key = spec.get("api_key")
+        self.continuous_usage_stats = bool(spec.get("continuous_usage_stats", True))
+        self.metrics_path = spec.get("metrics_path")
+        self.progress_interval_s = num("progress_interval_s", default=2.0, minimum=0.05)
+        self.prompts = spec.get("prompts")
+        if not isinstance(self.prompts, dict) or self.prompts.get("kind") not in ("list", "random"):
+            raise AgentFailure(
+                "bad_spec", "loadgen: 'prompts' must be {'kind': 'list'|'random', ...}"
+            )
+        self.tokenizer = spec.get("tokenizer") or self.prompts.get("tokenizer")
+
+    @property
+    def open_loop(self) -> bool:
+        return self.request_rate is not None
+
+
+class HostTokenizer:
+    """The few tokenizer operations the load generator needs, without special tokens."""
+
+    def __init__(self, hf: Any) -> None:
+        self.hf = hf
+        self.vocab_size = len(hf)
+        self.special_ids = set(getattr(hf, "all_special_ids", []) or [])
+
+    def encode(self, text: str) -> List[int]:
+        return list(self.hf.encode(text, add_special_tokens=False))
+
+    def decode(self, ids: List[int]) -> str:
+        return self.hf.decode(ids)
+
+    def count(self, text: str) -> int:
+        return len(self.encode(text))
+
+
+def load_tokenizer(name: Optional[str]) -> Optional[HostTokenizer]:
+    """The model's tokenizer from local files (HF cache or a path), or None if unavailable."""
+    if not name:
+        return None
+    try:
+        from transformers import AutoTokenizer  # the engine venv has it; imported only here
+
+        return HostTokenizer(AutoTokenizer.from_pretrained(name, local_files_only=True))
+    except Exception:  # noqa: BLE001 - no transformers, no cached files: fall back to words
+        return None
+
+
+def random_prompts(spec: Dict[str, Any], tokenizer: Any, seed: Any) -> Tuple[List[str], str, int]:
+    """``num`` random prompts of ``input_len`` tokens (±range_ratio): (items, source, n_exact).
+
+    With a tokenizer the text is random token ids decoded and re-encoded until its length in
+    tokens is exact (decode/encode round trips can merge or split tokens); without one the
+    length is in words, and the source says so.
+    """
+    try:
+        n, length = int(spec["num"]), int(spec["input_len"])
+        ratio = float(spec.get("range_ratio") or 0.0)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise AgentFailure(
+            "bad_spec", f"loadgen: random prompts need 'num' and 'input_len': {exc}"
+        ) from exc
+    if n < 1 or length < 1 or not 0 <= ratio < 1:
+        raise AgentFailure(
+            "bad_spec",
+            "loadgen: random prompts need num >= 1, input_len >= 1, 0 <= range_ratio < 1",
+        )
+    rng = random.Random(f"{seed}:prompts")
+    low, high = max(1, int(length * (1 - ratio))), max(1, int(length * (1 + ratio)))
+    lengths = [rng.randint(low, high) for _ in range(n)]
+    if tokenizer is None:
+        return [" ".join(rng.choice(_WORDS) for _ in range(k)) for k in lengths], "random:words", 0
+    items, exact = [], 0
+    for k in lengths:
+        text, ok = _token_prompt(tokenizer, k, rng)
+        items.append(text)
+        exact += ok
+    return items, "random:tokens", exact
+
+
+def _token_prompt(tok: Any, length: int, rng: random.Random) -> Tuple[str, bool]:
+    def draw(count: int) -> List[int]:
+        ids: List[int] = []
+        while len(ids) < count:
+            i = rng.randrange(tok.vocab_size)
+            if i not in tok.special_ids:
+                ids.append(i)
+        return ids
+
+    text = tok.decode(draw(length))
+    for _ in range(10):
+        ids = tok.encode(text)
+        if len(ids) == length:
+            return text, True
+        text = (
+            tok.decode(ids[:length])
+            if len(ids) > length
+            else text + tok.decode(draw(length - len(ids)))
+        )
+    return text, len(tok.encode(text)) == length
+
+
+# ---------------------------------------------------------------- the run (I/O)
+
+
+def run(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
+    cfg = LoadSpec(spec)
+    try:
+        import aiohttp
+    except ImportError as exc:
+        raise AgentFailure(
+            "missing_dependency",
+            "loadgen needs aiohttp in the agent's interpreter (vLLM and SGLang ship it)",
+            {"error": str(exc)},
+        ) from exc
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    if cfg.prompts["kind"] == "random":
+        items, source, exact = random_prompts(cfg.prompts, tokenizer, cfg.seed)
+    else:
+        items, source, exact = list(cfg.prompts.get("items") or []), "list", 0
+        if not all(
+            isinstance(i, str) or (isinstance(i, dict) and isinstance(i.get("messages"), list))
+            for i in items
+        ):
+            raise AgentFailure(
+                "bad_spec", "loadgen: prompt items must be strings or {'messages': [...]}"
+            )
+    if not items:
+        raise AgentFailure("bad_spec", "loadgen: the prompt list is empty")
+    runner = _Runner(cfg, items, tokenizer, emit, aiohttp)
+    result = asyncio.run(runner.main())
+    result["prompt_source"] = source
+    if source == "random:tokens":
+        result["random_prompts_exact"] = exact
+    return result
+
+
+class _Runner:
+    def __init__(
+        self, cfg: LoadSpec, items: List[Any], tokenizer: Any, emit: Emit, aiohttp: Any
+    ) -> None:
+        self.cfg, self.items, self.emit, self.aiohttp = cfg, items, emit, aiohttp
+        self.count_text = tokenizer.count if tokenizer is not None else None
+        self.url = cfg.base_url + (
+            "/v1/chat/completions" if cfg.api == "chat" else "/v1/completions"
+        )
+        self.bodies: Dict[int, bytes] = {}
+        self.phase = "warmup"
+        self.t0 = time.perf_counter()
+        self.wall0 = time.time()
+        self.measure_start: Optional[float] = None
+        self.measure_end: Optional[float] = None
+        self.sent = self.done = self.failed = self.in_flight = self.output_tokens = 0
+        self.warmup_sent = 0
+        self.streamed_tokens = 0
+        self.send_lags: List[float] = []
+        self.loop_delays: List[float] = []
+        self.methods: Dict[str, int] = {}
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    async def main(self) -> Dict[str, Any]:
+        cfg, aiohttp = self.cfg, self.aiohttp
+        headers = {"Content-Type": "application/json"}
+        if cfg.api_key:
+            headers["Authorization"] = f"Bearer {cfg.api_key}"
+        connector = aiohttp.TCPConnector(limit=cfg.concurrency or 0, limit_per_host=0)
+        timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
+        async with aiohttp.ClientSession(
+            connector=connector, timeout=timeout, headers=headers
+        ) as session:
+            self.session = session
+            helpers = [
+                asyncio.ensure_future(self._ticker()),
+                asyncio.ensure_future(self._progress()),
+            ]
+            try:
+                if cfg.warmup:
+                    self.emit({"event": "phase", "phase": "warmup"})
+                    await self._phase(first=0, count=cfg.warmup, duration=None, warmup=True)
+                metrics_before = await self._scrape()
+                self.phase = "measure"
+                self.emit({"event": "phase", "phase": "measure"})
+                await self._phase(
+                    first=cfg.warmup, count=cfg.num_prompts, duration=cfg.duration_s, warmup=False
+                )
+                self.phase = "done"
+                metrics_after = await self._scrape()
+            finally:
+                for task in helpers:
+                    task.cancel()
+                await asyncio.gather(*helpers, return_exceptions=True)
+        return self._result(metrics_before, metrics_after)
+
+    def _result(self, before: Optional[str], after: Optional[str]) -> Dict[str, Any]:
+        cfg = self.cfg
+        start, end = self.measure_start, self.measure_end
+        methods = sorted(self.methods)
+        result = {
+            "requests": self.sent,
+            "completed": self.done,
+            "failed": self.failed,
+            "warmup": self.warmup_sent,
+            "output_tokens": self.output_tokens,
+            "mode": "open" if cfg.open_loop else "closed",
+            "concurrency": cfg.concurrency,
+            "request_rate": cfg.request_rate,
+            "burstiness": cfg.burstiness if cfg.open_loop else None,
+            "started_at": self.wall0 + start if start is not None else None,
+            "ended_at": self.wall0 + end if end is not None else None,
+            "duration_s": (end - start) if start is not None and end is not None else 0.0,
+            "client_lag": {
+                "send_lag_ms": lag_stats_ms(self.send_lags),
+                "loop_delay_ms": lag_stats_ms(self.loop_delays),
+                "loop_tick_ms": TICK_S * 1000.0,
+            },
+            "token_count_method": methods[0]
+            if len(methods) == 1
+            else ("mixed" if methods else None),
+            "token_count_methods": dict(self.methods),
+        }
+        if cfg.metrics_path:
+            result["metrics_before"], result["metrics_after"] = before, after
+        return result
+
+    async def _phase(
+        self, *, first: int, count: Optional[int], duration: Optional[float], warmup: bool
+    ) -> None:
+        """Send one phase's requests and wait for all of them to finish."""
+        start = self.now()
+        if not self.cfg.open_loop:
+            claimed = [0]
+
+            async def worker() -> None:
+                while (count is None or claimed[0] < count) and (
+                    duration is None or self.now() - start < duration
+                ):
+                    k = first + claimed[0]
+                    claimed[0] += 1
+                    await self._request(k, self.now(), warmup)
+
+            await asyncio.gather(*(worker() for _ in range(self.cfg.concurrency)))
+            return
+        rng = random.Random(f"{self.cfg.seed}:arrivals:{'warmup' if warmup else 'measure'}")
+        cap = asyncio.Semaphore(self.cfg.concurrency) if self.cfg.concurrency else None
+        tasks = []
+        for i, offset in enumerate(
+            arrival_offsets(self.cfg.request_rate, self.cfg.burstiness, rng)
+        ):
+            if (count is not None and i >= count) or (duration is not None and offset >= duration):
+                break
+            # sleep until due; when behind, still yield so the requests already due get sent
+            await asyncio.sleep(max(0.0, start + offset - self.now()))
+            tasks.append(
+                asyncio.ensure_future(self._capped(cap, first + i, start + offset, warmup))
+            )
+        await asyncio.gather(*tasks)
+
+    async def _capped(
+        self, cap: Optional[asyncio.Semaphore], k: int, due: float, warmup: bool
+    ) -> None:
+        if cap is None:
+            await self._request(k, due, warmup)
+            return
+        async with cap:
+            await self._request(k, due, warmup)
+
+    def _body(self, k: int) -> bytes:
+        index = k % len(self.items)
+        body = self.bodies.get(index)
+        if body is None:
+            body = json.dumps(request_body(self.items[index], self.cfg)).encode("utf-8")
+            self.bodies[index] = body
+        return body
+
+    async def _request(self, k: int, due: float, warmup: bool, retried: bool = False) -> None:
+        """One streamed request, recorded whatever happens (never raises)."""
+        body = self._body(k)
+        parser = StreamParser(self.count_text)
+        status: Optional[int] = None
+        error: Optional[str] = None
+        self.in_flight += 1
+        start = self.now()
+        if not warmup and self.measure_start is None:
+            self.measure_start = start
+        try:
+            async with self.session.post(self.url, data=body) as resp:
+                status = resp.status
+                if status != 200:
+                    text = (await resp.text(errors="replace"))[:ERROR_TEXT_MAX]
+                    error = f"HTTP {status}: {text}"
+                else:
+                    async for data in resp.content.iter_any():
+                        before = parser.counted
+                        parser.feed(data, self.now() - start)
+                        self.streamed_tokens += parser.counted - before
+        except asyncio.TimeoutError:
+            error = f"timed out after {self.cfg.timeout_s:g} s"
+        except Exception as exc:  # noqa: BLE001 - aiohttp/OS errors: a failed request is data
+            error = f"{type(exc).__name__}: {exc}"
+        end = self.now()
+        self.in_flight -= 1
+        if (
+            status == 400
+            and not retried
+            and self.cfg.continuous_usage_stats
+            and "continuous_usage_stats" in (error or "")
+        ):
+            self.cfg.continuous_usage_stats = False  # an older server: fall back, ask again
+            self.bodies.clear()
+            await self._request(k, due, warmup, retried=True)
+            return
+        fields = parser.finish(error=error)
+        record = {
+            "event": "record",
+            "index": k,
+            "warmup": warmup,
+            "due": round(due, 6),
+            "start": round(start, 6),
+            "start_wall": round(self.wall0 + start, 6),
+            "end": round(end, 6),
+            "status": status,
+        }
+        record.update(fields)
+        self._account(record, warmup, start - due, end)
+        self.emit(record)
+
+    def _account(self, record: Dict[str, Any], warmup: bool, lag: float, end: float) -> None:
+        if warmup:
+            self.warmup_sent += 1
+            return
+        self.sent += 1
+        self.send_lags.append(max(0.0, lag))
+        self.measure_end = end if self.measure_end is None else max(self.measure_end, end)
+        if record["error"] is None:
+            self.done += 1
+            self.output_tokens += record["output_tokens"] or 0
+        else:
+            self.failed += 1
+        method = record["token_count_method"]
+        if method:
+            self.methods[method] = self.methods.get(method, 0) + 1
+
+    async def _ticker(self) -> None:
+        """Event-loop delay: how late a ``sleep(TICK_S)`` wakes up while requests stream."""
+        while True:
+            before = time.perf_counter()
+            await asyncio.sleep(TICK_S)
+            if self.phase == "measure":
+                self.loop_delays.append(max(0.0, time.perf_counter() - before - TICK_S))
+
+    async def _progress(self) -> None:
+        last_tokens, last_t = 0, self.now()
+        while True:
+            await asyncio.sleep(self.cfg.progress_interval_s)
+            now = self.now()
+            tokens = self.streamed_tokens
+            self.emit(
+                {
+                    "event": "progress",
+                    "phase": self.phase,
+                    "done": self.done,
+                    "failed": self.failed,
+                    "in_flight": self.in_flight,
+                    "tok_s": round((tokens - last_tokens) / max(now - last_t, 1e-9), 2),
+                    "elapsed_s": round(now, 3),
+                }
+            )
+            last_tokens, last_t = tokens, now
+
+    async def _scrape(self) -> Optional[str]:
+        if not self.cfg.metrics_path:
+            return None
+        try:
+            timeout = self.aiohttp.ClientTimeout(total=10)
+            async with self.session.get(
+                self.cfg.base_url + self.cfg.metrics_path, timeout=timeout
+            ) as resp:
+                return await resp.text(errors="replace") if resp.status == 200 else None
+        except Exception:  # noqa: BLE001 - metrics are best effort; the controller says "missing"
+            return None

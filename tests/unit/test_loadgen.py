@@ -1,0 +1,416 @@
+"""The ``loadgen`` verb: spec checks, request bodies, random prompts, the arrival process, and
+runs over real HTTP (a closed port, and the engine simulator)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from orchestrator.loadgen.prompts import build_loadgen_spec, load_prompts
+from orchestrator.loadgen.records import LoadgenResult, RequestRecord
+from orchestrator.metrics.summary import summarize
+from orchestrator.remote import loadgen
+from orchestrator.remote.protocol import AgentFailure
+from orchestrator.sim.sandbox import prepare_sandbox
+
+BASE = {"port": 8000, "model": "m", "prompts": {"kind": "list", "items": ["hi"]}, "num_prompts": 1}
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"port": None}, "give 'base_url' or 'port'"),
+        ({"model": ""}, "'model'"),
+        ({"api": "responses"}, "'api' must be chat or completions"),
+        ({"num_prompts": None}, "give 'num_prompts' or 'duration_s'"),
+        ({"num_prompts": 0}, "'num_prompts' must be >= 1"),
+        ({"concurrency": 2.5}, "'concurrency' must be >= 1"),
+        ({"request_rate": "fast"}, "'request_rate' must be a number"),
+        ({"prompts": ["hi"]}, "'prompts' must be"),
+    ],
+)
+def test_bad_specs_fail_with_bad_spec(change, message):
+    with pytest.raises(AgentFailure) as info:
+        loadgen.LoadSpec({**BASE, **change})
+    assert info.value.kind == "bad_spec"
+    assert message in info.value.message
+
+
+def test_spec_defaults():
+    cfg = loadgen.LoadSpec(BASE)
+    assert cfg.base_url == "http://127.0.0.1:8000" and cfg.api == "chat"
+    assert (cfg.concurrency, cfg.request_rate, cfg.open_loop, cfg.warmup) == (1, None, False, 0)
+    cfg = loadgen.LoadSpec({**BASE, "base_url": "http://h:1/", "request_rate": 2, "port": None})
+    assert cfg.base_url == "http://h:1" and cfg.open_loop and cfg.concurrency is None
+
+
+def test_request_bodies():
+    cfg = loadgen.LoadSpec(
+        {
+            **BASE,
+            "max_tokens": 64,
+            "temperature": 0,
+            "ignore_eos": True,
+            "chat_template_kwargs": {"enable_thinking": False},
+        }
+    )
+    body = loadgen.request_body("What?", cfg)
+    assert body == {
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        "messages": [{"role": "user", "content": "What?"}],
+        "chat_template_kwargs": {"enable_thinking": False},
+        "max_tokens": 64,
+        "temperature": 0.0,
+        "ignore_eos": True,
+    }
+    msgs = {
+        "messages": [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "Why?"},
+        ]
+    }
+    assert loadgen.request_body(msgs, cfg)["messages"] == msgs["messages"]
+    cfg = loadgen.LoadSpec({**BASE, "api": "completions", "continuous_usage_stats": False})
+    body = loadgen.request_body(msgs, cfg)
+    assert body == {
+        "model": "m",
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "prompt": "Be brief.\n\nWhy?",
+    }
+
+
+@pytest.mark.parametrize(("burstiness", "cv"), [(1.0, 1.0), (4.0, 0.5), (0.25, 2.0)])
+def test_open_loop_arrivals_are_gamma(burstiness, cv):
+    rate, n = 50.0, 40000
+    offsets = loadgen.arrival_offsets(rate, burstiness, random.Random(f"1:arrivals:{burstiness}"))
+    times = [next(offsets) for _ in range(n + 1)]
+    assert times[0] == 0.0
+    gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
+    mean = statistics.fmean(gaps)
+    assert mean == pytest.approx(1 / rate, rel=0.03)
+    assert statistics.pstdev(gaps) / mean == pytest.approx(cv, rel=0.05)
+    again = loadgen.arrival_offsets(rate, burstiness, random.Random(f"1:arrivals:{burstiness}"))
+    assert [next(again) for _ in range(100)] == times[:100]
+
+
+def test_lag_stats():
+    stats = loadgen.lag_stats_ms([0.001, 0.002, 0.003, 0.010])
+    assert stats["n"] == 4 and stats["max"] == 10.0
+    assert stats["p50"] == pytest.approx(2.5) and stats["p99"] == pytest.approx(9.79)
+    assert loadgen.lag_stats_ms([])["p99"] is None
+
+
+class GreedyTokenizer:
+    """A real (tiny) longest-match tokenizer: decode/encode round trips merge tokens, like BPE."""
+
+    def __init__(self) -> None:
+        self.vocab = ["<s>", "a", "b", "c", "ab", "bc", "abc", " "]
+        self.ids = {t: i for i, t in enumerate(self.vocab)}
+        self.vocab_size = len(self.vocab)
+        self.special_ids = {0}
+
+    def encode(self, text: str) -> list[int]:
+        out, i = [], 0
+        while i < len(text):
+            for width in (3, 2, 1):
+                if text[i : i + width] in self.ids and text[i : i + width] != "<s>":
+                    out.append(self.ids[text[i : i + width]])
+                    i += width
+                    break
+            else:
+                raise ValueError(text[i])
+        return out
+
+    def decode(self, ids: list[int]) -> str:
+        return "".join(self.vocab[i] for i in ids)
+
+
+def test_random_prompts_exact_tokens_with_a_tokenizer():
+    tok = GreedyTokenizer()
+    items, source, exact = loadgen.random_prompts(
+        {"num": 30, "input_len": 40, "range_ratio": 0.5}, tok, seed=5
+    )
+    assert source == "random:tokens" and exact == 30
+    lengths = [len(tok.encode(t)) for t in items]
+    assert min(lengths) >= 20 and max(lengths) <= 60 and len(set(lengths)) > 5
+    assert all("<s>" not in t for t in items)
+    assert (
+        loadgen.random_prompts({"num": 30, "input_len": 40, "range_ratio": 0.5}, tok, seed=5)[0]
+        == items
+    )
+
+
+def test_random_prompts_in_words_without_a_tokenizer():
+    items, source, exact = loadgen.random_prompts({"num": 4, "input_len": 100}, None, seed=1)
+    assert source == "random:words" and exact == 0
+    assert [len(t.split()) for t in items] == [100] * 4
+    assert len(set(items)) == 4
+    with pytest.raises(AgentFailure, match="input_len"):
+        loadgen.random_prompts({"num": 4}, None, seed=1)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_unreachable_server_is_recorded_not_raised():
+    events: list[dict] = []
+    spec = {
+        "port": closed_port(),
+        "model": "m",
+        "prompts": {"kind": "list", "items": ["a", "b"]},
+        "num_prompts": 3,
+        "warmup": 1,
+        "concurrency": 2,
+        "timeout_s": 5,
+    }
+    result = loadgen.run(spec, events.append)
+    records = [RequestRecord.from_json(e) for e in events if e["event"] == "record"]
+    assert [(r.index, r.warmup) for r in sorted(records, key=lambda r: r.index)] == [
+        (0, True),
+        (1, False),
+        (2, False),
+        (3, False),
+    ]
+    assert all(not r.ok and r.status is None and "Connect" in r.error for r in records)
+    res = LoadgenResult.from_json(result)
+    assert (res.requests, res.completed, res.failed, res.warmup) == (3, 0, 3, 1)
+    assert res.prompt_source == "list" and res.token_count_method is None
+    assert [e["phase"] for e in events if e["event"] == "phase"] == ["warmup", "measure"]
+    assert res.client_lag["send_lag_ms"]["n"] == 3
+    assert math.isfinite(res.duration_s) and res.duration_s >= 0
+
+
+# ---------------------------------------------------------------- against the engine simulator
+
+DFLASH = {"method": "dflash", "model": "z-lab/Qwen3.6-27B-DFlash", "num_speculative_tokens": 15}
+SPEED = "20"  # simulated time runs 20x faster: a 27B DFlash stream decodes at ~1900 tok/s
+
+
+def start_sim(root: Path, port: int) -> subprocess.Popen:
+    box = prepare_sandbox(root)
+    env = {
+        **os.environ,
+        **box.env(),
+        "ORCH_SIM_SPEED": SPEED,
+        "ORCH_SIM_LOAD_S": "0",
+        "VLLM_USE_V2_MODEL_RUNNER": "1",
+    }
+    argv = [
+        "vllm",
+        "serve",
+        "Qwen/Qwen3.6-27B",
+        "--port",
+        str(port),
+        "--tensor-parallel-size",
+        "2",
+        "--max-model-len",
+        "8192",
+        "--speculative-config",
+        json.dumps(DFLASH),
+        "--attention-backend",
+        "flash_attn",
+    ]
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdout=(root / "server.log").open("wb"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError((root / "server.log").read_text()[-3000:])
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as resp:
+                if resp.status == 200:
+                    return proc
+        except OSError:
+            time.sleep(0.05)
+    proc.kill()
+    raise RuntimeError("simulator not ready after 30 s")
+
+
+def stop_sim(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def sim(tmp_path_factory):
+    port = closed_port()
+    proc = start_sim(tmp_path_factory.mktemp("sim"), port)
+    yield port
+    stop_sim(proc)
+
+
+def ground_truth(port: int, since: float) -> list[dict]:
+    """The simulator's own per-request records that arrived after ``since``, in arrival order."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/sim/ground_truth", timeout=5) as resp:
+        truth = json.load(resp)
+    reqs = [r for r in truth["requests"] if not r["warmup"] and r["arrival_time"] >= since]
+    return sorted(reqs, key=lambda r: r["arrival_time"])
+
+
+def records_of(events: list[dict]) -> list[RequestRecord]:
+    return sorted(
+        (RequestRecord.from_json(e) for e in events if e["event"] == "record"),
+        key=lambda r: r.index,
+    )
+
+
+def test_closed_loop_matches_the_simulators_ground_truth(sim):
+    since = time.time()
+    events: list[dict] = []
+    prompts = load_prompts({"prompts": "builtin:math"}, base_dir=".")
+    workload = {
+        "prompts": "builtin:math",
+        "num_prompts": 16,
+        "warmup": 2,
+        "concurrency": 4,
+        "max_tokens": 160,
+        "ignore_eos": True,
+        "temperature": 0.0,
+        "seed": 3,
+        "chat_template_kwargs": {"enable_thinking": False},
+    }
+    spec = build_loadgen_spec(workload, prompts, port=sim, served_name="Qwen/Qwen3.6-27B")
+    result = LoadgenResult.from_json(loadgen.run(spec, events.append))
+    records = records_of(events)
+    truth = ground_truth(sim, since)
+
+    assert (result.requests, result.completed, result.failed, result.warmup) == (16, 16, 0, 2)
+    assert [r.warmup for r in records] == [True] * 2 + [False] * 16
+    assert all(r.ok and r.output_tokens == 160 for r in records)
+    assert result.token_count_method == "usage" and result.prompt_source == "list"
+    assert result.metrics_before and "vllm:generation_tokens_total" in result.metrics_after
+    # exact per-chunk token counts: the client sees every verify step the server made
+    assert len(truth) == 18
+    assert sorted(tuple(c.tokens for c in r.chunks) for r in records) == sorted(
+        tuple(t["chunk_tokens"]) for t in truth
+    )
+    measured_truth = truth[2:]  # the warm-up requests all finished before the first measured one
+    summary = summarize(
+        records, window_s=result.duration_s, loop_delay_ms=result.client_lag["loop_delay_ms"]
+    )
+    true_steps = sum(t["decode_steps"] for t in measured_truth)
+    true_tpc = sum(t["output_tokens"] - 1 for t in measured_truth) / true_steps
+    assert summary.tokens_per_chunk > 2
+    assert summary.tokens_per_chunk == pytest.approx(true_tpc, rel=0.03)
+    true_decode = statistics.fmean(t["decode_tok_s"] for t in measured_truth)
+    assert summary.decode_tok_s.mean == pytest.approx(true_decode, rel=0.03)
+    window = max(t["finish_time"] for t in measured_truth) - min(
+        t["arrival_time"] for t in measured_truth
+    )
+    assert summary.output_throughput == pytest.approx(16 * 160 / window, rel=0.03)
+    assert summary.ttft_ms.median > 0 and summary.itl_token_ms.mean < summary.itl_chunk_ms.mean
+    assert result.client_lag["loop_delay_ms"]["n"] > 0
+    progress = [e for e in events if e["event"] == "progress"]
+    assert all(set(p) >= {"done", "failed", "tok_s", "in_flight"} for p in progress)
+
+
+def test_open_loop_via_the_agent_entry_point(sim, tmp_path: Path):
+    """Through ``python -m orchestrator.remote.main loadgen spec.json``, as on a host."""
+    since = time.time()
+    spec = {
+        "port": sim,
+        "api": "completions",
+        "model": "Qwen/Qwen3.6-27B",
+        "num_prompts": 24,
+        "prompts": {"kind": "random", "input_len": 64, "num": 24, "tokenizer": None},
+        "request_rate": 60.0,
+        "burstiness": 1.0,
+        "max_tokens": 48,
+        "ignore_eos": True,
+        "seed": 11,
+        "continuous_usage_stats": False,
+    }
+    path = tmp_path / "spec.json"
+    path.write_text(json.dumps(spec))
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.remote.main", "loadgen", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=Path(__file__).parents[2],
+    )
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert lines[-1]["event"] == "result"
+    result = LoadgenResult.from_json(lines[-1]["data"])
+    records = records_of(lines[:-1])
+    assert (result.completed, result.mode, result.prompt_source) == (24, "open", "random:words")
+    assert result.token_count_method == "chunk"  # no per-chunk usage asked for: 1 per chunk
+    assert all(r.prompt_tokens == 64 for r in records)  # the simulator counts words too
+    # the schedule is the seeded gamma process exactly
+    offsets = loadgen.arrival_offsets(60.0, 1.0, random.Random("11:arrivals:measure"))
+    expected = [next(offsets) for _ in range(24)]
+    assert [r.due - records[0].due for r in records] == pytest.approx(expected, abs=2e-6)
+    assert all(r.start >= r.due for r in records)
+    assert result.client_lag["send_lag_ms"]["n"] == 24
+    # tokens per chunk from the usage totals still match the server's steps
+    truth = ground_truth(sim, since)
+    summary = summarize(records)
+    true_tpc = sum(t["output_tokens"] - 1 for t in truth) / sum(t["decode_steps"] for t in truth)
+    assert summary.tokens_per_chunk == pytest.approx(true_tpc, rel=1e-9)
+    assert summary.itl_token_ms.n == 0
+
+
+def test_server_killed_mid_run_is_recorded(tmp_path: Path):
+    port = closed_port()
+    proc = start_sim(tmp_path, port)
+    events: list[dict] = []
+
+    def emit(event: dict) -> None:  # the server dies the moment the first request completes
+        events.append(event)
+        if event["event"] == "record" and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    spec = {
+        "port": port,
+        "model": "Qwen/Qwen3.6-27B",
+        "prompts": {"kind": "list", "items": ["Why?"]},
+        "num_prompts": 40,
+        "concurrency": 4,
+        "max_tokens": 400,
+        "ignore_eos": True,
+        "timeout_s": 10,
+    }
+    try:
+        result = LoadgenResult.from_json(loadgen.run(spec, emit))
+    finally:
+        stop_sim(proc)
+    records = records_of(events)
+    assert len(records) == result.requests == 40
+    assert result.completed + result.failed == 40
+    assert result.completed >= 1 and result.failed >= 36
+    failed = [r for r in records if not r.ok]
+    assert all(r.error for r in failed)
+    assert any(
+        r.chunks and r.status == 200 for r in failed
+    )  # cut off mid-stream, partial chunks kept
+    assert sum("Connect" in r.error for r in failed) >= 33  # later ones found nobody listening
