@@ -9,13 +9,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.agent import Agent
-from orchestrator.agent.facts import HostFacts, compare_gpus
+from orchestrator.agent.facts import HostFacts
 from orchestrator.config import HostConfig
 from orchestrator.errors import OrchError
-from orchestrator.transport import ConnectionPool
+
+if TYPE_CHECKING:
+    from orchestrator.transport import ConnectionPool
 
 ENGINE_PACKAGES = ("vllm", "sglang")
 PhaseCallback = Callable[[str, str], None]
@@ -91,7 +93,7 @@ async def check_host(
         phase(host.name, "failed")
         return report
     report.facts = facts
-    report.gpu_problems = compare_gpus(host.gpus, facts.gpus)
+    report.gpu_problems = facts.gpu_problems(host.gpus)
     report.warnings = engine_warnings(host, facts)
     phase(host.name, "done" if report.ok else "problems")
     return report

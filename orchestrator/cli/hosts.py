@@ -74,8 +74,9 @@ async def _check_with_progress(inventory, hosts, ssh: SshOptions, *, quiet: bool
 
 def render_table(reports: list[HostReport]) -> Table:
     table = Table(title="hosts", title_justify="left")
-    for col in ("host", "GPUs", "memory in use", "driver", "vllm", "sglang", "problems"):
-        table.add_column(col)
+    for col in ("host", "GPUs", "memory in use", "driver", "vllm", "sglang"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("problems")
     for r in reports:
         f = r.facts
         if f is None:
@@ -83,8 +84,8 @@ def render_table(reports: list[HostReport]) -> Table:
             continue
         gpus = ", ".join(sorted({g.name for g in f.gpus})) if f.gpus else "none"
         gpus = f"{len(f.gpus)} x {gpus}" if f.gpus else gpus
-        mem = " / ".join(
-            f"{g.index}: {_mib(g.memory_used_mib)}/{_mib(g.memory_total_mib)}" for g in f.gpus
+        mem = "\n".join(
+            f"{g.index}: {_mib(g.memory_used_mib)} / {_mib(g.memory_total_mib)}" for g in f.gpus
         ) or "-"
         problems = "\n".join(
             [f"[red]{escape(p)}[/]" for p in r.gpu_problems] + [f"[yellow]{escape(p)}[/]" for p in r.warnings]
@@ -97,4 +98,4 @@ def render_table(reports: list[HostReport]) -> Table:
 
 
 def _mib(v: int | None) -> str:
-    return "?" if v is None else f"{v / 1024:.1f}G"
+    return "?" if v is None else f"{v / 1024:.1f} GiB"

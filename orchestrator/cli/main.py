@@ -9,8 +9,10 @@ from typing import Annotated
 import typer
 
 from orchestrator import __version__
-from orchestrator.cli import hosts
+from orchestrator.cli import hosts, logs
 from orchestrator.cli.common import EXIT_INTERRUPTED, err, print_json, report_error
+from orchestrator.cli.doctor import doctor_command
+from orchestrator.cli.run import run_command
 from orchestrator.errors import OrchError
 
 EPILOG = """\
@@ -33,6 +35,9 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 app.add_typer(hosts.app, name="hosts")
+app.add_typer(logs.app, name="logs")
+app.command("run")(run_command)
+app.command("doctor")(doctor_command)
 
 
 def _version(value: bool) -> None:

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import SshOptions
 from orchestrator.config import HostConfig, Inventory, load_inventory
 from orchestrator.errors import ConfigError
-from orchestrator.transport import ConnectionPool
+
+if TYPE_CHECKING:
+    from orchestrator.transport import ConnectionPool
 
 
 def load_hosts(hosts_file: Path, only: list[str] | None) -> tuple[Inventory, list[HostConfig]]:
@@ -26,6 +29,8 @@ def load_hosts(hosts_file: Path, only: list[str] | None) -> tuple[Inventory, lis
 
 @asynccontextmanager
 async def open_pool(inventory: Inventory, ssh: SshOptions) -> AsyncIterator[ConnectionPool]:
+    from orchestrator.transport import ConnectionPool  # asyncssh: only when a host is reached
+
     known_hosts = ssh.known_hosts or getattr(inventory, "known_hosts", None)
     ssh_config = getattr(inventory, "ssh_config", None)
     kwargs = {"known_hosts": Path(known_hosts).expanduser() if known_hosts else None,

@@ -12,13 +12,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import matplotlib
-
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-
-from orchestrator.results.report import summary_row  # noqa: E402
-from orchestrator.results.store import write_bytes  # noqa: E402
+from orchestrator.results.report import summary_row
+from orchestrator.results.store import write_bytes
 
 ENGINE_COLORS = {"vllm": "#3b6fb6", "sglang": "#e08a1e"}
 COLLAPSE_COLOR = "#c0392b"
@@ -51,7 +46,18 @@ def _bar_panel(ax, rows, values, title, *, yerr=None, fmt="{:.1f}") -> None:
     ax.set_axisbelow(True)
 
 
+def _pyplot():
+    """matplotlib takes a second to import: only the commands that draw pay for it."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
 def render_comparison(summaries: Sequence[dict[str, Any]], *, title: str) -> bytes:
+    plt = _pyplot()
     rows = [summary_row(s) for s in summaries]
     width = max(10.0, 1.6 * len(rows) * 3 / 2)
     fig, axes = plt.subplots(1, 3, figsize=(width, 5.2), constrained_layout=True)

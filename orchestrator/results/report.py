@@ -10,11 +10,12 @@ import io
 import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
-
-import pandas as pd
+from typing import TYPE_CHECKING, Any
 
 from orchestrator.results.store import write_bytes
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 CSV_COLUMNS = [
     "run", "host", "engine", "method", "num_draft_tokens", "completed", "failed", "duration_s",
@@ -33,10 +34,6 @@ def _get(d: dict[str, Any] | None, *path: str) -> Any:
             return None
         d = d.get(key)
     return d
-
-
-def _ms(v: Any) -> float | None:
-    return None if v is None else round(float(v) * 1000.0, 3)
 
 
 def summary_row(s: dict[str, Any]) -> dict[str, Any]:
@@ -60,12 +57,12 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
         "decode_tok_s_median": _get(req, "decode_tok_s", "median"),
         "decode_tok_s_p10": _get(req, "decode_tok_s", "p10"),
         "decode_tok_s_p90": _get(req, "decode_tok_s", "p90"),
-        "ttft_ms_median": _ms(_get(req, "ttft_s", "median")),
-        "ttft_ms_p90": _ms(_get(req, "ttft_s", "p90")),
-        "tpot_ms_median": _ms(_get(req, "tpot_s", "median")),
-        "tpot_ms_p90": _ms(_get(req, "tpot_s", "p90")),
-        "itl_chunk_ms_median": _ms(_get(req, "itl_chunk_s", "median")),
-        "itl_token_ms_median": _ms(_get(req, "itl_token_s", "median")),
+        "ttft_ms_median": _get(req, "ttft_ms", "median"),
+        "ttft_ms_p90": _get(req, "ttft_ms", "p90"),
+        "tpot_ms_median": _get(req, "tpot_ms", "median"),
+        "tpot_ms_p90": _get(req, "tpot_ms", "p90"),
+        "itl_chunk_ms_median": _get(req, "itl_chunk_ms", "median"),
+        "itl_token_ms_median": _get(req, "itl_token_ms", "median"),
         "acceptance_length": acc.get("length"),
         "acceptance_source": acc.get("source"),
         "acceptance_length_prometheus": acc.get("prometheus"),
@@ -73,13 +70,15 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
         "acceptance_length_client": acc.get("client"),
         "acceptance_disagreement": bool(acc.get("disagreement")),
         "engine_gen_tok_s": _get(s, "engine_metrics", "generation_throughput_mean"),
-        "client_lag_ms_p99": _ms(_get(req, "client_lag", "send_lag_s", "p99")),
+        "client_lag_ms_p99": _get(req, "client_lag", "send_lag_ms", "p99"),
         "collapse": bool(collapse),
         "error": (error.get("message") if isinstance(error, dict) else error) or "",
     }
 
 
 def summary_frame(summaries: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    import pandas as pd  # heavy: only commands that write reports pay for it
+
     return pd.DataFrame([summary_row(s) for s in summaries], columns=CSV_COLUMNS)
 
 

@@ -54,8 +54,8 @@ def test_summary_row_and_csv(tmp_path) -> None:
     s = {
         "run": "vllm-dflash", "host": "h1", "engine": "vllm", "method": "dflash", "num_draft_tokens": 15,
         "requests": {"completed": 8, "failed": 1, "output_throughput": 101.5,
-                     "decode_tok_s": {"median": 110.25}, "ttft_s": {"median": 0.0425},
-                     "tpot_s": {"median": 0.009}},
+                     "decode_tok_s": {"median": 110.25}, "ttft_ms": {"median": 42.5},
+                     "tpot_ms": {"median": 9.0}},
         "acceptance": {"length": 5.1, "source": "prometheus", "prometheus": 5.1, "log": 5.0, "client": 5.05},
         "collapse": None,
     }

@@ -1,0 +1,140 @@
+"""`orch run PLAYBOOK`: launch, load, measure, report. `--dry-run` shows what would be launched."""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.cli.common import (
+    DEFAULT_HOSTS_FILE,
+    AcceptNewOpt,
+    HostsFileOpt,
+    JsonOpt,
+    KnownHostsOpt,
+    OnlyOpt,
+    SshOptions,
+    err,
+    out,
+    print_json,
+)
+from orchestrator.cli.session import load_hosts, open_pool
+from orchestrator.config import load_playbook
+from orchestrator.engines.plan import PlannedLaunch, plan_launches, to_json
+from orchestrator.errors import OrchError
+from orchestrator.runner import PlaybookOutcome, run_playbook
+from orchestrator.runner.display import Display
+
+PlaybookArg = Annotated[Path, typer.Argument(help="Playbook file (playbooks/*.yaml).", show_default=False)]
+
+
+def load_plan(playbook_file: Path, hosts_file: Path, only: list[str] | None):
+    playbook = load_playbook(playbook_file)
+    inventory, _ = load_hosts(hosts_file, None)
+    plans = plan_launches(playbook, inventory, host_filter=only or None)
+    if not plans:
+        raise OrchError(f"no run of {playbook_file} matches a host",
+                        hint="check the playbook's `hosts` and --only against hosts.yaml")
+    return playbook, inventory, plans
+
+
+def run_command(
+    playbook_file: PlaybookArg,
+    hosts_file: HostsFileOpt = Path(DEFAULT_HOSTS_FILE),
+    only: OnlyOpt = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print each run's exact argv and "
+                                          "environment per host (secrets as ***); touch nothing.")] = False,
+    as_json: JsonOpt = False,
+    force: Annotated[bool, typer.Option("--force", help="Launch runs the doctor found errors in.")] = False,
+    results: Annotated[Path, typer.Option("--results", help="Folder that receives the results.")] = Path("results"),
+    accept_new_host_keys: AcceptNewOpt = False,
+    known_hosts: KnownHostsOpt = None,
+) -> None:
+    """Run a playbook: start each run's server, drive its workload, write results and a plot.
+
+    Hosts work in parallel; the runs on one host go one after another. The doctor checks
+    every run first and refuses one with errors (unless --force or `doctor: warn`).
+    """
+    playbook, inventory, plans = load_plan(playbook_file, hosts_file, only)
+    if dry_run:
+        if as_json:
+            print_json(to_json(plans))
+        else:
+            render_plan(plans)
+        return
+    ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
+    display = Display(err)
+    outcome = asyncio.run(_run(playbook, inventory, plans, ssh, results, display, force))
+    if as_json:
+        print_json({"results_dir": str(outcome.results_dir), "runs": outcome.summaries})
+    else:
+        render_outcome(outcome)
+    if any(s.get("error") for s in outcome.summaries):
+        raise typer.Exit(1)
+
+
+async def _run(playbook, inventory, plans, ssh, results, display, force) -> PlaybookOutcome:
+    async with open_pool(inventory, ssh) as pool:
+        return await run_playbook(playbook, inventory, plans, pool=pool, results_root=results,
+                                  display=display, force=force)
+
+
+def render_plan(plans: list[PlannedLaunch]) -> None:
+    for plan in plans:
+        out.print(f"[bold]{escape(plan.run_name)}[/] on [bold]{escape(plan.host.name)}[/] (port {plan.port})")
+        out.print("  argv: " + escape(shlex.join(plan.argv)))
+        for key, value in plan.env_masked.items():
+            out.print(f"  env:  {escape(key)}={escape(value)}")
+
+
+def _fmt(v, spec: str = ".1f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def render_outcome(outcome: PlaybookOutcome) -> None:
+    table = Table(title=f"results: {outcome.results_dir}", title_justify="left")
+    for col in ("run", "host", "engine", "method", "done", "failed", "output tok/s",
+                "decode tok/s (median)", "TTFT ms (median)", "TPOT ms (median)", "accept len", "verdict"):
+        table.add_column(col, no_wrap=col in ("run", "host"))
+    for s in outcome.summaries:
+        req = s.get("requests") or {}
+        acc = s.get("acceptance") or {}
+        if s.get("error"):
+            verdict = f"[red]failed: {escape(str(s['error'].get('message', ''))[:80])}[/]"
+        elif s.get("collapse"):
+            verdict = "[bold red]COLLAPSE[/]"
+        elif acc.get("disagreement"):  # noqa: SIM114
+            verdict = "[yellow]sources disagree[/]"
+        else:
+            verdict = "[green]ok[/]"
+        table.add_row(
+            s["run"], s["host"], s["engine"], s["method"], str(req.get("completed", 0)),
+            str(req.get("failed", 0)), _fmt(req.get("output_throughput")),
+            _fmt((req.get("decode_tok_s") or {}).get("median")),
+            _fmt((req.get("ttft_ms") or {}).get("median")),
+            _fmt((req.get("tpot_ms") or {}).get("median"), ".2f"),
+            _fmt(acc.get("length"), ".2f"), verdict,
+        )
+    out.print(table)
+    for s in outcome.summaries:
+        collapse = s.get("collapse")
+        if not collapse:
+            continue
+        out.print(f"[bold red]{escape(s['run'])} on {escape(s['host'])}:[/] {escape(collapse['message'])}")
+        for cause in collapse.get("likely_causes", [])[:4]:
+            out.print(f"  {cause['rank']}. [bold]{escape(cause['cause'])}[/] ({cause['source']})")
+            for evidence in cause.get("evidence") or []:
+                out.print(f"     - {escape(evidence)}")
+            if cause.get("fix"):
+                out.print(f"     fix: {escape(cause['fix'])}")
+    for s in outcome.summaries:
+        for change in s.get("engine_changes") or []:
+            out.print(f"[yellow]{escape(s['run'])}: {escape(change['message'])}[/]")
+    out.print(f"summary: {outcome.csv_path}")
+    if outcome.plot_path:
+        out.print(f"plot:    {outcome.plot_path}")

@@ -1,0 +1,190 @@
+"""One run on one host: launch, wait ready, drive load while following the log, stop, summarize.
+
+Every step writes into the run's folder as it goes (server.log, events.jsonl, requests.jsonl grow
+while the run is live); ``summary.json`` is written last. A run that fails still leaves its
+manifest, the log it produced and a ``summary.json`` carrying the ``error``, and the caller moves
+on to the next run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.agent import Agent
+from orchestrator.engines.plan import PlannedLaunch
+from orchestrator.engines.server import Server, ServerRegistry
+from orchestrator.errors import EngineError, HostError, OrchError
+from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec
+from orchestrator.loadgen.records import LoadgenResult, RequestRecord
+from orchestrator.metrics.logparse import LogFollower
+from orchestrator.results.store import AppendLog, write_json, write_text
+from orchestrator.runner.display import Display
+from orchestrator.runner.summarize import build_summary
+
+TAIL_DRAIN_S = 15.0
+HEAD_LINES = 5000  # start-up lines kept in memory: where engines announce what they chose
+
+
+@dataclass
+class RunJob:
+    """Everything one run needs that the pipeline worked out before any server started."""
+
+    key: str
+    order: int
+    plan: PlannedLaunch
+    run_dir: Path
+    prompts: PromptSet
+    run_id: str
+    doctor: list[Any] = field(default_factory=list)  # Finding
+    drafter: Any = None  # ModelConfig of the drafter, for ranking collapse causes
+
+
+@dataclass
+class LiveState:
+    """What the tail and the load generator share while a run is live."""
+
+    follower: LogFollower
+    window: LogFollower | None = None  # fed only once the measured window has begun
+    records: list[RequestRecord] = field(default_factory=list)
+    head_lines: list[str] = field(default_factory=list)
+
+
+async def execute_run(
+    job: RunJob,
+    *,
+    agent: Agent,
+    reconnect: Callable[[], Awaitable[Agent]],
+    registry: ServerRegistry,
+    display: Display,
+) -> dict[str, Any]:
+    """Run ``job`` and return its summary (also written to ``summary.json``)."""
+    plan, run = job.plan, job.plan.run
+    started = time.time()
+    state = LiveState(follower=LogFollower(engine=_engine(run)))
+    server_log = AppendLog(job.run_dir / "server.log")
+    events = AppendLog(job.run_dir / "events.jsonl")
+    requests = AppendLog(job.run_dir / "requests.jsonl")
+    loadgen: LoadgenResult | None = None
+    error: dict[str, Any] | None = None
+    server: Server | None = None
+    tail_task: asyncio.Task[None] | None = None
+    try:
+        display.update(job.key, phase="launching")
+        server = await Server.start(agent, run, plan.host, run_id=job.run_id, port=plan.port,
+                                    registry=registry, reconnect=reconnect)
+        tail_task = asyncio.create_task(_follow(server, state, server_log, events, display, job.key))
+        display.update(job.key, phase="loading model")
+        await server.wait_ready(
+            timeout=run.ready_timeout_s,
+            poll_interval=1.0,
+            on_progress=lambda phase, _s: display.update(job.key, phase=phase),
+        )
+        display.update(job.key, phase="warm-up")
+        loadgen = await _drive_load(job, server, agent, state, requests, display)
+        display.update(job.key, phase="stopping")
+    except OrchError as exc:
+        error = _error_record(exc)
+        display.update(job.key, phase=f"failed: {exc.message[:60]}")
+    finally:
+        if server is not None:
+            with contextlib.suppress(OrchError):
+                await server.stop()
+        if tail_task is not None:
+            await _finish_tail(tail_task)
+        for log in (server_log, events, requests):
+            log.close()
+    if loadgen is not None:
+        for name, text in (("metrics_before.txt", loadgen.metrics_before),
+                           ("metrics_after.txt", loadgen.metrics_after)):
+            if text is not None:
+                write_text(job.run_dir / name, text)
+    summary = build_summary(job, state=state, loadgen=loadgen, error=error,
+                            started_at=started, ended_at=time.time())
+    write_json(job.run_dir / "summary.json", summary)
+    final = "failed" if error else ("done: COLLAPSE" if summary.get("collapse") else "done")
+    display.update(job.key, phase=final)
+    return summary
+
+
+def _engine(run: Any) -> str:
+    return str(getattr(run.engine, "value", run.engine))
+
+
+async def _follow(server: Server, state: LiveState, server_log: AppendLog, events: AppendLog,
+                  display: Display, key: str) -> None:
+    """Stream the server's log into server.log, parse it live into events.jsonl."""
+    async for line in server.tail():
+        server_log.write_line(line.text)
+        if len(state.head_lines) < HEAD_LINES:
+            state.head_lines.append(line.text)
+        record = state.follower.feed_line(line.text)
+        if state.window is not None:
+            state.window.feed_line(line.text)
+        if record is not None:
+            events.write_json(record.to_dict())
+            display.update(key, acceptance=state.follower.latest_acceptance_length)
+
+
+async def _finish_tail(task: asyncio.Task[None]) -> None:
+    """Let the tail drain what the server wrote before it exited, but never hang on it."""
+    try:
+        await asyncio.wait_for(asyncio.shield(task), timeout=TAIL_DRAIN_S)
+    except (asyncio.TimeoutError, OrchError):
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, OrchError):
+            await task
+
+
+async def _drive_load(job: RunJob, server: Server, agent: Agent, state: LiveState,
+                      requests: AppendLog, display: Display) -> LoadgenResult:
+    run = job.plan.run
+    spec = build_loadgen_spec(run.workload, job.prompts, port=server.port,
+                              served_name=server.served_name, tokenizer=run.model,
+                              metrics_path=server.adapter.metrics_path)
+    result: LoadgenResult | None = None
+    done = failed = 0
+    async for event in agent.stream("loadgen", spec):
+        kind = event.get("event")
+        if kind == "record":
+            record = RequestRecord.from_json(event)
+            requests.write_json(record.to_json())
+            state.records.append(record)
+            if not record.warmup:
+                done, failed = done + record.ok, failed + (not record.ok)
+                display.update(job.key, done=done, failed=failed)
+        elif kind == "phase" and event.get("phase") == "measure":
+            state.window = LogFollower(engine=_engine(run))
+            display.update(job.key, phase="measuring")
+        elif kind == "progress":
+            display.update(job.key, tok_s=event.get("tok_s"))
+        elif kind == "result":
+            result = LoadgenResult.from_json(event.get("data") or {})
+    if result is None:
+        raise HostError(job.plan.host.name, "the load generator ended without a result")
+    return result
+
+
+def _error_record(exc: OrchError) -> dict[str, Any]:
+    record: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc), "hint": exc.hint}
+    if isinstance(exc, EngineError):
+        record.update(cause=exc.cause, exit_code=exc.exit_code, log_tail=exc.log_tail)
+    kind = getattr(exc, "kind", None)
+    if kind:
+        record["kind"] = kind
+    return record
+
+
+def failed_summary(job: RunJob, error: OrchError) -> dict[str, Any]:
+    """The summary of a run that never started (its host could not be reached)."""
+    now = time.time()
+    state = LiveState(follower=LogFollower(engine=_engine(job.plan.run)))
+    summary = build_summary(job, state=state, loadgen=None, error=_error_record(error),
+                            started_at=now, ended_at=now)
+    write_json(job.run_dir / "summary.json", summary)
+    return summary

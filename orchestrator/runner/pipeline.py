@@ -1,0 +1,178 @@
+"""`orch run`: a whole playbook, hosts in parallel, each host's runs one after another.
+
+Order of events: plan and validate every run (no host touched yet) -> open every host and probe
+it -> doctor every run on its host, refusing errors unless forced -> create the results folder ->
+execute runs -> ``summary.csv`` and ``comparison.png``. Every server started is registered so
+that an exception or Ctrl-C anywhere stops them all before orch exits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import subprocess
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from orchestrator import __version__
+from orchestrator.config import Inventory, Playbook
+from orchestrator.doctor.findings import Finding
+from orchestrator.engines.plan import PlannedLaunch
+from orchestrator.engines.server import ServerRegistry, pool_reconnect
+from orchestrator.errors import OrchError
+from orchestrator.loadgen.prompts import load_prompts
+from orchestrator.results.plot import write_comparison
+from orchestrator.results.report import write_summary_csv
+from orchestrator.results.store import new_results_dir, safe_name, write_json
+from orchestrator.runner.display import Display
+from orchestrator.runner.execute import RunJob, execute_run, failed_summary
+from orchestrator.runner.preflight import DoctorResult, HostSession, doctor_plans, open_hosts
+
+if TYPE_CHECKING:
+    from orchestrator.transport import ConnectionPool
+
+
+class DoctorRefused(OrchError):
+    """The doctor found errors in runs that did not opt out (``doctor: warn``) and no --force."""
+
+    def __init__(self, refused: list[tuple[PlannedLaunch, list[Finding]]]) -> None:
+        lines = []
+        for plan, errors in refused:
+            for f in errors:
+                lines.append(f"run {plan.run.name!r} on {plan.host.name}: [{f.check}] {f.message}")
+        super().__init__(
+            "the doctor refused to launch:\n  " + "\n  ".join(lines),
+            hint="fix the configuration; or pass --force, or set `doctor: warn` on the run, to "
+            "launch anyway (e.g. to measure the collapse on purpose)",
+        )
+        self.refused = refused
+
+
+@dataclass
+class PlaybookOutcome:
+    results_dir: Path
+    summaries: list[dict[str, Any]]
+    csv_path: Path
+    plot_path: Path | None
+
+
+def git_commit(path: Path) -> dict[str, Any] | None:
+    """The commit (and dirtiness) of the git checkout holding the playbook, if any."""
+    try:
+        head = subprocess.run(["git", "-C", str(path), "rev-parse", "HEAD"], capture_output=True,
+                              text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(path), "status", "--porcelain", "--", "."],
+                               capture_output=True, text=True, timeout=5, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": head, "dirty": bool(dirty.strip())}
+
+
+def refused_runs(plans: Sequence[PlannedLaunch], doctor: Sequence[DoctorResult], *,
+                 force: bool) -> list[tuple[PlannedLaunch, list[Finding]]]:
+    if force:
+        return []
+    return [(p, d.errors) for p, d in zip(plans, doctor, strict=True)
+            if d.errors and str(p.run.doctor) == "error"]
+
+
+def manifest(job: RunJob, playbook: Playbook, session: HostSession, doctor: DoctorResult) -> dict[str, Any]:
+    plan = job.plan
+    facts = session.facts
+    source = playbook.source_path
+    return {
+        "run": plan.run.model_dump(mode="json"),
+        "run_id": job.run_id,
+        "host": plan.host.name,
+        "host_config": {"address": plan.host.address, "port": plan.host.port, "user": plan.host.user,
+                        "python": plan.host.python, "workdir": plan.host.workdir,
+                        "transport": plan.host.transport,
+                        "gpus": str(plan.host.gpus) if plan.host.gpus else None},
+        "argv": plan.argv,
+        "env": plan.env_masked,
+        "port": plan.port,
+        "host_facts": dataclasses.asdict(facts) if facts else None,
+        "engine_version": facts.engines.get(str(plan.run.engine)) if facts else None,
+        "orch_version": __version__,
+        "playbook": {"name": playbook.name, "path": str(source) if source else None,
+                     "git": git_commit(source.parent) if source else None},
+        "doctor": [f.to_json() for f in doctor.findings],
+        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _job_key(plan: PlannedLaunch) -> str:
+    return f"{plan.run.name}@{plan.host.name}"
+
+
+async def run_playbook(
+    playbook: Playbook,
+    inventory: Inventory,
+    plans: Sequence[PlannedLaunch],
+    *,
+    pool: ConnectionPool,
+    results_root: Path,
+    display: Display,
+    force: bool = False,
+) -> PlaybookOutcome:
+    display.note(f"connecting to {len({p.host.name for p in plans})} host(s) ...")
+    sessions = await open_hosts(pool, plans)
+    doctor = await doctor_plans(sessions, plans)
+    refused = refused_runs(plans, doctor, force=force)
+    if refused:
+        raise DoctorRefused(refused)
+    for plan, result in zip(plans, doctor, strict=True):
+        for finding in result.findings:
+            if finding.severity != "ok":
+                why = "--force" if force else f"doctor: {plan.run.doctor}"
+                display.note(f"[yellow]doctor {finding.severity}[/] {plan.run.name} on {plan.host.name}: "
+                             f"[{finding.check}] {finding.message.split('. ')[0]} "
+                             f"({'launching anyway: ' + why if finding.severity == 'error' else 'warning'})")
+    base_dir = playbook.source_path.parent if playbook.source_path else Path.cwd()
+    prompts = [load_prompts(p.run.workload, base_dir=base_dir) for p in plans]
+    results_dir = new_results_dir(results_root, playbook.name)
+    jobs = []
+    for order, (plan, doc, prompt_set) in enumerate(zip(plans, doctor, prompts, strict=True)):
+        key = _job_key(plan)
+        job = RunJob(key=key, order=order, plan=plan, run_dir=results_dir / safe_name(key),
+                     prompts=prompt_set, run_id=f"{safe_name(plan.run.name)}-{uuid.uuid4().hex[:8]}",
+                     doctor=doc.findings, drafter=doc.drafter)
+        job.run_dir.mkdir()
+        write_json(job.run_dir / "manifest.json", manifest(job, playbook, sessions[plan.host.name], doc))
+        w = plan.run.workload
+        display.add(key, run=plan.run.name, host=plan.host.name,
+                    total=None if w.duration_s else w.num_prompts)
+        jobs.append(job)
+    summaries: dict[str, dict[str, Any]] = {}
+    async with ServerRegistry() as registry:
+        with display:
+            await asyncio.gather(*(
+                _host_worker(sessions[name], [j for j in jobs if j.plan.host.name == name],
+                             pool=pool, registry=registry, display=display, summaries=summaries)
+                for name in dict.fromkeys(j.plan.host.name for j in jobs)
+            ))
+    ordered = [summaries[j.key] for j in jobs]
+    csv_path = write_summary_csv(results_dir / "summary.csv", ordered)
+    plot_path = write_comparison(results_dir / "comparison.png", ordered,
+                                 title=f"{playbook.name}: {results_dir.name}")
+    return PlaybookOutcome(results_dir, ordered, csv_path, plot_path)
+
+
+async def _host_worker(session: HostSession, jobs: list[RunJob], *, pool: ConnectionPool,
+                       registry: ServerRegistry, display: Display,
+                       summaries: dict[str, dict[str, Any]]) -> None:
+    """One host's runs, in playbook order; a failed run is recorded and the next one goes on."""
+    for job in jobs:
+        if session.agent is None or session.facts is None:
+            error = session.error or OrchError("host not reachable")
+            summaries[job.key] = failed_summary(job, error)
+            display.update(job.key, phase=f"failed: {error.message[:60]}")
+            continue
+        summaries[job.key] = await execute_run(
+            job, agent=session.agent, reconnect=pool_reconnect(pool, session.host, session.agent),
+            registry=registry, display=display,
+        )
