@@ -2,12 +2,5 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
-# `tests.fixtures...` must be importable however pytest is started (`pytest`, `python -m pytest`).
-_ROOT = str(Path(__file__).resolve().parent.parent)
-if _ROOT not in sys.path:
-    sys.path.insert(0, _ROOT)
-
+# `tests.fixtures...` is importable because pyproject sets pytest's pythonpath to the repo root.
 pytest_plugins = ["tests.fixtures.sshd", "tests.fixtures.embedded"]
