@@ -2,16 +2,19 @@
 
 from __future__ import annotations
 
+import contextlib
 import copy
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
-from typer.testing import CliRunner
 
-from orchestrator.cli.doctor import doctor_command, doctor_local
+from orchestrator.cli.doctor import doctor_local
+from orchestrator.cli.main import run as run_cli
 from orchestrator.doctor import ModelConfig, problems, reference_layer_ids, run_checks
 from orchestrator.doctor.reference import version_tuple
 from orchestrator.doctor.tokenizers import template_thinking, thinking_requested
@@ -329,11 +332,11 @@ def test_doctor_local_reads_directories(tmp_path: Path) -> None:
 
 
 def _cli(args: list[str]) -> Any:
-    import typer
-
-    app = typer.Typer()
-    app.command()(doctor_command)
-    return CliRunner().invoke(app, args)
+    """`orch doctor ARGS` through the real entry point (which turns errors into messages)."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = run_cli(["doctor", *args])
+    return SimpleNamespace(exit_code=code, stdout=stdout.getvalue(), stderr=stderr.getvalue())
 
 
 def test_command_json_and_exit_codes(tmp_path: Path) -> None:
