@@ -1,0 +1,681 @@
+"""Engine server lifecycle on the host: ``launch``, ``status``, ``tail``, ``stop``.
+
+Layout of one run: ``<workdir>/runs/<run_id>/`` holds ``server.log`` (engine stdout+stderr,
+appended), ``server.json`` (pid, process group, argv, env keys, port, start time) and, once the
+engine has exited, ``exit.json`` (its return code).
+
+Why a supervisor: each agent call is a short-lived process behind one SSH command, so the agent
+that starts the engine cannot ``wait()`` for it later, and a detached engine's exit status is
+otherwise lost (it would be reaped by init). ``launch`` therefore starts a small supervisor — a
+fresh interpreter running :func:`supervise` in its own session, stdio detached from SSH — which
+starts the engine in *another* new session (so signalling the engine's process group never hits
+the supervisor), writes ``server.json``, reports the pid back over a pipe, then waits on the
+engine and writes ``exit.json``. Both survive the SSH connection dropping: neither holds the SSH
+channel's pipes, and neither is in the session that sshd hangs up.
+
+Limit: a host whose systemd-logind has ``KillUserProcesses=yes`` kills a logged-out session's
+processes whatever their session id; the default (``no``) on Debian/Ubuntu/RHEL keeps them.
+
+Process identity: a pid alone can be reused, so ``server.json`` also records the kernel's start
+time of the process (``/proc/<pid>/stat`` field 22) and the boot id; a pid counts as the engine
+only when both still match.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from typing import Any, Dict, List, Optional
+
+from .probe import APPS_QUERY, gpu_facts, parse_compute_apps_csv
+from .protocol import AgentFailure, Emit
+from .util import atomic_write_json, nvidia_smi, port_is_free, read_text, require
+
+RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+SERVER_JSON = "server.json"
+EXIT_JSON = "exit.json"
+SERVER_LOG = "server.log"
+SUPERVISOR_LOG = "supervisor.log"
+SUPERVISOR_START_TIMEOUT_S = 30.0
+HEARTBEAT_S = 5.0
+READ_CHUNK = 1 << 16
+
+# Started as `python -c BOOT ROOT PACKAGE`: imports this module from wherever the agent runs
+# (the zipapp as `orch_remote`, or a source tree as `orchestrator.remote`).
+_BOOT = (
+    "import importlib, sys\n"
+    "sys.path.insert(0, sys.argv[1])\n"
+    "importlib.import_module(sys.argv[2] + '.lifecycle').supervise()\n"
+)
+
+
+# ---------------------------------------------------------------------------------------------
+# Paths and records
+
+
+def run_dir(workdir: str, run_id: str) -> str:
+    if not RUN_ID.match(run_id):
+        raise AgentFailure("bad_spec", f"run id {run_id!r} must be letters, digits, '.', '_' or '-'")
+    return os.path.join(os.path.expanduser(workdir), "runs", run_id)
+
+
+def read_json(path: str) -> Optional[Dict[str, Any]]:
+    text = read_text(path)
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def server_state(directory: str) -> Optional[Dict[str, Any]]:
+    """server.json merged with liveness and exit facts, or None when no server was launched here."""
+    record = read_json(os.path.join(directory, SERVER_JSON))
+    if record is None:
+        return None
+    exit_record = read_json(os.path.join(directory, EXIT_JSON))
+    alive = same_process(record) and exit_record is None
+    members = group_members(record) if record.get("pgid") else []
+    log = record.get("log") or os.path.join(directory, SERVER_LOG)
+    try:
+        log_size: Optional[int] = os.path.getsize(log)
+    except OSError:
+        log_size = None
+    state = dict(record)
+    state.update(
+        alive=alive,
+        group_pids=members,
+        exit=exit_record,
+        returncode=exit_record.get("returncode") if exit_record else None,
+        log_size=log_size,
+        uptime_s=round(time.time() - float(record.get("started_at", 0)), 1) if alive else None,
+    )
+    state.pop("env", None)
+    return state
+
+
+def all_run_dirs(workdir: str) -> List[str]:
+    root = os.path.join(os.path.expanduser(workdir), "runs")
+    try:
+        names = sorted(os.listdir(root))
+    except OSError:
+        return []
+    return [os.path.join(root, n) for n in names if os.path.isfile(os.path.join(root, n, SERVER_JSON))]
+
+
+# ---------------------------------------------------------------------------------------------
+# launch
+
+
+def launch(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
+    run_id = require(spec, "run_id", str)
+    workdir = require(spec, "workdir", str)
+    argv = require(spec, "argv", list)
+    env = spec.get("env") or {}
+    port = require(spec, "port", int)
+    if not argv or not all(isinstance(a, str) for a in argv):
+        raise AgentFailure("bad_spec", "launch: 'argv' must be a non-empty list of strings")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise AgentFailure("bad_spec", "launch: 'env' must map strings to strings")
+    directory = run_dir(workdir, run_id)
+    previous = server_state(directory)
+    if previous is not None and (previous["alive"] or previous["group_pids"]):
+        raise AgentFailure(
+            "already_running",
+            f"run {run_id} already has a live server (pid {previous['pid']})",
+            {"pid": previous["pid"], "run_id": run_id},
+        )
+    check_port(workdir, port)
+    merged_env = dict(os.environ)
+    merged_env.update(env)
+    gpu_check = check_gpus(spec, merged_env)
+    resolved = resolve_argv(argv, merged_env)
+    os.makedirs(directory, exist_ok=True)
+    for stale in (EXIT_JSON, SERVER_JSON):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(os.path.join(directory, stale))
+    log = os.path.join(directory, SERVER_LOG)
+    log_offset = os.path.getsize(log) if os.path.exists(log) else 0
+    cwd = os.path.expanduser(spec.get("cwd") or directory)
+    config = {
+        "run_id": run_id,
+        "dir": directory,
+        "argv": resolved,
+        "requested_argv": argv,
+        "env": env,
+        "port": port,
+        "cwd": cwd,
+        "log": log,
+    }
+    record = start_supervisor(config)
+    record.update(log_offset=log_offset, gpu_check=gpu_check)
+    return record
+
+
+def resolve_argv(argv: List[str], env: Dict[str, str]) -> List[str]:
+    """Run the engine of the interpreter the agent runs in (the engine's venv), not PATH's first.
+
+    ``python`` is that interpreter; ``vllm`` is its sibling console script when present, else
+    whatever PATH (with the run's env applied) finds.
+    """
+    head = argv[0]
+    bindir = os.path.dirname(sys.executable)
+    if head in ("python", "python3"):
+        return [sys.executable] + argv[1:]
+    if os.sep not in head:
+        sibling = os.path.join(bindir, head)
+        if os.path.isfile(sibling) and os.access(sibling, os.X_OK):
+            return [sibling] + argv[1:]
+        found = shutil.which(head, path=env.get("PATH", os.defpath))
+        if found is None:
+            raise AgentFailure(
+                "engine_not_found",
+                f"{head} is neither next to {sys.executable} nor on PATH",
+                {"argv0": head, "python": sys.executable},
+            )
+        return [found] + argv[1:]
+    return list(argv)
+
+
+def check_port(workdir: str, port: int) -> None:
+    if not 0 < port < 65536:
+        raise AgentFailure("bad_spec", f"launch: port {port} is outside 1-65535")
+    if port_is_free(port, "127.0.0.1"):
+        return
+    holders = port_holders(port)
+    runs = [
+        state["run_id"]
+        for state in (server_state(d) for d in all_run_dirs(workdir))
+        if state and state.get("port") == port and (state["alive"] or state["group_pids"])
+    ]
+    named = "; ".join(f"pid {h['pid']} ({h['cmdline']})" for h in holders) or "a process this user cannot see"
+    message = f"port {port} on 127.0.0.1 is already in use by {named}"
+    if runs:
+        message += f" — orch run {runs[0]!r}, stop it with `orch stop {runs[0]}`"
+    raise AgentFailure("port_in_use", message, {"port": port, "holders": holders, "runs": runs})
+
+
+def needed_gpu_indices(count: int, env: Dict[str, str], gpus: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The GPUs an engine will use: CUDA_VISIBLE_DEVICES order when set, else the first ``count``."""
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    ordered = gpus
+    if visible is not None and visible.strip():
+        by_key: Dict[str, Dict[str, Any]] = {}
+        for gpu in gpus:
+            by_key[str(gpu["index"])] = gpu
+            if gpu.get("uuid"):
+                by_key[gpu["uuid"]] = gpu
+        ordered = [by_key[item.strip()] for item in visible.split(",") if item.strip() in by_key]
+    return ordered[:count]
+
+
+def check_gpus(spec: Dict[str, Any], env: Dict[str, str]) -> Dict[str, Any]:
+    count = spec.get("gpus_needed") or 0
+    threshold = spec.get("gpu_busy_threshold_mib", 1024)
+    if not isinstance(count, int) or count <= 0:
+        return {"checked": False, "reason": "no GPUs requested"}
+    facts = gpu_facts()
+    if not facts["nvidia_smi"]["available"]:
+        return {"checked": False, "reason": facts["nvidia_smi"]["error"]}
+    gpus = needed_gpu_indices(count, env, facts["gpus"])
+    if len(gpus) < count:
+        raise AgentFailure(
+            "not_enough_gpus",
+            f"the run needs {count} GPU(s) but only {len(gpus)} are available"
+            + (f" in CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if env.get("CUDA_VISIBLE_DEVICES") else ""),
+            {"needed": count, "available": len(gpus)},
+        )
+    busy = [g for g in gpus if (g.get("memory_used_mib") or 0) > threshold]
+    if busy:
+        parts = []
+        for gpu in busy:
+            apps = ", ".join(
+                f"pid {p['pid']} {p.get('process_name') or '?'} ({p.get('used_memory_mib')} MiB)"
+                for p in gpu["processes"]
+            )
+            parts.append(f"GPU {gpu['index']} has {gpu['memory_used_mib']} MiB in use" + (f" by {apps}" if apps else ""))
+        raise AgentFailure(
+            "gpu_busy",
+            "; ".join(parts) + f" (more than {threshold} MiB)",
+            {"gpus": busy, "threshold_mib": threshold},
+        )
+    return {"checked": True, "gpus": [g["index"] for g in gpus]}
+
+
+def start_supervisor(config: Dict[str, Any]) -> Dict[str, Any]:
+    """Start the supervisor, hand it the config on stdin (env may hold secrets: never on disk)."""
+    root = package_root()
+    package = __name__.rsplit(".", 1)[0]
+    with open(os.path.join(config["dir"], SUPERVISOR_LOG), "ab") as errlog:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _BOOT, root, package],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=errlog,
+            start_new_session=True,
+            close_fds=True,
+        )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(json.dumps(config).encode("utf-8"))
+    proc.stdin.close()
+    line = _readline_with_timeout(proc, SUPERVISOR_START_TIMEOUT_S)
+    proc.stdout.close()
+    try:
+        report = json.loads(line) if line else None
+    except ValueError:
+        report = None
+    if not isinstance(report, dict):
+        errors = (read_text(os.path.join(config["dir"], SUPERVISOR_LOG)) or "").strip().splitlines()[-20:]
+        raise AgentFailure("launch_failed", "the server supervisor did not start", {"stderr": errors})
+    if not report.get("ok"):
+        raise AgentFailure("launch_failed", f"cannot start {config['argv'][0]}: {report.get('error')}",
+                           {"argv0": config["argv"][0]})
+    return report["record"]
+
+
+def _readline_with_timeout(proc: subprocess.Popen, timeout: float) -> bytes:
+    import selectors
+
+    assert proc.stdout is not None
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        if not sel.select(timeout):
+            kill_quietly(proc.pid)
+            return b""
+    return proc.stdout.readline()
+
+
+def package_root() -> str:
+    """The sys.path entry holding this package (a zipapp path or a source tree)."""
+    path = os.path.abspath(__file__)
+    for _ in range(__name__.count(".") + 1):
+        path = os.path.dirname(path)
+    return path
+
+
+def supervise() -> None:
+    """Supervisor process body: start the engine, report its pid, wait, record its exit."""
+    config = json.loads(sys.stdin.buffer.read().decode("utf-8"))
+    devnull = os.open(os.devnull, os.O_RDWR)
+    os.dup2(devnull, 0)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    env = dict(os.environ)
+    env.update(config["env"])
+    log_fd = os.open(config["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        engine = subprocess.Popen(
+            config["argv"], env=env, cwd=config["cwd"], stdin=subprocess.DEVNULL,
+            stdout=log_fd, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+        )
+    except OSError as exc:
+        _report({"ok": False, "error": f"{exc.strerror or exc} ({config['argv'][0]})"}, devnull)
+        return
+    finally:
+        os.close(log_fd)
+    record = {
+        "run_id": config["run_id"],
+        "pid": engine.pid,
+        "pgid": engine.pid,
+        "supervisor_pid": os.getpid(),
+        "argv": config["argv"],
+        "requested_argv": config["requested_argv"],
+        "env_keys": sorted(config["env"]),
+        "port": config["port"],
+        "cwd": config["cwd"],
+        "log": config["log"],
+        "started_at": time.time(),
+        "start_ticks": start_ticks(engine.pid),
+        "boot_id": boot_id(),
+    }
+    atomic_write_json(os.path.join(config["dir"], SERVER_JSON), record)
+    _report({"ok": True, "record": record}, devnull)
+    returncode = engine.wait()
+    atomic_write_json(
+        os.path.join(config["dir"], EXIT_JSON),
+        {
+            "pid": engine.pid,
+            "returncode": returncode,
+            "signal": signal.Signals(-returncode).name if returncode < 0 else None,
+            "ended_at": time.time(),
+        },
+    )
+
+
+def _report(obj: Dict[str, Any], devnull: int) -> None:
+    # A launcher that is gone (its SSH session died) must not stop us supervising.
+    with contextlib.suppress(OSError):
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
+    os.dup2(devnull, 1)  # let go of the launcher's pipe: nothing of SSH's stays open here
+
+
+# ---------------------------------------------------------------------------------------------
+# status
+
+
+def status(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
+    workdir = require(spec, "workdir", str)
+    if spec.get("all"):
+        states = [server_state(d) for d in all_run_dirs(workdir)]
+        return {"servers": [s for s in states if s is not None]}
+    run_id = require(spec, "run_id", str)
+    state = server_state(run_dir(workdir, run_id))
+    if state is None:
+        raise AgentFailure("not_found", f"no server was launched for run {run_id} in {workdir}", {"run_id": run_id})
+    return {"servers": [state]}
+
+
+# ---------------------------------------------------------------------------------------------
+# tail
+
+
+def tail(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
+    """Stream complete log lines from a byte offset; each line carries where it starts and ends.
+
+    A controller that lost its connection calls again with the last ``next`` it received and gets
+    exactly the following line. A final line without a newline is only sent once the server has
+    exited (it may still be being written before that).
+    """
+    workdir = require(spec, "workdir", str)
+    run_id = require(spec, "run_id", str)
+    offset = spec.get("offset", 0)
+    follow = bool(spec.get("follow", False))
+    until_exit = bool(spec.get("until_exit", False))
+    idle_timeout = spec.get("idle_timeout_s")
+    poll = float(spec.get("poll_interval_s", 0.1))
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise AgentFailure("bad_spec", "tail: 'offset' must be a byte offset >= 0")
+    directory = run_dir(workdir, run_id)
+    record = read_json(os.path.join(directory, SERVER_JSON))
+    log = (record or {}).get("log") or os.path.join(directory, SERVER_LOG)
+    if not os.path.exists(log):
+        raise AgentFailure("not_found", f"no log for run {run_id} at {log}", {"run_id": run_id})
+    size = os.path.getsize(log)
+    if offset > size:
+        raise AgentFailure("bad_offset", f"offset {offset} is past the end of {log} ({size} bytes)",
+                           {"size": size})
+    parent = os.getppid()
+    with open(log, "rb") as handle:
+        handle.seek(offset)
+        pending = b""
+        last_data = last_emit = time.monotonic()
+        while True:
+            exited = _has_exited(directory, record)  # before reading: then EOF means drained
+            chunk = handle.read(READ_CHUNK)
+            now = time.monotonic()
+            if chunk:
+                pending, offset = _emit_lines(pending + chunk, offset, emit)
+                last_data = last_emit = now
+                continue
+            if exited or not follow:
+                if pending and exited:
+                    _emit_line(pending, offset, emit)
+                    offset += len(pending)
+                    pending = b""
+                if exited and (until_exit or not follow):
+                    return _tail_result(offset, "exited", directory)
+                if not follow:
+                    return _tail_result(offset, "eof", directory)
+            if idle_timeout is not None and now - last_data >= float(idle_timeout):
+                return _tail_result(offset, "idle_timeout", directory)
+            if os.getppid() != parent:
+                return _tail_result(offset, "orphaned", directory)  # our SSH session is gone
+            if now - last_emit >= HEARTBEAT_S:
+                emit({"event": "heartbeat", "offset": offset})  # a dead channel fails this write
+                last_emit = now
+            time.sleep(poll)
+
+
+def _emit_lines(data: bytes, offset: int, emit: Emit):
+    """Emit every complete line in ``data`` (which starts at ``offset``); return the rest."""
+    start = 0
+    while True:
+        end = data.find(b"\n", start)
+        if end < 0:
+            return data[start:], offset
+        line = data[start : end + 1]
+        _emit_line(line, offset, emit)
+        offset += len(line)
+        start = end + 1
+
+
+def _emit_line(line: bytes, offset: int, emit: Emit) -> None:
+    text = line.decode("utf-8", errors="replace").rstrip("\n").rstrip("\r")
+    emit({"event": "line", "offset": offset, "next": offset + len(line), "text": text})
+
+
+def _has_exited(directory: str, record: Optional[Dict[str, Any]]) -> bool:
+    if os.path.exists(os.path.join(directory, EXIT_JSON)):
+        return True
+    if record is None:
+        record = read_json(os.path.join(directory, SERVER_JSON))
+    if record is None:
+        return True  # never started (or its record is gone): nothing will write to the log
+    return not same_process(record) and not group_members(record)
+
+
+def _tail_result(offset: int, reason: str, directory: str) -> Dict[str, Any]:
+    return {"offset": offset, "reason": reason, "exit": read_json(os.path.join(directory, EXIT_JSON))}
+
+
+# ---------------------------------------------------------------------------------------------
+# stop
+
+
+def stop(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
+    workdir = require(spec, "workdir", str)
+    timeout = float(spec.get("timeout_s", 30.0))
+    gpu_timeout = float(spec.get("gpu_timeout_s", 60.0))
+    if spec.get("all"):
+        directories = all_run_dirs(workdir)
+    else:
+        run_id = require(spec, "run_id", str)
+        directories = [run_dir(workdir, run_id)]
+        if not os.path.isfile(os.path.join(directories[0], SERVER_JSON)):
+            raise AgentFailure("not_found", f"no server was launched for run {run_id} in {workdir}",
+                               {"run_id": run_id})
+    results = []
+    for directory in directories:
+        record = read_json(os.path.join(directory, SERVER_JSON))
+        if record is not None:
+            results.append(stop_one(directory, record, timeout=timeout, gpu_timeout=gpu_timeout))
+    failed = [r for r in results if r["remaining_pids"] or r["gpu_released"] is False]
+    if failed and not spec.get("all"):
+        r = failed[0]
+        what = (f"processes {r['remaining_pids']} survived SIGKILL" if r["remaining_pids"]
+                else f"GPU memory of pids {r['gpu_pids']} was not released within {gpu_timeout:g} s")
+        raise AgentFailure("stop_failed", f"run {r['run_id']}: {what}", r)
+    return {"stopped": results}
+
+
+def stop_one(directory: str, record: Dict[str, Any], *, timeout: float, gpu_timeout: float) -> Dict[str, Any]:
+    """SIGTERM the group, wait, SIGKILL what is left, then wait for the GPUs to let go."""
+    started = time.monotonic()
+    pids = set(group_members(record))
+    if same_process(record):
+        pids.add(int(record["pid"]))
+    signals: List[str] = []
+    if pids:
+        signal_group(record, signal.SIGTERM)
+        signals.append("SIGTERM")
+        pids |= set(group_members(record))
+        if not wait_group_gone(record, timeout):
+            pids |= set(group_members(record))
+            signal_group(record, signal.SIGKILL)
+            signals.append("SIGKILL")
+            wait_group_gone(record, 10.0)
+    remaining = group_members(record)
+    gpu_released = wait_gpu_released(sorted(pids), gpu_timeout) if pids else True
+    _wait_for_exit_record(directory, 5.0 if pids else 0.0)
+    return {
+        "run_id": record.get("run_id"),
+        "pid": record.get("pid"),
+        "was_running": bool(pids),
+        "signals": signals,
+        "killed_pids": sorted(pids),
+        "remaining_pids": remaining,
+        "gpu_pids": sorted(pids),
+        "gpu_released": gpu_released,
+        "exit": read_json(os.path.join(directory, EXIT_JSON)),
+        "waited_s": round(time.monotonic() - started, 2),
+    }
+
+
+def _wait_for_exit_record(directory: str, timeout: float) -> None:
+    """The supervisor writes exit.json right after the engine dies: give it a moment."""
+    deadline = time.monotonic() + timeout
+    path = os.path.join(directory, EXIT_JSON)
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+# ---------------------------------------------------------------------------------------------
+# Processes, read from /proc (Linux): identity, process groups, port holders, GPU holders.
+
+
+def _stat_fields(pid: int) -> Optional[List[str]]:
+    """Fields of /proc/<pid>/stat from field 3 (state) on; the name in parentheses may hold spaces."""
+    text = read_text("/proc/%d/stat" % pid)
+    if not text or ")" not in text:
+        return None
+    return text[text.rindex(")") + 2 :].split()
+
+
+def start_ticks(pid: int) -> Optional[int]:
+    fields = _stat_fields(pid)
+    return int(fields[19]) if fields and len(fields) > 19 else None
+
+
+def boot_id() -> Optional[str]:
+    text = read_text("/proc/sys/kernel/random/boot_id")
+    return text.strip() if text else None
+
+
+def _alive_fields(pid: int) -> Optional[List[str]]:
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in ("Z", "X", "x"):
+        return None
+    return fields
+
+
+def same_process(record: Dict[str, Any]) -> bool:
+    """True when the recorded pid is alive and still the process that was launched."""
+    pid = record.get("pid")
+    if not isinstance(pid, int):
+        return False
+    if record.get("boot_id") and record["boot_id"] != boot_id():
+        return False
+    fields = _alive_fields(pid)
+    if fields is None:
+        return False
+    ticks = record.get("start_ticks")
+    return ticks is None or int(fields[19]) == ticks
+
+
+def group_members(record: Dict[str, Any]) -> List[int]:
+    """Live pids in the engine's process group started no earlier than the engine (no reuse)."""
+    pgid = record.get("pgid")
+    if not isinstance(pgid, int) or (record.get("boot_id") and record["boot_id"] != boot_id()):
+        return []
+    since = record.get("start_ticks") or 0
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        fields = _alive_fields(int(name))
+        if fields and int(fields[2]) == pgid and int(fields[19]) >= since:
+            members.append(int(name))
+    return sorted(members)
+
+
+def signal_group(record: Dict[str, Any], sig: int) -> None:
+    if not (same_process(record) or group_members(record)):
+        return
+    try:
+        os.killpg(int(record["pgid"]), sig)
+    except ProcessLookupError:
+        pass
+    except PermissionError as exc:
+        raise AgentFailure("stop_failed", f"not allowed to signal process group {record['pgid']}: {exc}") from exc
+
+
+def wait_group_gone(record: Dict[str, Any], timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while True:
+        if not group_members(record):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.1)
+
+
+def kill_quietly(pid: int) -> None:
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+
+
+def cmdline(pid: int) -> str:
+    text = read_text("/proc/%d/cmdline" % pid) or ""
+    return " ".join(" ".join(part.split()) for part in text.split("\0") if part)[:160] or "?"
+
+
+def _listening_inodes(port: int) -> List[str]:
+    inodes = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in (read_text(table) or "").splitlines()[1:]:
+            parts = line.split()
+            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                inodes.append(parts[9])
+    return inodes
+
+
+def port_holders(port: int) -> List[Dict[str, Any]]:
+    """Processes listening on ``port`` (those whose fds this user may read)."""
+    wanted = {"socket:[%s]" % inode for inode in _listening_inodes(port)}
+    holders = []
+    for name in os.listdir("/proc") if wanted else []:
+        if not name.isdigit():
+            continue
+        try:
+            fds = os.listdir("/proc/%s/fd" % name)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink("/proc/%s/fd/%s" % (name, fd))
+            except OSError:
+                continue
+            if target in wanted:
+                holders.append({"pid": int(name), "cmdline": cmdline(int(name))})
+                break
+    return holders
+
+
+def wait_gpu_released(pids: List[int], timeout: float) -> Optional[bool]:
+    """Poll nvidia-smi until none of ``pids`` holds GPU memory; None when nvidia-smi is absent.
+
+    Pids are compared as this host's pid namespace sees them, which is what nvidia-smi prints
+    outside containers.
+    """
+    deadline = time.monotonic() + timeout
+    wanted = set(pids)
+    while True:
+        result = nvidia_smi(APPS_QUERY)
+        if not result.ok:
+            return None
+        apps, _ = parse_compute_apps_csv(result.stdout)
+        if not wanted & {app["pid"] for app in apps}:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.25)
