@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from orchestrator import __version__
-from orchestrator.cli import hosts, logs
+from orchestrator.cli import hosts, logs, servers
 from orchestrator.cli.common import EXIT_INTERRUPTED, err, print_json, report_error
 from orchestrator.cli.doctor import doctor_command
 from orchestrator.cli.run import run_command
@@ -38,6 +38,7 @@ app.add_typer(hosts.app, name="hosts")
 app.add_typer(logs.app, name="logs")
 app.command("run")(run_command)
 app.command("doctor")(doctor_command)
+servers.register(app)
 
 
 def _version(value: bool) -> None:

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from orchestrator.cli.common import SshOptions
 from orchestrator.config import HostConfig, Inventory, load_inventory
+from orchestrator.config.inventory import DEFAULT_SSH_CONFIG
 from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -27,17 +28,34 @@ def load_hosts(hosts_file: Path, only: list[str] | None) -> tuple[Inventory, lis
     return inventory, hosts
 
 
+def ssh_config_files(inventory: Inventory) -> list[str]:
+    """The OpenSSH client config to honour: none when the default ~/.ssh/config does not exist
+    (as OpenSSH), an error when a file named in hosts.yaml does not."""
+    path = inventory.ssh_config
+    if path is None:
+        return []
+    if path.exists():
+        return [str(path)]
+    if path == Path(DEFAULT_SSH_CONFIG).expanduser():
+        return []
+    raise ConfigError(
+        f"ssh_config {path} does not exist",
+        file=str(inventory.source_path) if inventory.source_path else None,
+        path="ssh_config",
+        hint="fix the path, or remove `ssh_config:` to use ~/.ssh/config when it exists",
+    )
+
+
 @asynccontextmanager
 async def open_pool(inventory: Inventory, ssh: SshOptions) -> AsyncIterator[ConnectionPool]:
     from orchestrator.transport import ConnectionPool  # asyncssh: only when a host is reached
 
-    known_hosts = ssh.known_hosts or getattr(inventory, "known_hosts", None)
-    ssh_config = getattr(inventory, "ssh_config", None)
-    kwargs = {"known_hosts": Path(known_hosts).expanduser() if known_hosts else None,
-              "accept_new_host_keys": ssh.accept_new_host_keys}
-    if ssh_config:
-        kwargs["ssh_config"] = [str(Path(ssh_config).expanduser())]
-    pool = ConnectionPool(**kwargs)
+    known_hosts = ssh.known_hosts or inventory.known_hosts
+    pool = ConnectionPool(
+        known_hosts=Path(known_hosts).expanduser() if known_hosts else None,
+        accept_new_host_keys=ssh.accept_new_host_keys,
+        ssh_config=ssh_config_files(inventory),
+    )
     try:
         yield pool
     finally:
