@@ -1,0 +1,23 @@
+"""Engine simulator standing in for vLLM and SGLang: same argv, logs, /metrics and OpenAI API.
+
+Entry points: ``python -m orchestrator.sim {vllm|sglang} ARGS`` and, through a sandbox made by
+``sandbox.prepare_sandbox``, the real command lines: ``vllm serve MODEL ...`` and
+``python -m sglang.launch_server ...`` (plus a fake ``nvidia-smi`` and models in ``HF_HOME``).
+
+Environment read by the simulated engines:
+
+    ORCH_SIM_SPEED          time scale (default 1): every simulated duration is divided by it.
+                            Ground truth, logs and /metrics are all in wall-clock terms, i.e.
+                            what the simulator actually did (x SPEED faster than the profile).
+    ORCH_SIM_LOAD_S         wall seconds spent "loading the model" before serving (default 1).
+    ORCH_SIM_FAIL           oom | nccl (die at start-up), crash_after:S (die S s after ready).
+    ORCH_SIM_STATE          state directory: gpus.json, gpu-<pid>.json, ground-truth-<pid>.json
+                            (default: $TMPDIR/orch-sim-<uid>; the sandbox's scripts set it).
+    ORCH_SIM_GPUS, ORCH_SIM_GPU_NAME, ORCH_SIM_GPU_MEMORY_MIB   override the simulated GPUs.
+    CUDA_VISIBLE_DEVICES    which simulated GPUs a server uses (default: the first tp ones).
+    HF_HOME / HF_HUB_CACHE  where model ids are looked up (hub/models--ORG--NAME/snapshots).
+    VLLM_LOG_STATS_INTERVAL vLLM stat-line period in seconds (default 10), divided by SPEED.
+    VLLM_USE_V2_MODEL_RUNNER=1  needed by vLLM for DFlash drafters that mix sliding-window and
+                            full attention (e.g. z-lab/Qwen3.6-27B-DFlash); without it their
+                            acceptance drops (acceptance length ~1.5), as engines.md says.
+"""

@@ -1,0 +1,141 @@
+"""Simulated GPUs and who holds their memory: state shared by the fake nvidia-smi and the servers.
+
+Each running simulated engine writes ``<state>/gpu-<pid>.json``; nvidia-smi counts a file only
+while its process is alive (same pid *and* same start time, so a recycled pid does not count),
+and deletes files left behind by processes that were killed. Standard library only: the fake
+nvidia-smi must start fast.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.sim.versions import DRIVER_VERSION
+
+DEFAULT_GPUS = 2
+DEFAULT_GPU_NAME = "NVIDIA RTX A6000"
+DEFAULT_GPU_MEMORY_MIB = 49140
+IDLE_USED_MIB = 1  # what an idle GPU reports as used
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    count: int
+    name: str
+    memory_mib: int
+    driver_version: str = DRIVER_VERSION
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    gpus: tuple[int, ...]
+    memory_mib: int  # per GPU
+    process_name: str
+
+
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
+    env = os.environ if environ is None else environ
+    explicit = env.get("ORCH_SIM_STATE")
+    if explicit:
+        return Path(explicit)
+    return Path(tempfile.gettempdir()) / f"orch-sim-{os.getuid()}"
+
+
+def load_gpu_facts(state: Path, environ: Mapping[str, str] | None = None) -> GpuFacts:
+    """Env vars (ORCH_SIM_GPUS, _GPU_NAME, _GPU_MEMORY_MIB) win over the sandbox's gpus.json."""
+    env = os.environ if environ is None else environ
+    saved: dict[str, object] = {}
+    with contextlib.suppress(OSError, ValueError):
+        saved = json.loads((state / "gpus.json").read_text())
+    count = int(env.get("ORCH_SIM_GPUS") or saved.get("count") or DEFAULT_GPUS)
+    name = str(env.get("ORCH_SIM_GPU_NAME") or saved.get("name") or DEFAULT_GPU_NAME)
+    memory = int(
+        env.get("ORCH_SIM_GPU_MEMORY_MIB") or saved.get("memory_mib") or DEFAULT_GPU_MEMORY_MIB
+    )
+    return GpuFacts(count=count, name=name, memory_mib=memory)
+
+
+def gpu_uuid(index: int, name: str) -> str:
+    """Stable per (index, name), in nvidia-smi's `GPU-xxxxxxxx-...` form."""
+    return "GPU-" + str(uuid.uuid5(uuid.NAMESPACE_URL, f"orch-sim/{name}/{index}"))
+
+
+def pci_bus_id(index: int) -> str:
+    return f"00000000:{index + 1:02X}:00.0"
+
+
+def _start_ticks(pid: int) -> int | None:
+    """Process start time (clock ticks since boot), None when gone or a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return None
+    return int(fields[19])
+
+
+def register_process(
+    state: Path, *, pid: int, gpus: list[int], memory_mib: int, process_name: str
+) -> Path:
+    state.mkdir(parents=True, exist_ok=True)
+    path = state / f"gpu-{pid}.json"
+    record = {
+        "pid": pid,
+        "gpus": gpus,
+        "memory_mib": memory_mib,
+        "process_name": process_name,
+        "start_ticks": _start_ticks(pid),
+    }
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(record) + "\n")
+    os.replace(tmp, path)
+    return path
+
+
+def unregister_process(state: Path, pid: int) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (state / f"gpu-{pid}.json").unlink()
+
+
+def live_processes(state: Path) -> list[GpuProcess]:
+    """Processes holding GPU memory now; files of dead processes are removed on the way."""
+    procs: list[GpuProcess] = []
+    for path in sorted(state.glob("gpu-*.json")):
+        try:
+            record = json.loads(path.read_text())
+            pid = int(record["pid"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        ticks = _start_ticks(pid)
+        if ticks is None or (record.get("start_ticks") not in (None, ticks)):
+            with contextlib.suppress(OSError):
+                path.unlink()
+            continue
+        procs.append(
+            GpuProcess(
+                pid=pid,
+                gpus=tuple(int(g) for g in record.get("gpus", [])),
+                memory_mib=int(record.get("memory_mib", 0)),
+                process_name=str(record.get("process_name", "python3")),
+            )
+        )
+    return procs
+
+
+def used_memory_mib(facts: GpuFacts, procs: list[GpuProcess]) -> list[int]:
+    used = [IDLE_USED_MIB] * facts.count
+    for proc in procs:
+        for gpu in proc.gpus:
+            if 0 <= gpu < facts.count:
+                used[gpu] = min(facts.memory_mib, used[gpu] + proc.memory_mib)
+    return used
