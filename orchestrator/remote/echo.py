@@ -14,6 +14,7 @@ import sys
 from typing import Any, Dict, List
 
 from .protocol import AgentFailure, Emit
+from .util import is_str_list, is_str_map
 
 # The child prints its argv and the environment values it was asked about, as one JSON object.
 _CHILD = (
@@ -26,7 +27,7 @@ _CHILD = (
 
 def run(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
     keys = spec.get("env_keys", [])
-    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+    if not is_str_list(keys):
         raise AgentFailure("bad_spec", "echo: 'env_keys' must be a list of strings")
     result: Dict[str, Any] = {
         "spec": spec,
@@ -44,11 +45,9 @@ def _run_child(child: Any) -> Dict[str, Any]:
         raise AgentFailure("bad_spec", "echo: 'child' must be an object with 'args' and 'env'")
     args = child.get("args", [])
     env_extra = child.get("env", {})
-    if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+    if not is_str_list(args):
         raise AgentFailure("bad_spec", "echo: 'child.args' must be a list of strings")
-    if not isinstance(env_extra, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in env_extra.items()
-    ):
+    if not is_str_map(env_extra):
         raise AgentFailure("bad_spec", "echo: 'child.env' must map strings to strings")
     env = dict(os.environ)
     env.update(env_extra)

@@ -14,7 +14,7 @@ import urllib.request
 from typing import Any, Dict, Optional
 
 from .protocol import AgentFailure, Emit
-from .util import require
+from .util import is_str_map, require
 
 METHODS = ("GET", "POST", "HEAD", "DELETE", "PUT")
 MAX_BODY = 32 * 1024 * 1024
@@ -41,7 +41,7 @@ def build_request(spec: Dict[str, Any]) -> urllib.request.Request:
         raise AgentFailure("bad_spec", f"http: port {port} is outside 1-65535")
     if not path.startswith("/") or any(c in path for c in "\r\n "):
         raise AgentFailure("bad_spec", f"http: path {path!r} must start with '/' and hold no spaces")
-    if not isinstance(headers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items()):
+    if not is_str_map(headers):
         raise AgentFailure("bad_spec", "http: 'headers' must map strings to strings")
     body = spec.get("body")
     data: Optional[bytes] = None

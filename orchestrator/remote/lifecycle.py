@@ -18,7 +18,7 @@ processes whatever their session id; the default (``no``) on Debian/Ubuntu/RHEL 
 
 Process identity: a pid alone can be reused, so ``server.json`` also records the kernel's start
 time of the process (``/proc/<pid>/stat`` field 22) and the boot id; a pid counts as the engine
-only when both still match.
+only when both still match (``procs``). GPU checks and waits run nvidia-smi through ``gpus``.
 """
 
 from __future__ import annotations
@@ -34,9 +34,27 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-from .probe import APPS_QUERY, gpu_facts, parse_compute_apps_csv
+from .gpus import check_gpus, wait_gpu_released
+from .procs import (
+    boot_id,
+    group_members,
+    kill_quietly,
+    port_holders,
+    same_process,
+    signal_group,
+    start_ticks,
+    wait_group_gone,
+)
 from .protocol import AgentFailure, Emit
-from .util import atomic_write_json, nvidia_smi, port_is_free, read_text, require
+from .util import (
+    atomic_write_json,
+    is_str_list,
+    is_str_map,
+    port_is_free,
+    read_text,
+    require,
+    wait_until,
+)
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SERVER_JSON = "server.json"
@@ -122,9 +140,9 @@ def launch(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
     argv = require(spec, "argv", list)
     env = spec.get("env") or {}
     port = require(spec, "port", int)
-    if not argv or not all(isinstance(a, str) for a in argv):
+    if not argv or not is_str_list(argv):
         raise AgentFailure("bad_spec", "launch: 'argv' must be a non-empty list of strings")
-    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+    if not is_str_map(env):
         raise AgentFailure("bad_spec", "launch: 'env' must map strings to strings")
     directory = run_dir(workdir, run_id)
     previous = server_state(directory)
@@ -137,7 +155,8 @@ def launch(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
     check_port(workdir, port)
     merged_env = dict(os.environ)
     merged_env.update(env)
-    gpu_check = check_gpus(spec, merged_env)
+    gpu_check = check_gpus(spec.get("gpus_needed") or 0, merged_env,
+                           threshold_mib=spec.get("gpu_busy_threshold_mib", 1024))
     resolved = resolve_argv(argv, merged_env)
     os.makedirs(directory, exist_ok=True)
     for stale in (EXIT_JSON, SERVER_JSON):
@@ -202,53 +221,6 @@ def check_port(workdir: str, port: int) -> None:
     if runs:
         message += f" — orch run {runs[0]!r}, stop it with `orch stop {runs[0]}`"
     raise AgentFailure("port_in_use", message, {"port": port, "holders": holders, "runs": runs})
-
-
-def needed_gpu_indices(count: int, env: Dict[str, str], gpus: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The GPUs an engine will use: CUDA_VISIBLE_DEVICES order when set, else the first ``count``."""
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    ordered = gpus
-    if visible is not None and visible.strip():
-        by_key: Dict[str, Dict[str, Any]] = {}
-        for gpu in gpus:
-            by_key[str(gpu["index"])] = gpu
-            if gpu.get("uuid"):
-                by_key[gpu["uuid"]] = gpu
-        ordered = [by_key[item.strip()] for item in visible.split(",") if item.strip() in by_key]
-    return ordered[:count]
-
-
-def check_gpus(spec: Dict[str, Any], env: Dict[str, str]) -> Dict[str, Any]:
-    count = spec.get("gpus_needed") or 0
-    threshold = spec.get("gpu_busy_threshold_mib", 1024)
-    if not isinstance(count, int) or count <= 0:
-        return {"checked": False, "reason": "no GPUs requested"}
-    facts = gpu_facts()
-    if not facts["nvidia_smi"]["available"]:
-        return {"checked": False, "reason": facts["nvidia_smi"]["error"]}
-    gpus = needed_gpu_indices(count, env, facts["gpus"])
-    if len(gpus) < count:
-        raise AgentFailure(
-            "not_enough_gpus",
-            f"the run needs {count} GPU(s) but only {len(gpus)} are available"
-            + (f" in CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if env.get("CUDA_VISIBLE_DEVICES") else ""),
-            {"needed": count, "available": len(gpus)},
-        )
-    busy = [g for g in gpus if (g.get("memory_used_mib") or 0) > threshold]
-    if busy:
-        parts = []
-        for gpu in busy:
-            apps = ", ".join(
-                f"pid {p['pid']} {p.get('process_name') or '?'} ({p.get('used_memory_mib')} MiB)"
-                for p in gpu["processes"]
-            )
-            parts.append(f"GPU {gpu['index']} has {gpu['memory_used_mib']} MiB in use" + (f" by {apps}" if apps else ""))
-        raise AgentFailure(
-            "gpu_busy",
-            "; ".join(parts) + f" (more than {threshold} MiB)",
-            {"gpus": busy, "threshold_mib": threshold},
-        )
-    return {"checked": True, "gpus": [g["index"] for g in gpus]}
 
 
 def start_supervisor(config: Dict[str, Any]) -> Dict[str, Any]:
@@ -533,149 +505,5 @@ def stop_one(directory: str, record: Dict[str, Any], *, timeout: float, gpu_time
 
 def _wait_for_exit_record(directory: str, timeout: float) -> None:
     """The supervisor writes exit.json right after the engine dies: give it a moment."""
-    deadline = time.monotonic() + timeout
     path = os.path.join(directory, EXIT_JSON)
-    while not os.path.exists(path) and time.monotonic() < deadline:
-        time.sleep(0.05)
-
-
-# ---------------------------------------------------------------------------------------------
-# Processes, read from /proc (Linux): identity, process groups, port holders, GPU holders.
-
-
-def _stat_fields(pid: int) -> Optional[List[str]]:
-    """Fields of /proc/<pid>/stat from field 3 (state) on; the name in parentheses may hold spaces."""
-    text = read_text("/proc/%d/stat" % pid)
-    if not text or ")" not in text:
-        return None
-    return text[text.rindex(")") + 2 :].split()
-
-
-def start_ticks(pid: int) -> Optional[int]:
-    fields = _stat_fields(pid)
-    return int(fields[19]) if fields and len(fields) > 19 else None
-
-
-def boot_id() -> Optional[str]:
-    text = read_text("/proc/sys/kernel/random/boot_id")
-    return text.strip() if text else None
-
-
-def _alive_fields(pid: int) -> Optional[List[str]]:
-    fields = _stat_fields(pid)
-    if fields is None or fields[0] in ("Z", "X", "x"):
-        return None
-    return fields
-
-
-def same_process(record: Dict[str, Any]) -> bool:
-    """True when the recorded pid is alive and still the process that was launched."""
-    pid = record.get("pid")
-    if not isinstance(pid, int):
-        return False
-    if record.get("boot_id") and record["boot_id"] != boot_id():
-        return False
-    fields = _alive_fields(pid)
-    if fields is None:
-        return False
-    ticks = record.get("start_ticks")
-    return ticks is None or int(fields[19]) == ticks
-
-
-def group_members(record: Dict[str, Any]) -> List[int]:
-    """Live pids in the engine's process group started no earlier than the engine (no reuse)."""
-    pgid = record.get("pgid")
-    if not isinstance(pgid, int) or (record.get("boot_id") and record["boot_id"] != boot_id()):
-        return []
-    since = record.get("start_ticks") or 0
-    members = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        fields = _alive_fields(int(name))
-        if fields and int(fields[2]) == pgid and int(fields[19]) >= since:
-            members.append(int(name))
-    return sorted(members)
-
-
-def signal_group(record: Dict[str, Any], sig: int) -> None:
-    if not (same_process(record) or group_members(record)):
-        return
-    try:
-        os.killpg(int(record["pgid"]), sig)
-    except ProcessLookupError:
-        pass
-    except PermissionError as exc:
-        raise AgentFailure("stop_failed", f"not allowed to signal process group {record['pgid']}: {exc}") from exc
-
-
-def wait_group_gone(record: Dict[str, Any], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while True:
-        if not group_members(record):
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.1)
-
-
-def kill_quietly(pid: int) -> None:
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
-
-
-def cmdline(pid: int) -> str:
-    text = read_text("/proc/%d/cmdline" % pid) or ""
-    return " ".join(" ".join(part.split()) for part in text.split("\0") if part)[:160] or "?"
-
-
-def _listening_inodes(port: int) -> List[str]:
-    inodes = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in (read_text(table) or "").splitlines()[1:]:
-            parts = line.split()
-            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                inodes.append(parts[9])
-    return inodes
-
-
-def port_holders(port: int) -> List[Dict[str, Any]]:
-    """Processes listening on ``port`` (those whose fds this user may read)."""
-    wanted = {"socket:[%s]" % inode for inode in _listening_inodes(port)}
-    holders = []
-    for name in os.listdir("/proc") if wanted else []:
-        if not name.isdigit():
-            continue
-        try:
-            fds = os.listdir("/proc/%s/fd" % name)
-        except OSError:
-            continue
-        for fd in fds:
-            try:
-                target = os.readlink("/proc/%s/fd/%s" % (name, fd))
-            except OSError:
-                continue
-            if target in wanted:
-                holders.append({"pid": int(name), "cmdline": cmdline(int(name))})
-                break
-    return holders
-
-
-def wait_gpu_released(pids: List[int], timeout: float) -> Optional[bool]:
-    """Poll nvidia-smi until none of ``pids`` holds GPU memory; None when nvidia-smi is absent.
-
-    Pids are compared as this host's pid namespace sees them, which is what nvidia-smi prints
-    outside containers.
-    """
-    deadline = time.monotonic() + timeout
-    wanted = set(pids)
-    while True:
-        result = nvidia_smi(APPS_QUERY)
-        if not result.ok:
-            return None
-        apps, _ = parse_compute_apps_csv(result.stdout)
-        if not wanted & {app["pid"] for app in apps}:
-            return True
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.25)
+    wait_until(lambda: os.path.exists(path), timeout, interval=0.05)

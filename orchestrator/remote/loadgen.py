@@ -67,23 +67,15 @@ import json
 import math
 import random
 import time
-from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional
 
 from .protocol import AgentFailure, Emit
+from .sse import StreamParser
+from .tokens import load_tokenizer, random_prompts
 
 DEFAULT_TIMEOUT_S = 600.0
 TICK_S = 0.02  # event-loop ticker period: fine enough to see a stalled loop, cheap enough
 ERROR_TEXT_MAX = 500
-_WORD_TEXT = (
-    "time year people way day man thing woman life child world school state family student "
-    "group country problem hand part place case week company system program question work "
-    "government number night point home water room mother area money story fact month lot "
-    "right study book eye job word business issue side kind head house service friend father "
-    "power hour game line end member law car city community name president team minute idea "
-    "kid body information back parent face others level office door health person art war "
-    "history party result change morning reason research girl guy moment air teacher force"
-)
-_WORDS = tuple(_WORD_TEXT.split())
 
 
 # ---------------------------------------------------------------- pure helpers (unit-tested)
@@ -128,121 +120,6 @@ def lag_stats_ms(values_s: List[float]) -> Dict[str, Any]:
     }
 
 
-def _choice_text(choice: Dict[str, Any]) -> str:
-    """Generated text of one streamed choice: completions ``text`` or chat delta parts.
-
-    Reasoning parsers move thinking tokens out of ``content`` (vLLM ``reasoning_content``,
-    newer ``reasoning``), and those tokens are output tokens too.
-    """
-    text = choice.get("text")
-    if isinstance(text, str):
-        return text
-    delta = choice.get("delta") or {}
-    parts = [delta.get(key) for key in ("content", "reasoning_content", "reasoning")]
-    return "".join(p for p in parts if isinstance(p, str))
-
-
-class StreamParser:
-    """Turns the bytes of one SSE response, each with its arrival time, into a record.
-
-    Pure (the caller supplies the clock), so the metric identities can be pinned with
-    scripted times. A chunk is a *token chunk* when it adds output tokens; only token chunks
-    are kept, so the trailing usage-only chunk and ``[DONE]`` never extend the latency.
-    """
-
-    def __init__(self, count_text: Optional[Callable[[str], int]] = None) -> None:
-        self.count_text = count_text
-        self.chunks: List[List[float]] = []  # [seconds since request start, tokens]
-        self.counted = 0
-        self.output_tokens: Optional[int] = None
-        self.prompt_tokens: Optional[int] = None
-        self.methods: Dict[str, int] = {}
-        self.done = False
-        self.error: Optional[str] = None
-        self._buffer = b""
-
-    def feed(self, data: bytes, t: float) -> None:
-        """Bytes that arrived at ``t``; complete lines are parsed now, the rest is kept."""
-        self._buffer += data
-        *lines, self._buffer = self._buffer.split(b"\n")
-        for line in lines:
-            self._line(line.strip(), t)
-
-    def _line(self, line: bytes, t: float) -> None:
-        if not line.startswith(b"data:"):
-            return  # blank separators, ": keep-alive" comments, "event:" fields
-        payload = line[5:].strip()
-        if payload == b"[DONE]":
-            self.done = True
-            return
-        try:
-            obj = json.loads(payload)
-        except ValueError:
-            self.error = self.error or f"unparseable SSE data: {payload[:200]!r}"
-            return
-        if isinstance(obj, dict):
-            self._event(obj, t)
-
-    def _event(self, obj: Dict[str, Any], t: float) -> None:
-        if "error" in obj or obj.get("object") == "error":
-            err = obj.get("error", obj)
-            message = err.get("message") if isinstance(err, dict) else err
-            self.error = self.error or f"server error in stream: {message}"
-            return
-        usage = obj.get("usage")
-        completion = None
-        if isinstance(usage, dict):
-            completion = usage.get("completion_tokens")
-            if isinstance(completion, int):
-                self.output_tokens = completion
-            if isinstance(usage.get("prompt_tokens"), int):
-                self.prompt_tokens = usage["prompt_tokens"]
-        choices = obj.get("choices") or []
-        if not choices:
-            return  # the usage-only chunk after the last token
-        text = "".join(_choice_text(c) for c in choices if isinstance(c, dict))
-        if isinstance(completion, int):
-            n, method = max(0, completion - self.counted), "usage"
-        elif text and self.count_text is not None:
-            n, method = max(1, self.count_text(text)), "tokenizer"
-        elif text:
-            n, method = 1, "chunk"
-        else:
-            return
-        if n > 0:
-            self.counted += n
-            self.chunks.append([t, n])
-            self.methods[method] = self.methods.get(method, 0) + 1
-
-    def finish(self, *, error: Optional[str] = None) -> Dict[str, Any]:
-        """The record fields this response determines.
-
-        ``ttft``/``e2el``: first/last token chunk; ``output_tokens``: the final usage (else the
-        tokens counted); ``token_count_method``: the weakest method any chunk needed.
-        """
-        if error is None:
-            error = self.error
-        if error is None and not self.done:
-            error = "stream ended before [DONE]"
-        if error is None and not self.chunks:
-            error = "response carried no output tokens"
-        method = None
-        for name in ("usage", "tokenizer", "chunk"):
-            if name in self.methods:
-                method = name
-        chunks = [[round(t, 6), n] for t, n in self.chunks]  # microseconds: plenty, and lean JSON
-        return {
-            "ttft": chunks[0][0] if chunks else None,
-            "e2el": chunks[-1][0] if chunks else None,
-            "chunks": chunks,
-            "output_tokens": self.output_tokens if self.output_tokens is not None else self.counted,
-            "usage_reported": self.output_tokens is not None,
-            "prompt_tokens": self.prompt_tokens,
-            "token_count_method": method,
-            "error": error,
-        }
-
-
 def request_body(item: Any, cfg: "LoadSpec") -> Dict[str, Any]:
     """The JSON body for one prompt; chat wraps a plain string, completions flattens messages."""
     body: Dict[str, Any] = {"model": cfg.model, "stream": True}
@@ -277,7 +154,7 @@ def _flatten(messages: List[Dict[str, Any]]) -> str:
     return "\n\n".join(out)
 
 
-# ---------------------------------------------------------------- spec and prompts
+# ---------------------------------------------------------------- spec
 
 
 class LoadSpec:
@@ -345,90 +222,6 @@ class LoadSpec:
     @property
     def open_loop(self) -> bool:
         return self.request_rate is not None
-
-
-class HostTokenizer:
-    """The few tokenizer operations the load generator needs, without special tokens."""
-
-    def __init__(self, hf: Any) -> None:
-        self.hf = hf
-        self.vocab_size = len(hf)
-        self.special_ids = set(getattr(hf, "all_special_ids", []) or [])
-
-    def encode(self, text: str) -> List[int]:
-        return list(self.hf.encode(text, add_special_tokens=False))
-
-    def decode(self, ids: List[int]) -> str:
-        return self.hf.decode(ids)
-
-    def count(self, text: str) -> int:
-        return len(self.encode(text))
-
-
-def load_tokenizer(name: Optional[str]) -> Optional[HostTokenizer]:
-    """The model's tokenizer from local files (HF cache or a path), or None if unavailable."""
-    if not name:
-        return None
-    try:
-        from transformers import AutoTokenizer  # the engine venv has it; imported only here
-
-        return HostTokenizer(AutoTokenizer.from_pretrained(name, local_files_only=True))
-    except Exception:  # noqa: BLE001 - no transformers, no cached files: fall back to words
-        return None
-
-
-def random_prompts(spec: Dict[str, Any], tokenizer: Any, seed: Any) -> Tuple[List[str], str, int]:
-    """``num`` random prompts of ``input_len`` tokens (±range_ratio): (items, source, n_exact).
-
-    With a tokenizer the text is random token ids decoded and re-encoded until its length in
-    tokens is exact (decode/encode round trips can merge or split tokens); without one the
-    length is in words, and the source says so.
-    """
-    try:
-        n, length = int(spec["num"]), int(spec["input_len"])
-        ratio = float(spec.get("range_ratio") or 0.0)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise AgentFailure(
-            "bad_spec", f"loadgen: random prompts need 'num' and 'input_len': {exc}"
-        ) from exc
-    if n < 1 or length < 1 or not 0 <= ratio < 1:
-        raise AgentFailure(
-            "bad_spec",
-            "loadgen: random prompts need num >= 1, input_len >= 1, 0 <= range_ratio < 1",
-        )
-    rng = random.Random(f"{seed}:prompts")
-    low, high = max(1, int(length * (1 - ratio))), max(1, int(length * (1 + ratio)))
-    lengths = [rng.randint(low, high) for _ in range(n)]
-    if tokenizer is None:
-        return [" ".join(rng.choice(_WORDS) for _ in range(k)) for k in lengths], "random:words", 0
-    items, exact = [], 0
-    for k in lengths:
-        text, ok = _token_prompt(tokenizer, k, rng)
-        items.append(text)
-        exact += ok
-    return items, "random:tokens", exact
-
-
-def _token_prompt(tok: Any, length: int, rng: random.Random) -> Tuple[str, bool]:
-    def draw(count: int) -> List[int]:
-        ids: List[int] = []
-        while len(ids) < count:
-            i = rng.randrange(tok.vocab_size)
-            if i not in tok.special_ids:
-                ids.append(i)
-        return ids
-
-    text = tok.decode(draw(length))
-    for _ in range(10):
-        ids = tok.encode(text)
-        if len(ids) == length:
-            return text, True
-        text = (
-            tok.decode(ids[:length])
-            if len(ids) > length
-            else text + tok.decode(draw(length - len(ids)))
-        )
-    return text, len(tok.encode(text)) == length
 
 
 # ---------------------------------------------------------------- the run (I/O)

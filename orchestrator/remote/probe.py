@@ -1,7 +1,8 @@
 """``probe``: what a host has (Python, OS, CPUs, memory, disk, GPUs, engines, free ports).
 
 Each fact is a command or file plus a pure parser, so the parsers are tested on real output
-lines while the I/O stays in ``run``. Nothing here imports the engines themselves: their
+lines while the I/O stays in ``run``; the GPU facts (nvidia-smi) live in ``gpus``, which
+``launch`` and ``stop`` share. Nothing here imports the engines themselves: their
 versions come from package metadata, because importing torch alone takes seconds.
 """
 
@@ -12,141 +13,13 @@ import platform
 import shutil
 import socket
 import sys
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional
 
+from .gpus import gpu_facts
 from .protocol import AgentFailure, Emit
-from .util import existing_parent, nvidia_smi, port_is_free, read_text
+from .util import existing_parent, is_str_list, port_is_free, read_text
 
 DEFAULT_PACKAGES = ("vllm", "sglang", "torch", "transformers")
-
-GPU_QUERY = [
-    "--query-gpu=index,name,memory.total,memory.used,utilization.gpu",
-    "--format=csv,noheader,nounits",
-]
-GPU_ID_QUERY = ["--query-gpu=index,uuid,driver_version", "--format=csv,noheader,nounits"]
-APPS_QUERY = [
-    "--query-compute-apps=gpu_uuid,pid,process_name,used_memory",
-    "--format=csv,noheader,nounits",
-]
-
-# What nvidia-smi prints when a field has no value on this GPU / driver.
-_MISSING = {
-    "",
-    "n/a",
-    "[n/a]",
-    "[not supported]",
-    "not supported",
-    "[unknown error]",
-    "[insufficient permissions]",
-}
-
-Row = Dict[str, Any]
-
-
-def na(value: str) -> Optional[str]:
-    """The field stripped, or None for nvidia-smi's placeholders ([N/A], [Not Supported] ...)."""
-    value = value.strip()
-    return None if value.lower() in _MISSING else value
-
-
-def na_int(value: str) -> Optional[int]:
-    text = na(value)
-    if text is None:
-        return None
-    try:
-        return int(float(text))
-    except ValueError:
-        return None
-
-
-def split_fields(line: str, count: int, text_at: int) -> Optional[List[str]]:
-    """Split a CSV line into ``count`` fields where field ``text_at`` may itself hold commas.
-
-    nvidia-smi does not quote its CSV, and process names (paths) may contain ", ". Every other
-    field is a number or an id, so they are peeled off from the left and from the right.
-    """
-    parts = line.split(",")
-    if len(parts) < count:
-        return None
-    right = count - text_at - 1
-    left_parts = parts[:text_at]
-    right_parts = parts[len(parts) - right :] if right else []
-    middle = ",".join(parts[text_at : len(parts) - right])
-    return [p.strip() for p in left_parts] + [middle.strip()] + [p.strip() for p in right_parts]
-
-
-def parse_gpu_csv(text: str) -> Tuple[List[Row], List[str]]:
-    """``index, name, memory.total, memory.used, utilization.gpu`` lines -> rows, unparsed lines."""
-    rows: List[Row] = []
-    bad: List[str] = []
-    for line in _lines(text):
-        fields = split_fields(line, 5, 1)
-        index = na_int(fields[0]) if fields else None
-        if fields is None or index is None:
-            bad.append(line)
-            continue
-        rows.append(
-            {
-                "index": index,
-                "name": na(fields[1]),
-                "memory_total_mib": na_int(fields[2]),
-                "memory_used_mib": na_int(fields[3]),
-                "utilization_pct": na_int(fields[4]),
-            }
-        )
-    return rows, bad
-
-
-def parse_gpu_id_csv(text: str) -> Tuple[List[Row], List[str]]:
-    """``index, uuid, driver_version`` lines -> rows, unparsed lines."""
-    rows: List[Row] = []
-    bad: List[str] = []
-    for line in _lines(text):
-        fields = [f.strip() for f in line.split(",")]
-        index = na_int(fields[0]) if len(fields) == 3 else None
-        if index is None:
-            bad.append(line)
-            continue
-        rows.append({"index": index, "uuid": na(fields[1]), "driver_version": na(fields[2])})
-    return rows, bad
-
-
-def parse_compute_apps_csv(text: str) -> Tuple[List[Row], List[str]]:
-    """``gpu_uuid, pid, process_name, used_memory`` lines -> rows, unparsed lines."""
-    rows: List[Row] = []
-    bad: List[str] = []
-    for line in _lines(text):
-        fields = split_fields(line, 4, 2)
-        if fields is None or na(fields[0]) is None or na_int(fields[1]) is None:
-            bad.append(line)
-            continue
-        rows.append(
-            {
-                "gpu_uuid": na(fields[0]),
-                "pid": na_int(fields[1]),
-                "process_name": na(fields[2]),
-                "used_memory_mib": na_int(fields[3]),
-            }
-        )
-    return rows, bad
-
-
-def merge_gpus(gpus: List[Row], ids: List[Row], apps: List[Row]) -> List[Row]:
-    """Join the three nvidia-smi queries: ids by index, processes by GPU uuid."""
-    by_index = {row["index"]: row for row in ids}
-    merged: List[Row] = []
-    for gpu in sorted(gpus, key=lambda g: g["index"]):
-        ident = by_index.get(gpu["index"], {})
-        uuid = ident.get("uuid")
-        processes = [
-            {k: app[k] for k in ("pid", "process_name", "used_memory_mib")}
-            for app in apps
-            if uuid is not None and app["gpu_uuid"] == uuid
-        ]
-        merged.append(
-            dict(gpu, uuid=uuid, driver_version=ident.get("driver_version"), processes=processes)
-        )
-    return merged
 
 
 def parse_meminfo(text: str) -> Dict[str, Optional[int]]:
@@ -186,46 +59,8 @@ def parse_os_release(text: str) -> Dict[str, str]:
     return out
 
 
-def _lines(text: str) -> List[str]:
-    return [line for line in text.splitlines() if line.strip()]
-
-
 # ---------------------------------------------------------------------------------------------
 # I/O: gather the facts.
-
-
-def gpu_facts() -> Dict[str, Any]:
-    """GPUs and the nvidia-smi status; a missing or broken nvidia-smi is reported, not raised."""
-    result = nvidia_smi(GPU_QUERY)
-    if not result.ok:
-        return {
-            "gpus": [],
-            "driver_version": None,
-            "nvidia_smi": {"available": False, "error": result.error},
-        }
-    gpus, bad = parse_gpu_csv(result.stdout)
-    warnings = [f"unparsed nvidia-smi line: {line!r}" for line in bad]
-    ids: List[Row] = []
-    apps: List[Row] = []
-    id_result = nvidia_smi(GPU_ID_QUERY)
-    if id_result.ok:
-        ids, bad = parse_gpu_id_csv(id_result.stdout)
-        warnings += [f"unparsed nvidia-smi line: {line!r}" for line in bad]
-    else:
-        warnings.append(f"uuid/driver query failed: {id_result.error}")
-    apps_result = nvidia_smi(APPS_QUERY)
-    if apps_result.ok:
-        apps, bad = parse_compute_apps_csv(apps_result.stdout)
-        warnings += [f"unparsed nvidia-smi line: {line!r}" for line in bad]
-    else:
-        warnings.append(f"compute-apps query failed: {apps_result.error}")
-    merged = merge_gpus(gpus, ids, apps)
-    drivers = [g["driver_version"] for g in merged if g["driver_version"]]
-    return {
-        "gpus": merged,
-        "driver_version": drivers[0] if drivers else None,
-        "nvidia_smi": {"available": True, "error": None, "warnings": warnings},
-    }
 
 
 def package_versions(names: List[str]) -> Dict[str, Optional[str]]:
@@ -284,7 +119,7 @@ def run(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
     bind_host = spec.get("bind_host", "127.0.0.1")
     if not isinstance(workdir, str) or not isinstance(bind_host, str):
         raise AgentFailure("bad_spec", "probe: 'workdir' and 'bind_host' must be strings")
-    if not isinstance(packages, list) or not all(isinstance(p, str) for p in packages):
+    if not is_str_list(packages):
         raise AgentFailure("bad_spec", "probe: 'packages' must be a list of names")
     ports = _ports(spec)
     gpu = gpu_facts()

@@ -15,8 +15,9 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import time
 from dataclasses import dataclass
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .protocol import AgentFailure
 
@@ -161,3 +162,25 @@ def require(spec: Dict[str, Any], key: str, kind: type, *, default: Any = None) 
             {"key": key},
         )
     return value
+
+
+def is_str_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def is_str_map(value: Any) -> bool:
+    """A dict of strings to strings: what an environment or a set of headers must be."""
+    return isinstance(value, dict) and all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    )
+
+
+def wait_until(ready: Callable[[], bool], timeout: float, *, interval: float) -> bool:
+    """Poll ``ready`` every ``interval`` s; False when it is still not true after ``timeout`` s."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if ready():
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)

@@ -21,7 +21,7 @@ import pytest
 from orchestrator.loadgen.prompts import build_loadgen_spec, load_prompts
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.summary import summarize
-from orchestrator.remote import loadgen
+from orchestrator.remote import loadgen, tokens
 from orchestrator.remote.protocol import AgentFailure
 from orchestrator.sim.sandbox import prepare_sandbox
 
@@ -142,7 +142,7 @@ class GreedyTokenizer:
 
 def test_random_prompts_exact_tokens_with_a_tokenizer():
     tok = GreedyTokenizer()
-    items, source, exact = loadgen.random_prompts(
+    items, source, exact = tokens.random_prompts(
         {"num": 30, "input_len": 40, "range_ratio": 0.5}, tok, seed=5
     )
     assert source == "random:tokens" and exact == 30
@@ -150,18 +150,18 @@ def test_random_prompts_exact_tokens_with_a_tokenizer():
     assert min(lengths) >= 20 and max(lengths) <= 60 and len(set(lengths)) > 5
     assert all("<s>" not in t for t in items)
     assert (
-        loadgen.random_prompts({"num": 30, "input_len": 40, "range_ratio": 0.5}, tok, seed=5)[0]
+        tokens.random_prompts({"num": 30, "input_len": 40, "range_ratio": 0.5}, tok, seed=5)[0]
         == items
     )
 
 
 def test_random_prompts_in_words_without_a_tokenizer():
-    items, source, exact = loadgen.random_prompts({"num": 4, "input_len": 100}, None, seed=1)
+    items, source, exact = tokens.random_prompts({"num": 4, "input_len": 100}, None, seed=1)
     assert source == "random:words" and exact == 0
     assert [len(t.split()) for t in items] == [100] * 4
     assert len(set(items)) == 4
     with pytest.raises(AgentFailure, match="input_len"):
-        loadgen.random_prompts({"num": 4}, None, seed=1)
+        tokens.random_prompts({"num": 4}, None, seed=1)
 
 
 def closed_port() -> int:

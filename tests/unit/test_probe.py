@@ -16,15 +16,14 @@ import pytest
 from orchestrator.agent.bundle import build_bundle
 from orchestrator.agent.facts import GpuInfo, HostFacts, compare_gpus, model_matches
 from orchestrator.config.hostconfig import GpuSpec
-from orchestrator.remote.probe import (
+from orchestrator.remote.gpus import (
     na,
     parse_compute_apps_csv,
     parse_gpu_csv,
     parse_gpu_id_csv,
-    parse_meminfo,
-    parse_os_release,
     split_fields,
 )
+from orchestrator.remote.probe import parse_meminfo, parse_os_release
 
 UUID0 = "GPU-5c5f0b7b-6a0e-7e6b-4c1e-0c8f3b1f9d2a"
 UUID1 = "GPU-9a1d2e3f-1b2c-3d4e-5f60-718293a4b5c6"
