@@ -105,7 +105,7 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
         req = s.get("requests") or {}
         acc = s.get("acceptance") or {}
         if s.get("error"):
-            verdict = f"[red]failed: {escape(str(s['error'].get('message', ''))[:80])}[/]"
+            verdict = "[red]failed[/]"
         elif s.get("collapse"):
             verdict = "[bold red]COLLAPSE[/]"
         elif acc.get("disagreement"):  # noqa: SIM114
@@ -121,6 +121,16 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
             _fmt(acc.get("length"), ".2f"), verdict,
         )
     out.print(table)
+    for s in outcome.summaries:
+        error = s.get("error")
+        if error:
+            out.print(f"[bold red]{escape(s['run'])} on {escape(s['host'])} failed:[/] {escape(str(error.get('message')))}")
+            if error.get("hint"):
+                out.print(f"  hint: {escape(error['hint'])}")
+            if error.get("log_tail"):
+                out.print(f"  last log lines (all in {escape(s.get('folder') or '')}/server.log):")
+                for line in error["log_tail"][-8:]:
+                    out.print(f"  [dim]|[/] {escape(line)}")
     for s in outcome.summaries:
         collapse = s.get("collapse")
         if not collapse:

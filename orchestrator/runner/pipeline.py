@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rich.markup import escape
+
 from orchestrator import __version__
 from orchestrator.config import Inventory, Playbook
 from orchestrator.doctor.findings import Finding
@@ -129,9 +131,10 @@ async def run_playbook(
         for finding in result.findings:
             if finding.severity != "ok":
                 why = "--force" if force else f"doctor: {plan.run.doctor}"
-                display.note(f"[yellow]doctor {finding.severity}[/] {plan.run.name} on {plan.host.name}: "
-                             f"[{finding.check}] {finding.message.split('. ')[0]} "
-                             f"({'launching anyway: ' + why if finding.severity == 'error' else 'warning'})")
+                tail = f"launching anyway: {why}" if finding.severity == "error" else "warning"
+                display.note(f"[yellow]doctor {finding.severity}[/] {escape(plan.run.name)} on "
+                             f"{escape(plan.host.name)}: {escape(f'[{finding.check}]')} "
+                             f"{escape(finding.message.split('. ')[0])} ({escape(tail)})")
     base_dir = playbook.source_path.parent if playbook.source_path else Path.cwd()
     prompts = [load_prompts(p.run.workload, base_dir=base_dir) for p in plans]
     results_dir = new_results_dir(results_root, playbook.name)
