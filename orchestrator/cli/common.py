@@ -18,11 +18,15 @@ from rich.markup import escape
 
 from orchestrator.errors import ConfigError, EngineError, HostError, OrchError, SpecError
 
+
 # Progress and messages go to stderr so that `--json` output on stdout stays machine-readable.
 # Off a terminal (CI logs, `| tee`) rich would wrap tables at 80 columns; logs are wider than that.
-_WIDTH = None if sys.stdout.isatty() else 160
-out = Console(highlight=False, width=_WIDTH)
-err = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 160)
+def _width(stream: Any) -> int | None:
+    return None if stream.isatty() or os.environ.get("COLUMNS") else 160
+
+
+out = Console(highlight=False, width=_width(sys.stdout))
+err = Console(stderr=True, highlight=False, width=_width(sys.stderr))
 
 DEFAULT_HOSTS_FILE = "hosts.yaml"
 

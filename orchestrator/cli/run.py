@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -97,10 +98,10 @@ def _fmt(v, spec: str = ".1f") -> str:
 
 
 def render_outcome(outcome: PlaybookOutcome) -> None:
-    table = Table(title=f"results: {outcome.results_dir}", title_justify="left")
-    for col in ("run", "host", "engine", "method", "done", "failed", "output tok/s",
-                "decode tok/s (median)", "TTFT ms (median)", "TPOT ms (median)", "accept len", "verdict"):
-        table.add_column(col, no_wrap=col in ("run", "host"))
+    table = Table(title=f"results: {outcome.results_dir}", title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("run", "host", "engine", "method", "done", "failed", "out tok/s",
+                "decode tok/s", "TTFT ms", "TPOT ms", "accept", "verdict"):
+        table.add_column(col, no_wrap=col in ("run", "host", "engine", "method", "verdict"))
     for s in outcome.summaries:
         req = s.get("requests") or {}
         acc = s.get("acceptance") or {}
@@ -121,6 +122,8 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
             _fmt(acc.get("length"), ".2f"), verdict,
         )
     out.print(table)
+    out.print("[dim]decode tok/s, TTFT and TPOT: medians over requests; accept: acceptance length "
+              "(tokens per step)[/]")
     for s in outcome.summaries:
         error = s.get("error")
         if error:
@@ -140,7 +143,7 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
             out.print(f"  {cause['rank']}. [bold]{escape(cause['cause'])}[/] ({cause['source']})")
             for evidence in cause.get("evidence") or []:
                 out.print(f"     - {escape(evidence)}")
-            if cause.get("fix"):
+            if cause.get("fix") and not any("Fix:" in e for e in cause.get("evidence") or []):
                 out.print(f"     fix: {escape(cause['fix'])}")
     for s in outcome.summaries:
         for change in s.get("engine_changes") or []:
