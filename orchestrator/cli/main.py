@@ -18,11 +18,21 @@ from orchestrator.errors import OrchError
 EPILOG = """\
 Examples:
 
-  orch hosts check                       # probe every host in ./hosts.yaml
+  orch hosts check                        # probe every host in hosts.yaml
 
-  orch hosts check --only a6000 --json   # only hosts tagged a6000, machine-readable
+  orch hosts check --only a6000 --json    # hosts tagged a6000, as JSON
 
-  orch schema playbook > playbook.schema.json
+  orch run playbooks/demo.yaml --dry-run  # exact argv and env per run
+
+  orch run playbooks/demo.yaml            # launch, load, measure
+
+  orch doctor playbooks/demo.yaml         # catch drafter mistakes first
+
+  orch logs parse server.log --json       # metrics from a saved log
+
+  orch ps  /  orch stop --all             # servers orch started
+
+  orch schema playbook                    # JSON Schema for editors
 """
 
 app = typer.Typer(
