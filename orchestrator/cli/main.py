@@ -12,7 +12,7 @@ from orchestrator import __version__
 from orchestrator.cli import hosts, logs, servers
 from orchestrator.cli.common import EXIT_INTERRUPTED, err, print_json, report_error
 from orchestrator.cli.doctor import doctor_command
-from orchestrator.cli.run import run_command
+from orchestrator.cli.run import report_command, run_command
 from orchestrator.errors import OrchError
 
 EPILOG = """\
@@ -48,6 +48,7 @@ app.add_typer(hosts.app, name="hosts")
 app.add_typer(logs.app, name="logs")
 app.command("run")(run_command)
 app.command("doctor")(doctor_command)
+app.command("report")(report_command)
 servers.register(app)
 
 

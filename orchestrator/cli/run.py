@@ -151,3 +151,23 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
     out.print(f"summary: {outcome.csv_path}")
     if outcome.plot_path:
         out.print(f"plot:    {outcome.plot_path}")
+
+
+def report_command(
+    results_dir: Annotated[Path, typer.Argument(help="A results folder written by `orch run`.",
+                                                show_default=False)],
+    as_json: JsonOpt = False,
+) -> None:
+    """Print the results table of an earlier `orch run` again (from its summary.json files)."""
+    from orchestrator.results.report import load_summaries
+
+    summaries = load_summaries(results_dir) if results_dir.is_dir() else []
+    if not summaries:
+        raise OrchError(f"{results_dir} holds no run summaries",
+                        hint="give a folder like results/20261202T095948Z-demo")
+    if as_json:
+        print_json({"results_dir": str(results_dir), "runs": summaries})
+        return
+    plot = results_dir / "comparison.png"
+    render_outcome(PlaybookOutcome(results_dir, summaries, results_dir / "summary.csv",
+                                   plot if plot.exists() else None))
