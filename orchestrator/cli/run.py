@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import shlex
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -14,6 +15,7 @@ from rich.table import Table
 
 from orchestrator.cli.common import (
     DEFAULT_HOSTS_FILE,
+    EXIT_INTERRUPTED,
     AcceptNewOpt,
     HostsFileOpt,
     JsonOpt,
@@ -30,6 +32,8 @@ from orchestrator.engines.plan import PlannedLaunch, plan_launches, to_json
 from orchestrator.errors import OrchError
 from orchestrator.runner import PlaybookOutcome, run_playbook
 from orchestrator.runner.display import Display
+
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 PlaybookArg = Annotated[Path, typer.Argument(help="Playbook file (playbooks/*.yaml).", show_default=False)]
 
@@ -70,7 +74,20 @@ def run_command(
         return
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
     display = Display(err)
-    outcome = asyncio.run(_run(playbook, inventory, plans, ssh, results, display, force))
+    stopped_by: list[signal.Signals] = []
+    try:
+        outcome = asyncio.run(_run(playbook, inventory, plans, ssh, results, display, force,
+                                   stopped_by=stopped_by))
+    except KeyboardInterrupt:
+        # asyncio.run cancelled the run: every server it started was stopped on the way out.
+        # typer would turn this into a silent exit 130; say what happened.
+        err.print("[yellow]interrupted:[/] the servers this run started were stopped")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except asyncio.CancelledError:
+        if not stopped_by:
+            raise
+        err.print(f"[yellow]{stopped_by[0].name}:[/] the servers this run started were stopped")
+        raise typer.Exit(128 + stopped_by[0]) from None
     if as_json:
         print_json({"results_dir": str(outcome.results_dir), "runs": outcome.summaries})
     else:
@@ -79,10 +96,33 @@ def run_command(
         raise typer.Exit(1)
 
 
-async def _run(playbook, inventory, plans, ssh, results, display, force) -> PlaybookOutcome:
-    async with open_pool(inventory, ssh) as pool:
-        return await run_playbook(playbook, inventory, plans, pool=pool, results_root=results,
-                                  display=display, force=force)
+async def _run(playbook, inventory, plans, ssh, results, display, force, *,
+               stopped_by: list[signal.Signals]) -> PlaybookOutcome:
+    """The playbook, cancelled like Ctrl-C by SIGTERM or SIGHUP (``kill``, a closed terminal or
+    SSH session): servers left running would hold the GPUs with nobody to stop them."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+
+    def cancel(sig: signal.Signals) -> None:
+        if not stopped_by:  # a second signal must not cut the clean-up short
+            task.cancel()
+        stopped_by.append(sig)
+
+    handled = []
+    for sig in STOP_SIGNALS:
+        try:
+            loop.add_signal_handler(sig, cancel, sig)
+        except (ValueError, RuntimeError):  # not the main thread (e.g. embedded in a program)
+            continue
+        handled.append(sig)
+    try:
+        async with open_pool(inventory, ssh) as pool:
+            return await run_playbook(playbook, inventory, plans, pool=pool, results_root=results,
+                                      display=display, force=force)
+    finally:
+        for sig in handled:
+            loop.remove_signal_handler(sig)
 
 
 def render_plan(plans: list[PlannedLaunch]) -> None:

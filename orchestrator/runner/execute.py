@@ -51,6 +51,7 @@ class LiveState:
 
     follower: LogFollower
     window: LogFollower | None = None  # fed only once the measured window has begun
+    window_first_line: int | None = None  # server.log line number of the window's first line
     records: list[RequestRecord] = field(default_factory=list)
     head_lines: list[str] = field(default_factory=list)
 
@@ -159,6 +160,7 @@ async def _drive_load(job: RunJob, server: Server, agent: Agent, state: LiveStat
                 done, failed = done + record.ok, failed + (not record.ok)
                 display.update(job.key, done=done, failed=failed)
         elif kind == "phase" and event.get("phase") == "measure":
+            state.window_first_line = state.follower.line_no + 1
             state.window = LogFollower(engine=_engine(run))
             display.update(job.key, phase="measuring")
         elif kind == "progress":

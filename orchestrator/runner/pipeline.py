@@ -21,8 +21,9 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from orchestrator import __version__
-from orchestrator.config import Inventory, Playbook
+from orchestrator.config import Inventory, Playbook, mask
 from orchestrator.doctor.findings import Finding
+from orchestrator.engines import adapter_for
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.engines.server import ServerRegistry, pool_reconnect
 from orchestrator.errors import OrchError
@@ -82,12 +83,35 @@ def refused_runs(plans: Sequence[PlannedLaunch], doctor: Sequence[DoctorResult],
             if d.errors and str(p.run.doctor) == "error"]
 
 
+def masked_run(plan: PlannedLaunch) -> dict[str, Any]:
+    """The resolved run spec with its secrets as ``***``, like the argv and env next to it.
+
+    The spec holds the user's own values: a literal under a secret-looking env key, an
+    ``--api-key`` in extra_args. (``${VAR}`` references stay unexpanded in it.)
+    """
+    adapter = adapter_for(plan.run)
+    secrets = adapter.secrets(plan.run, plan.host)
+    dump = plan.run.model_dump(mode="json")
+    dump["env"] = adapter.masked_env(dump.get("env") or {}, secrets)
+    return _mask_strings(dump, secrets)
+
+
+def _mask_strings(value: Any, secrets: set[str]) -> Any:
+    if isinstance(value, str):
+        return mask(value, secrets)
+    if isinstance(value, list):
+        return [_mask_strings(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: _mask_strings(v, secrets) for k, v in value.items()}
+    return value
+
+
 def manifest(job: RunJob, playbook: Playbook, session: HostSession, doctor: DoctorResult) -> dict[str, Any]:
     plan = job.plan
     facts = session.facts
     source = playbook.source_path
     return {
-        "run": plan.run.model_dump(mode="json"),
+        "run": masked_run(plan),
         "run_id": job.run_id,
         "host": plan.host.name,
         "host_config": {"address": plan.host.address, "port": plan.host.port, "user": plan.host.user,

@@ -52,6 +52,21 @@ def requested_settings(run: Any) -> dict[str, Any]:
     }
 
 
+def log_lines(state: LiveState) -> list[int] | None:
+    """The server.log lines (first, last) the log's acceptance figure was read from.
+
+    Engines log stats per interval (vLLM every VLLM_LOG_STATS_INTERVAL seconds, SGLang every
+    --decode-log-interval steps), so the log figure covers whole intervals: the one under way
+    when the window opened (warm-up included) up to the last one printed before the server
+    stopped. Saying which lines lets anyone recompute or audit it against the log itself.
+    """
+    if state.window is not None and state.window_first_line is not None:
+        first, count = state.window_first_line, state.window.line_no
+    else:
+        first, count = 1, state.follower.line_no
+    return [first, first + count - 1] if count else None
+
+
 def build_summary(
     job: RunJob,
     *,
@@ -117,7 +132,8 @@ def build_summary(
         speculative=speculative,
         notes=[note] if note else [],
     )
-    summary["acceptance"] = {**acc.to_dict(), "prometheus_delta": prom.to_dict() if prom else None}
+    summary["acceptance"] = {**acc.to_dict(), "log_lines": log_lines(state),
+                             "prometheus_delta": prom.to_dict() if prom else None}
     collapse = detect_collapse(method=method, num_draft_tokens=run.speculative.num_draft_tokens,
                                acceptance_length=acc.length, per_position=acc.per_position)
     if collapse is not None:
