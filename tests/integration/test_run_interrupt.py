@@ -1,0 +1,134 @@
+"""Ctrl-C during `orch run` stops every server orch started (issue 3), through the real CLI.
+
+Two embedded hosts serve a workload far too long to finish; once both runs are measuring, the
+CLI gets SIGINT, either alone or with its whole process group (what a terminal's Ctrl-C does:
+the agent commands the embedded hosts run get it too; the engines, detached in their own
+sessions, do not), or SIGTERM. It must exit (130, or 128 + SIGTERM) within seconds, leaving no
+engine, supervisor or agent process behind, and no simulated GPU memory held.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.fixtures.procs import alive, kill_tree, pids_with_env
+from tests.fixtures.sshd import free_port
+
+pytestmark = pytest.mark.integration
+
+DATA = Path(__file__).parent / "data"
+HOSTS = ("emb-1", "emb-2")
+RUNS = {"sglang-long": "emb-1", "vllm-long": "emb-2"}
+START_TIMEOUT_S = 60.0
+EXIT_TIMEOUT_S = 20.0
+
+
+def with_ports(src: Path, dest: Path) -> Path:
+    """Copy a playbook, giving every run a free port (other tests and demos share 127.0.0.1)."""
+    book = yaml.safe_load(src.read_text())
+    for run in book["runs"]:
+        run["port"] = free_port()
+    dest.write_text(yaml.safe_dump(book, sort_keys=False))
+    return dest
+
+
+def _default_sigint() -> None:
+    """A shell starts background jobs with SIGINT ignored, and pytest may be one: give the CLI
+    the disposition it has in a terminal, where Ctrl-C is meant to reach it."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+def host_processes(root: Path) -> list[tuple[int, str]]:
+    """Live processes started through the embedded hosts: they all inherit the sandbox's HOME
+    (detached engines included); also anything whose command line names the sandbox."""
+    found = {pid for host in HOSTS for pid in pids_with_env("HOME", str(root / host / "home"))}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if str(root).encode() in (entry / "cmdline").read_bytes():
+                    found.add(int(entry.name))
+            except OSError:
+                continue
+    result = []
+    for pid in sorted(found):
+        try:
+            cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if alive(pid):
+            result.append((pid, cmd[:200]))
+    return result
+
+
+def servers(root: Path) -> list[dict]:
+    """The server.json of every run launched on the hosts (pid, process group, supervisor)."""
+    return [json.loads(p.read_text()) for host in HOSTS
+            for p in (root / host / "home" / ".cache" / "orch" / "runs").glob("*/server.json")]
+
+
+def wait_until_measuring(proc: subprocess.Popen[str], stderr: Path, root: Path) -> list[dict]:
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        text = stderr.read_text()
+        started = servers(root)
+        if (all(f"{host} {run}: measuring" in text for run, host in RUNS.items())
+                and len(started) == len(RUNS) and all(alive(s["pid"]) for s in started)):
+            return started
+        assert proc.poll() is None, f"orch exited early ({proc.returncode}):\n{text}"
+        time.sleep(0.1)
+    raise AssertionError(f"the runs were not both measuring after {START_TIMEOUT_S}s:\n"
+                         f"{stderr.read_text()}")
+
+
+@pytest.mark.parametrize(("how", "code", "said"), [
+    ("sigint-cli", 130, "interrupted"),
+    ("sigint-group", 130, "interrupted"),  # a terminal's Ctrl-C
+    ("sigterm-cli", 128 + signal.SIGTERM, "SIGTERM"),  # `kill`: stopped the same way
+])
+def test_ctrl_c_stops_every_server(tmp_path: Path, how: str, code: int, said: str) -> None:
+    root = tmp_path / "embedded"
+    playbook = with_ports(DATA / "interrupt.yaml", tmp_path / "interrupt.yaml")
+    stderr = tmp_path / "stderr.txt"
+    env = {**os.environ, "ORCH_EMBEDDED_ROOT": str(root), "ORCH_E2E_SECRET": uuid.uuid4().hex}
+    argv = [sys.executable, "-m", "orchestrator", "run", str(playbook),
+            "--hosts", str(DATA / "hosts-embedded.yaml"), "--results", str(tmp_path / "results")]
+    with stderr.open("w") as err, (tmp_path / "stdout.txt").open("w") as out:
+        proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=out, stderr=err, text=True,
+                                start_new_session=True, preexec_fn=_default_sigint)
+    try:
+        started = wait_until_measuring(proc, stderr, root)
+        held = list((root / HOSTS[0] / "state").glob("gpu-*.json"))
+        assert held, "the simulated engine holds no GPU memory while serving"
+        sent = time.monotonic()
+        if how == "sigint-group":
+            os.killpg(proc.pid, signal.SIGINT)
+        else:
+            proc.send_signal(signal.SIGTERM if how == "sigterm-cli" else signal.SIGINT)
+        returncode = proc.wait(timeout=EXIT_TIMEOUT_S)
+        took = time.monotonic() - sent
+        assert returncode == code, stderr.read_text()
+        assert took < 15, f"orch took {took:.1f}s to stop after {how}"
+        assert f"{said}: the servers this run started were stopped" in stderr.read_text()
+        assert "Traceback" not in stderr.read_text()
+        for server in started:
+            assert not alive(server["pid"]), f"engine {server['pid']} still running"
+            assert not alive(server["supervisor_pid"]), "its supervisor still running"
+        assert host_processes(root) == []
+        for host in HOSTS:  # every simulated GPU released (what nvidia-smi on the host reads)
+            assert list((root / host / "state").glob("gpu-*.json")) == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        for pid, _ in host_processes(root):
+            kill_tree(pid)
