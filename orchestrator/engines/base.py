@@ -86,6 +86,11 @@ class EngineAdapter(ABC):
     def served_name(self, run: Any) -> str:
         return run.served_name or run.model
 
+    def api_key(self, run: Any) -> str | None:
+        """The ``--api-key`` the run gives its server (both engines guard ``/v1/*`` with it)."""
+        found = flag_values([str(a) for a in run.extra_args], {"--api-key"})
+        return found[-1][1] if found else None
+
     def gpus_needed(self, run: Any) -> int:
         return int(run.tensor_parallel or 1)
 

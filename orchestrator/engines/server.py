@@ -140,6 +140,9 @@ class Server:
     async def http(self, method: str, path: str, *, body: Any = None,
                    timeout_s: float = 10.0) -> dict[str, Any]:
         spec: dict[str, Any] = {"method": method, "port": self.port, "path": path, "timeout_s": timeout_s}
+        key = self.adapter.api_key(self.run)
+        if key and path.startswith("/v1/"):  # travels in the 0600 spec file, never in argv
+            spec["headers"] = {"Authorization": f"Bearer {key}"}
         if body is not None:
             spec["body"] = body
         return await self._call("http", spec, timeout=timeout_s + 30)

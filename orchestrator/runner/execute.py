@@ -147,6 +147,7 @@ async def _drive_load(job: RunJob, server: Server, agent: Agent, state: LiveStat
     run = job.plan.run
     spec = build_loadgen_spec(run.workload, job.prompts, port=server.port,
                               served_name=server.served_name, tokenizer=run.model,
+                              api_key=server.adapter.api_key(run),
                               metrics_path=server.adapter.metrics_path)
     result: LoadgenResult | None = None
     done = failed = 0

@@ -43,6 +43,7 @@ DATA = Path(__file__).parent / "data"
 SECRET_VAR = "ORCH_E2E_SECRET"
 SECRET = f"e2e-secret-{uuid.uuid4().hex}"  # from ${ORCH_E2E_SECRET} in hosts.yaml
 KEY_SECRET = "k3y-literal-e2e"  # ORCH_E2E_API_KEY in the playbook: a secret by its name
+SERVER_KEY = "sk-e2e-guarded-key"  # --api-key of the sshd run's server
 RUN_FILES = ("manifest.json", "server.log", "events.jsonl", "requests.jsonl",
              "metrics_before.txt", "metrics_after.txt", "summary.json")
 REL = 0.03  # issue 4: measured vs ground truth
@@ -400,6 +401,9 @@ def test_measured_against_ground_truth_sshd(sshd_factory: SshdFactory, tmp_path:
     check_against_truth(outcome, "vllm-dflash-c2", "sshd-gpu")
     for path in every_file(outcome.results):
         assert SECRET.encode() not in path.read_bytes(), path
+        assert SERVER_KEY.encode() not in path.read_bytes(), path
+    manifest = read_json(outcome.run_dir("vllm-dflash-c2", "sshd-gpu") / "manifest.json")
+    assert manifest["argv"][manifest["argv"].index("--api-key") + 1] == "***"
     deadline = time.monotonic() + 5  # sshd session processes exit as the connection closes
     while host.leftover_pids() and time.monotonic() < deadline:
         time.sleep(0.05)

@@ -286,3 +286,16 @@ def test_plan_validates_every_run_before_anything(tmp_path: Path) -> None:
         plan_launches(load_playbook(play), load_inventory(hosts), environ={"TEST_TOKEN": "x"})
     assert str(info.value) == ("run 'vllm-dflash': DFLASH on SGLang needs a draft model path: "
                                "set speculative.draft_model")
+
+
+@pytest.mark.parametrize(
+    ("engine", "extra_args", "key"),
+    [
+        ("vllm", ["--api-key", "sk-1"], "sk-1"),
+        ("sglang", ["--api-key=sk-2"], "sk-2"),
+        ("vllm", ["--attention-backend", "flash_attn"], None),
+    ],
+)
+def test_api_key_is_read_from_extra_args(engine: str, extra_args: list[str], key: str | None) -> None:
+    spec = run(engine, extra_args=extra_args)
+    assert adapter_for(spec).api_key(spec) == key
