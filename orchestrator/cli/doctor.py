@@ -172,7 +172,7 @@ def doctor_playbook(playbook_file: Path, *, hosts_file: Path, only: list[str] | 
             if session.error:
                 out.print(f"[bold red]{escape(plan.run_name)} on {escape(plan.host.name)}:[/] {escape(str(session.error))}")
             else:
-                render_findings(findings, title=f"{plan.run_name} on {plan.host.name}")
+                render_findings(findings, title=escape(f"{plan.run_name} on {plan.host.name}"))
     if json_output:
         print_json({"runs": report, "findings": [f for r in report for f in r["findings"]]})
     if failed:

@@ -154,7 +154,7 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
         else:
             verdict = "[green]ok[/]"
         table.add_row(
-            s["run"], s["host"], s["engine"], s["method"], str(req.get("completed", 0)),
+            escape(s["run"]), escape(s["host"]), s["engine"], s["method"], str(req.get("completed", 0)),
             str(req.get("failed", 0)), _fmt(req.get("output_throughput")),
             _fmt((req.get("decode_tok_s") or {}).get("median")),
             _fmt((req.get("ttft_ms") or {}).get("median")),
@@ -180,7 +180,7 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
             continue
         out.print(f"[bold red]{escape(s['run'])} on {escape(s['host'])}:[/] {escape(collapse['message'])}")
         for cause in collapse.get("likely_causes", [])[:4]:
-            out.print(f"  {cause['rank']}. [bold]{escape(cause['cause'])}[/] ({cause['source']})")
+            out.print(f"  {cause['rank']}. [bold]{escape(cause['cause'])}[/] ({escape(cause['source'])})")
             for evidence in cause.get("evidence") or []:
                 out.print(f"     - {escape(evidence)}")
             if cause.get("fix") and not any("Fix:" in e for e in cause.get("evidence") or []):

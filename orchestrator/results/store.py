@@ -18,12 +18,14 @@ from typing import Any, TextIO
 
 from orchestrator.errors import OrchError
 
-_UNSAFE = re.compile(r"[^A-Za-z0-9._=,+-]+")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+MAX_NAME = 100
 
 
 def safe_name(name: str) -> str:
-    """A file-system-safe folder name for a run or playbook name (matrix names carry [], =)."""
-    cleaned = _UNSAFE.sub("_", name).strip("._")
+    """A name safe as a folder and as a host-side run id (letters, digits, ``.``, ``_``, ``-``):
+    matrix run names carry ``[``, ``=`` and ``,``."""
+    cleaned = _UNSAFE.sub("_", name).strip("._")[:MAX_NAME]
     return cleaned or "run"
 
 

@@ -68,8 +68,8 @@ class Display:
             total = "?" if row.total is None else str(row.total)
             requests = f"{row.done}/{total}" + (f" ([red]{row.failed} failed[/])" if row.failed else "")
             table.add_row(
-                row.host,
-                row.run,
+                escape(row.host),
+                escape(row.run),
                 f"{escape(row.phase)} [dim]{elapsed:.0f}s[/]",
                 requests,
                 "-" if row.tok_s is None else f"{row.tok_s:.1f}",

@@ -14,7 +14,8 @@ from orchestrator.results.store import AppendLog, new_results_dir, safe_name, wr
     ("name", "expected"),
     [
         ("vllm-dflash", "vllm-dflash"),
-        ("vllm-dflash[concurrency=4,num_draft_tokens=7]", "vllm-dflash_concurrency=4,num_draft_tokens=7"),
+        ("vllm-dflash[concurrency=4,num_draft_tokens=7]", "vllm-dflash_concurrency_4_num_draft_tokens_7"),
+        ("x" * 150, "x" * 100),
         ("../etc/passwd", "etc_passwd"),
         ("a b/c", "a_b_c"),
         ("...", "run"),
