@@ -89,6 +89,7 @@ class SpeculativeSpec(StrictModel):
 
 
 _BUILTIN = re.compile(r"builtin:[A-Za-z0-9_.-]+")
+_NULL_TAG = "tag:yaml.org,2002:null"
 
 
 class WorkloadSpec(StrictModel):
@@ -96,13 +97,17 @@ class WorkloadSpec(StrictModel):
 
     prompts: str = Field(
         "builtin:chat",
-        description="'builtin:<name>', 'random', or a .jsonl file (relative to the playbook).",
+        description="'builtin:<name>', 'random', or a .jsonl or .json file (relative to the playbook).",
     )
     num_prompts: Positive = Field(64, description="Requests to send (after warm-up).")
     duration_s: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Stop after this many seconds instead of after num_prompts."
     )
-    concurrency: Positive = Field(1, description="Requests in flight at once (closed loop).")
+    concurrency: Positive = Field(
+        1,
+        description="Requests in flight at once (closed loop); with request_rate, a cap on them"
+        " when the run itself sets it.",
+    )
     request_rate: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Requests per second (open loop, Poisson arrivals) when set."
     )
@@ -128,18 +133,35 @@ class WorkloadSpec(StrictModel):
     )
     seed: int = Field(0, description="Seed for everything random in the workload.")
 
+    # set by load_playbook: `concurrency` came from `defaults` that set no `request_rate`
+    _closed_loop_default: bool = PrivateAttr(False)
+
     @field_validator("prompts")
     @classmethod
     def _prompt_source(cls, value: str, info: ValidationInfo) -> str:
         if value == "random" or _BUILTIN.fullmatch(value):
             return value
-        if not value.endswith(".jsonl"):
+        if not value.endswith((".jsonl", ".json")):
             raise ValueError(
-                f"expected 'builtin:<name>', 'random' or a path to a .jsonl file; found {value!r}"
+                "expected 'builtin:<name>', 'random' or a path to a .jsonl or .json file;"
+                f" found {value!r}"
             )
         path = Path(value).expanduser()
         base = (info.context or {}).get("base_dir")
         return str(path if path.is_absolute() or base is None else Path(base) / path)
+
+    @property
+    def open_loop_cap(self) -> int | None:
+        """The cap on requests in flight of an open loop (``request_rate`` set); None: no cap.
+
+        ``concurrency`` is the closed loop's setting, so neither its default of 1 nor a value
+        that ``defaults`` give the closed-loop runs may throttle a rate this run asks for: it
+        caps only when the run (or its matrix) wrote it, or when ``defaults`` wrote it together
+        with a ``request_rate`` (the defaults then describe an open loop and its cap).
+        """
+        if self.request_rate is None or "concurrency" not in self.model_fields_set:
+            return None
+        return None if self._closed_loop_default else self.concurrency
 
 
 class RunSpec(StrictModel):
@@ -367,6 +389,10 @@ def _expand(
         shorts = keys
     # from the validated run (current even after model_copy), re-validated with each combination
     base = run.model_dump(exclude={"matrix", "served_name"} if run._served_default else {"matrix"})
+    # only the workload keys that were set, so the expanded runs know which ones were written
+    # (an open loop's concurrency cap depends on it: WorkloadSpec.open_loop_cap)
+    base["workload"] = run.workload.model_dump(exclude_unset=True)
+    in_matrix = _workload_keys_in(keys)
     items = _matrix_items(node, keys)
     out: list[RunSpec] = []
     for combo in itertools.product(*(range(len(run.matrix[k])) for k in keys)):
@@ -377,12 +403,25 @@ def _expand(
             if tree is not None and doc is not None and items[key]:
                 tree = replace_at(tree, key.split("."), items[key][j], doc)
         spec = _validate_run(data, doc, tree, index, context)
+        spec.workload._closed_loop_default = (
+            run.workload._closed_loop_default and "concurrency" not in in_matrix
+        )
         values = {key: run.matrix[key][j] for key, j in zip(keys, combo, strict=True)}
         label = ",".join(f"{s}={_label(v)}" for s, v in zip(shorts, values.values(), strict=True))
         spec = spec.model_copy(update={"name": f"{run.name}[{label}]", "matrix": None})
         spec._matrix_values = values
         out.append(spec)
     return out
+
+
+def _workload_keys_in(matrix_keys: list[str]) -> frozenset[str]:
+    """The workload fields a matrix writes (all of them for a matrix over ``workload``)."""
+    out: set[str] = set()
+    for key in matrix_keys:
+        parts = key.split(".")
+        if parts[0] == "workload":
+            out |= {parts[1]} if len(parts) > 1 else set(WorkloadSpec.model_fields)
+    return frozenset(out)
 
 
 def _matrix_items(node: Node | None, keys: list[str]) -> dict[str, list[Node]]:
@@ -419,6 +458,22 @@ def _validate_run(
     return run
 
 
+def _closed_loop_default(defaults: Node | None, run: Node) -> bool:
+    """Whether the run's ``concurrency`` comes from ``defaults`` that set no ``request_rate``:
+    then it is the closed-loop runs' setting and caps no open loop (``open_loop_cap``)."""
+
+    def keys(node: Node | None) -> set[str]:  # the workload keys written, nulls left out
+        found = child(node, "workload") if node is not None else None
+        if found is None or not isinstance(found[1], MappingNode):
+            return set()
+        return {key.value for key, value in found[1].value if value.tag != _NULL_TAG}
+
+    shared = keys(defaults)
+    return (
+        "concurrency" in shared and "request_rate" not in shared and "concurrency" not in keys(run)
+    )
+
+
 def load_playbook(path: str | Path) -> Playbook:
     doc = load_yaml(path)
     context = {"base_dir": Path(path).resolve().parent}
@@ -432,6 +487,9 @@ def load_playbook(path: str | Path) -> Playbook:
     for i, run_node in enumerate(runs_node[1].value):
         merged = merge_nodes(defaults[1] if defaults else None, run_node, doc)
         run = _validate_run(to_python(merged), doc, merged, i, context)
+        run.workload._closed_loop_default = _closed_loop_default(
+            defaults[1] if defaults else None, run_node
+        )
         if run.name in first:
             name_node = child(merged, "name")
             raise _error(

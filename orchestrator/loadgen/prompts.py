@@ -4,11 +4,12 @@
 
 - ``builtin:chat`` | ``builtin:code`` | ``builtin:math`` | ``builtin:mixed`` (the three
   together): small sets of real prompts shipped in ``orchestrator/loadgen/data/``;
-- a path to a JSONL file (relative to the playbook's directory), one prompt per line in any of
-  these shapes: ``{"prompt": str}``, ``{"text": str}``, ``{"messages": [...]}`` (OpenAI chat),
-  ShareGPT ``{"conversations": [{"from": "human", "value": ...}, ...]}`` (the first human turn
-  is the prompt; entries without one are skipped and counted), or a bare JSON string. A file
-  holding one JSON array of such objects (how ShareGPT dumps ship) is read too;
+- a path to a ``.jsonl`` or ``.json`` file (relative to the playbook's directory), one prompt
+  per line in any of these shapes: ``{"prompt": str}``, ``{"text": str}``, ``{"messages":
+  [...]}`` (OpenAI chat), ShareGPT ``{"conversations": [{"from": "human", "value": ...}, ...]}``
+  (the first human turn is the prompt; entries without one are skipped and counted), or a bare
+  JSON string. A file holding one JSON array of such records (how ShareGPT dumps ship) is read
+  too: the content decides, not the file name, and errors name the line the record starts on;
 - ``random``: random prompts of ``input_len`` tokens, made on the host where the model's
   tokenizer is (so this returns only the recipe).
 
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from importlib import resources
@@ -34,6 +36,8 @@ BUILTIN_SETS = ("chat", "code", "math")
 BUILTIN_NAMES = (*BUILTIN_SETS, "mixed")
 RANDOM_POOL = 512  # distinct random prompts for a duration-bound run (cycled after that)
 _SHAPES = "'prompt', 'text', 'messages' or 'conversations' (ShareGPT)"
+_LAYOUT = "one JSON record per line (JSONL), or a single JSON array of records"
+_SPACE = re.compile(r"[ \t\n\r]*")  # JSON's whitespace
 
 
 @dataclass(frozen=True)
@@ -59,12 +63,12 @@ def _get(workload: Any, name: str, default: Any = None) -> Any:
     return getattr(workload, name, default)
 
 
-def _explicit(workload: Any, name: str) -> bool:
-    """Whether the user set ``name`` (pydantic's fields_set; key presence for a mapping)."""
+def _open_loop_cap(workload: Any) -> int | None:
+    """An open loop's cap on requests in flight: ``WorkloadSpec.open_loop_cap`` (which knows
+    what came from the playbook's defaults); for a mapping, a ``concurrency`` key."""
     if isinstance(workload, Mapping):
-        return name in workload
-    fields_set = getattr(workload, "model_fields_set", None)
-    return fields_set is None or name in fields_set
+        return workload.get("concurrency")
+    return workload.open_loop_cap
 
 
 def load_prompts(workload: Any, *, base_dir: Path | str) -> PromptSet:
@@ -105,7 +109,7 @@ def load_builtin(name: str) -> PromptSet:
 
 def load_file(path: Path) -> PromptSet:
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8-sig")
     except FileNotFoundError as exc:
         raise ConfigError(
             f"prompt file {path} does not exist",
@@ -115,15 +119,16 @@ def load_file(path: Path) -> PromptSet:
         ) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read prompt file {path}: {exc}", file=str(path)) from exc
-    if text.lstrip().startswith("["):
+    if text.lstrip(" \t\n\r").startswith("["):
         items, skipped = _parse_array(text, file=str(path))
     else:
-        items, skipped = parse_prompt_lines(text.splitlines(), file=str(path))
+        # not splitlines(): it also splits at U+2028 and other characters JSON strings may hold
+        items, skipped = parse_prompt_lines(text.split("\n"), file=str(path))
     if not items:
         raise ConfigError(
             f"prompt file {path} holds no usable prompt ({skipped} entries skipped)",
             file=str(path),
-            hint=f"each line needs {_SHAPES}",
+            hint=f"each record needs {_SHAPES}",
         )
     return PromptSet(source=f"file:{path}", items=tuple(items), skipped=skipped)
 
@@ -138,7 +143,9 @@ def parse_prompt_lines(lines: Iterable[str], *, file: str) -> tuple[list[Item], 
         try:
             obj = json.loads(line)
         except ValueError as exc:
-            raise ConfigError(f"not valid JSON: {exc}", file=file, line=line_no) from exc
+            raise ConfigError(
+                f"not valid JSON: {exc}", file=file, line=line_no, hint=f"the file needs {_LAYOUT}"
+            ) from exc
         item = parse_prompt_record(obj, file=file, line=line_no)
         if item is None:
             skipped += 1
@@ -148,21 +155,61 @@ def parse_prompt_lines(lines: Iterable[str], *, file: str) -> tuple[list[Item], 
 
 
 def _parse_array(text: str, *, file: str) -> tuple[list[Item], int]:
-    try:
-        data = json.loads(text)
-    except ValueError as exc:
-        raise ConfigError(
-            f"not valid JSON: {exc.args[0]}", file=file, line=getattr(exc, "lineno", None)
-        ) from exc
+    """A file holding one JSON array of records: (items, skipped).
+
+    Decoded record by record (``raw_decode``) rather than with one ``json.loads``, so that an
+    error names the line its record starts on, as for JSONL.
+    """
+    decoder = json.JSONDecoder()
+    lines = _LineCounter(text)
     items: list[Item] = []
-    skipped = 0
-    for index, obj in enumerate(data):
-        item = parse_prompt_record(obj, file=file, line=None, where=f"item {index}")
+    skipped = index = 0
+    pos = _SPACE.match(text, text.index("[") + 1).end()
+    closed = text.startswith("]", pos)  # an empty array has no records
+    if closed:
+        pos = _SPACE.match(text, pos + 1).end()
+    while not closed:
+        try:
+            obj, end = decoder.raw_decode(text, pos)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(
+                f"not valid JSON: {exc.msg} (column {exc.colno})", file=file, line=exc.lineno
+            ) from exc
+        item = parse_prompt_record(obj, file=file, line=lines.at(pos), where=f"item {index}")
         if item is None:
             skipped += 1
         else:
             items.append(item)
+        pos = _SPACE.match(text, end).end()
+        closed = text.startswith("]", pos)
+        if not closed and not text.startswith(",", pos):
+            raise ConfigError(
+                f"not valid JSON: expected ',' or ']' after item {index}",
+                file=file,
+                line=lines.at(pos),
+            )
+        pos = _SPACE.match(text, pos + 1).end()  # past the ',' or the ']'
+        index += 1
+    if pos < len(text):
+        raise ConfigError(
+            "not valid JSON: more data after the array's closing ']'",
+            file=file,
+            line=lines.at(pos),
+            hint=f"the file needs {_LAYOUT}",
+        )
     return items, skipped
+
+
+class _LineCounter:
+    """1-based line of an offset, for offsets asked in increasing order (linear overall)."""
+
+    def __init__(self, text: str) -> None:
+        self.text, self.line, self.pos = text, 1, 0
+
+    def at(self, pos: int) -> int:
+        self.line += self.text.count("\n", self.pos, pos)
+        self.pos = pos
+        return self.line
 
 
 def parse_prompt_record(obj: Any, *, file: str, line: int | None, where: str = "") -> Item | None:
@@ -236,7 +283,8 @@ def build_loadgen_spec(
     """The ``loadgen`` verb's spec (see ``orchestrator/remote/loadgen.py``) for one run.
 
     ``duration_s`` replaces ``num_prompts`` when set. With a ``request_rate`` (open loop) the
-    concurrency is a cap on requests in flight only when the user wrote one.
+    concurrency is a cap on requests in flight only when the run wrote one (see
+    ``WorkloadSpec.open_loop_cap``): a closed-loop setting must not throttle the rate.
 
     ``tokenizer`` (the run's model id or path) lets the host make random prompts of an exact
     token length and count tokens when the server sends no per-chunk usage.
@@ -247,8 +295,8 @@ def build_loadgen_spec(
     num_prompts = None if duration_s is not None else _get(workload, "num_prompts")
     request_rate = _get(workload, "request_rate")
     concurrency = _get(workload, "concurrency")
-    if request_rate is not None and not _explicit(workload, "concurrency"):
-        concurrency = None  # the default of 1 is for the closed loop: no cap on an open loop
+    if request_rate is not None:
+        concurrency = _open_loop_cap(workload)
     if prompts.is_random:
         num = warmup + (num_prompts or RANDOM_POOL)
         prompt_spec: dict[str, Any] = {

@@ -82,8 +82,13 @@ class LoadgenResult:
     client_lag: dict[str, Any] = field(default_factory=dict)
     token_count_method: str | None = None
     token_count_methods: dict[str, int] = field(default_factory=dict)
-    prompt_source: str | None = None
+    prompt_source: str | None = None  # "list" | "random:tokens" | "random:words"
+    # random prompts: True when every one is exactly input_len tokens; False when the host had
+    # no tokenizer (lengths in words) or some missed; None for a prompt list or file
+    input_len_exact: bool | None = None
+    random_prompts: int | None = None
     random_prompts_exact: int | None = None
+    request_seeds: bool | None = None  # requests carried a per-request sampling seed
     metrics_before: str | None = None
     metrics_after: str | None = None
 

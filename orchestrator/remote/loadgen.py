@@ -21,7 +21,8 @@ Spec (JSON object; ``?`` marks optional keys, defaults in brackets)::
     burstiness?              [1.0] (1 = Poisson; < 1 burstier, > 1 more regular)
     max_tokens?, temperature?, ignore_eos? [false], chat_template_kwargs?
     warmup?                  [0] requests sent first and waited for, flagged, not measured
-    seed?                    [0] seeds the arrivals and random prompts
+    seed?                    [0] seeds the arrivals, the random prompts and, unless
+                             temperature is 0, each request's sampling (see below)
     timeout_s?               [600] per request, whole stream
     api_key?                 sent as "Authorization: Bearer ..."
     tokenizer?               id or path: random prompts in exact tokens, and the fallback
@@ -31,8 +32,11 @@ Spec (JSON object; ``?`` marks optional keys, defaults in brackets)::
                              and right after the last one ends (result: metrics_before/after)
     progress_interval_s?     [2.0]
 
-Request ``k`` (0-based, warm-up first) uses ``items[k % len(items)]``. Warm-up requests are
-sent the same way (closed or open loop) and all finish before the measured ones start. Events:
+Request ``k`` (0-based, warm-up first) uses ``items[k % len(items)]`` and, unless temperature
+is 0 (greedy: nothing to seed), carries ``"seed": request_seed(seed, k)`` in its body (vLLM and
+SGLang take a per-request ``seed``), so a sampled run is reproduced by the same seed. Warm-up
+requests are sent the same way (closed or open loop) and all finish before the measured ones
+start. Events:
 
 - ``{"event": "phase", "phase": "warmup" | "measure"}`` when a phase starts;
 - ``{"event": "record", "index", "warmup", "due", "start", "start_wall", "end", "status",
@@ -49,8 +53,12 @@ Result: ``requests``/``completed``/``failed`` (measured), ``warmup``, ``output_t
 s) and ``duration_s`` (first measured request sent -> last measured response ended),
 ``client_lag`` (``send_lag_ms`` and ``loop_delay_ms``: n, mean, p50, p99, max),
 ``token_count_method`` (``usage``/``tokenizer``/``chunk``/``mixed``), ``token_count_methods``,
-``prompt_source`` (``list``/``random:tokens``/``random:words``), ``random_prompts_exact`` and,
-with ``metrics_path``, ``metrics_before``/``metrics_after``.
+``prompt_source`` (``list``/``random:tokens``/``random:words``), ``input_len_exact`` (random
+prompts: true when every one has its length in tokens exactly, false when the host had no
+tokenizer and lengths are in words, or when some missed; null for a list),
+``random_prompts``/``random_prompts_exact`` (how many random prompts, how many exact in tokens),
+``request_seeds`` (whether requests carried a ``seed``) and, with ``metrics_path``,
+``metrics_before``/``metrics_after``.
 
 Token counts per chunk: the cumulative ``usage.completion_tokens`` the server sends in each
 chunk when asked with ``continuous_usage_stats`` (method ``usage``: exact, also under
@@ -63,6 +71,7 @@ usage total and the number of chunks).
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import random
@@ -120,7 +129,18 @@ def lag_stats_ms(values_s: List[float]) -> Dict[str, Any]:
     }
 
 
-def request_body(item: Any, cfg: "LoadSpec") -> Dict[str, Any]:
+def request_seed(seed: Any, index: int) -> int:
+    """The sampling ``seed`` sent with request ``index`` of a workload seeded with ``seed``.
+
+    One per request, not the workload seed itself: a prompt sent twice would otherwise sample
+    the same text twice. sha256 (not ``hash()``, salted per process) keeps it the same on every
+    host and Python; 31 bits fit every engine's integer type.
+    """
+    digest = hashlib.sha256(f"{seed}:request:{index}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def request_body(item: Any, cfg: "LoadSpec", seed: Optional[int] = None) -> Dict[str, Any]:
     """The JSON body for one prompt; chat wraps a plain string, completions flattens messages."""
     body: Dict[str, Any] = {"model": cfg.model, "stream": True}
     options: Dict[str, Any] = {"include_usage": True}
@@ -140,6 +160,8 @@ def request_body(item: Any, cfg: "LoadSpec") -> Dict[str, Any]:
         body["temperature"] = cfg.temperature
     if cfg.ignore_eos:
         body["ignore_eos"] = True
+    if seed is not None:
+        body["seed"] = seed
     return body
 
 
@@ -207,6 +229,9 @@ class LoadSpec:
         self.chat_template_kwargs = spec.get("chat_template_kwargs") or None
         self.warmup = num("warmup", int, default=0)
         self.seed = spec.get("seed", 0)
+        # greedy ignores a seed; unset, the server's default (the model's generation config,
+        # often 0.6-1.0) may well sample, so only an explicit 0 goes without one
+        self.request_seeds = self.temperature != 0
         self.timeout_s = num("timeout_s", default=DEFAULT_TIMEOUT_S, minimum=1e-3)
         self.api_key = spec.get("api_key")
         self.continuous_usage_stats = bool(spec.get("continuous_usage_stats", True))
@@ -253,10 +278,22 @@ def run(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
         raise AgentFailure("bad_spec", "loadgen: the prompt list is empty")
     runner = _Runner(cfg, items, tokenizer, emit, aiohttp)
     result = asyncio.run(runner.main())
-    result["prompt_source"] = source
-    if source == "random:tokens":
-        result["random_prompts_exact"] = exact
+    result.update(prompt_fields(source, len(items), exact))
+    result["request_seeds"] = cfg.request_seeds
     return result
+
+
+def prompt_fields(source: str, count: int, exact: int) -> Dict[str, Any]:
+    """What the result says about the prompts: above all whether random prompts really have
+    ``input_len`` tokens, or fell back to words because the host could not tokenize."""
+    if not source.startswith("random:"):
+        return {"prompt_source": source, "input_len_exact": None}
+    return {
+        "prompt_source": source,
+        "input_len_exact": source == "random:tokens" and exact == count,
+        "random_prompts": count,
+        "random_prompts_exact": exact,
+    }
 
 
 class _Runner:
@@ -391,12 +428,15 @@ class _Runner:
             await self._request(k, due, warmup)
 
     def _body(self, k: int) -> bytes:
+        """Request ``k``'s body: the prompt's JSON, serialised once, and the request's seed."""
         index = k % len(self.items)
         body = self.bodies.get(index)
         if body is None:
             body = json.dumps(request_body(self.items[index], self.cfg)).encode("utf-8")
             self.bodies[index] = body
-        return body
+        if not self.cfg.request_seeds:
+            return body
+        return body[:-1] + b', "seed": %d}' % request_seed(self.cfg.seed, k)
 
     async def _request(self, k: int, due: float, warmup: bool, retried: bool = False) -> None:
         """One streamed request, recorded whatever happens (never raises)."""

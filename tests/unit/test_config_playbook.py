@@ -259,3 +259,101 @@ def test_json_schema_hosts() -> None:
 def test_json_schema_unknown_kind() -> None:
     with pytest.raises(ConfigError, match=r"unknown schema 'playbok' \(did you mean 'playbook'\?\)"):
         json_schema("playbok")  # type: ignore[arg-type]
+
+
+def test_prompt_files_may_be_json_or_jsonl(tmp_path: Path) -> None:
+    file = tmp_path / "p.yaml"
+    file.write_text(
+        "name: p\nruns:\n"
+        "  - {name: a, engine: vllm, model: m, workload: {prompts: data/sharegpt.json}}\n"
+        "  - {name: b, engine: vllm, model: m, workload: {prompts: data/p.jsonl}}\n"
+    )
+    assert [r.workload.prompts for r in load_playbook(file).runs] == [
+        str(tmp_path / "data" / "sharegpt.json"), str(tmp_path / "data" / "p.jsonl")
+    ]
+    file.write_text(
+        "name: p\nruns:\n"
+        "  - name: a\n    engine: vllm\n    model: m\n    workload:\n      prompts: data/p.csv\n"
+    )
+    with pytest.raises(ConfigError) as info:
+        load_playbook(file)
+    assert (info.value.file, info.value.line, info.value.path) == (
+        str(file), 7, "runs[0].workload.prompts"
+    )
+    assert "a path to a .jsonl or .json file; found 'data/p.csv'" in info.value.message
+
+
+def caps(tmp_path: Path, text: str) -> dict[str, tuple[float | None, int, int | None]]:
+    """Each expanded run's (request_rate, concurrency, open_loop_cap)."""
+    file = tmp_path / "caps.yaml"
+    file.write_text(text)
+    return {
+        r.name: (r.workload.request_rate, r.workload.concurrency, r.workload.open_loop_cap)
+        for r in load_playbook(file).expand()
+    }
+
+
+def test_a_closed_loop_concurrency_from_defaults_caps_no_open_loop(tmp_path: Path) -> None:
+    assert caps(tmp_path, """
+name: p
+defaults: {workload: {concurrency: 8}}
+runs:
+  - {name: closed, engine: vllm, model: m}
+  - {name: open, engine: vllm, model: m, workload: {request_rate: 5}}
+  - {name: capped, engine: vllm, model: m, workload: {request_rate: 5, concurrency: 4}}
+  - {name: rates, engine: vllm, model: m, matrix: {workload.request_rate: [2, 4]}}
+  - name: capped-by-matrix
+    engine: vllm
+    model: m
+    workload: {request_rate: 5}
+    matrix: {workload.concurrency: [2, 3]}
+""") == {
+        "closed": (None, 8, None),
+        "open": (5.0, 8, None),
+        "capped": (5.0, 4, 4),
+        "rates[request_rate=2]": (2.0, 8, None),
+        "rates[request_rate=4]": (4.0, 8, None),
+        "capped-by-matrix[concurrency=2]": (5.0, 2, 2),
+        "capped-by-matrix[concurrency=3]": (5.0, 3, 3),
+    }
+
+
+def test_defaults_that_describe_an_open_loop_keep_their_cap(tmp_path: Path) -> None:
+    assert caps(tmp_path, """
+name: p
+defaults: {workload: {request_rate: 10, concurrency: 4}}
+runs:
+  - {name: inherits, engine: vllm, model: m}
+  - {name: own-rate, engine: vllm, model: m, workload: {request_rate: 20}}
+  - {name: rates, engine: vllm, model: m, matrix: {workload.request_rate: [5]}}
+  - {name: closed, engine: vllm, model: m, workload: {request_rate: null}}
+""") == {
+        "inherits": (10.0, 4, 4),
+        "own-rate": (20.0, 4, 4),
+        "rates[request_rate=5]": (5.0, 4, 4),
+        "closed": (None, 4, None),
+    }
+    # a rate the defaults set to null is no open loop: their concurrency is the closed loop's
+    assert caps(tmp_path, """
+name: p
+defaults: {workload: {request_rate: null, concurrency: 4}}
+runs:
+  - {name: open, engine: vllm, model: m, workload: {request_rate: 5}}
+""") == {"open": (5.0, 4, None)}
+
+
+def test_matrix_expansion_keeps_which_workload_keys_were_written() -> None:
+    """The expansion re-validates a dump: the field default of 1 must not become a cap."""
+    open_run = RunSpec(name="r", engine="vllm", model="m", workload={"request_rate": 3.0},
+                       matrix={"workload.max_tokens": [32], "tensor_parallel": [2]})
+    (only,) = Playbook(name="p", runs=[open_run]).expand()
+    assert (only.workload.max_tokens, only.workload.concurrency) == (32, 1)
+    assert only.workload.open_loop_cap is None
+    assert only.workload.model_fields_set == {"request_rate", "max_tokens"}
+    capped = open_run.model_copy(update={"workload": WorkloadSpec(request_rate=3.0, concurrency=2)})
+    (only,) = Playbook(name="p", runs=[capped]).expand()
+    assert only.workload.open_loop_cap == 2
+    whole = RunSpec(name="r", engine="vllm", model="m",
+                    matrix={"workload": [{"request_rate": 2.0}, {"concurrency": 3}]})
+    assert [(r.workload.request_rate, r.workload.open_loop_cap)
+            for r in Playbook(name="p", runs=[whole]).expand()] == [(2.0, None), (None, None)]

@@ -1,8 +1,10 @@
-"""The ``loadgen`` verb: spec checks, request bodies, random prompts, the arrival process, and
-runs over real HTTP (a closed port, and the engine simulator)."""
+"""The ``loadgen`` verb: spec checks, request bodies and their seeds, random prompts, the arrival
+process, and runs over real HTTP (a closed port, a server that records bodies, the engine
+simulator)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
@@ -12,8 +14,11 @@ import socket
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -92,6 +97,78 @@ def test_request_bodies():
         "stream_options": {"include_usage": True},
         "prompt": "Be brief.\n\nWhy?",
     }
+
+
+def test_request_seed_is_a_stable_hash_of_the_workload_seed_and_the_index():
+    seeds = [loadgen.request_seed(7, k) for k in range(2000)]
+    # pinned derivation: the same workload seed must give the same requests in any orch version
+    assert seeds == [
+        int.from_bytes(hashlib.sha256(f"7:request:{k}".encode()).digest()[:4], "big") & (2**31 - 1)
+        for k in range(2000)
+    ]
+    assert len(set(seeds)) == 2000  # every request samples on its own
+    assert min(seeds) >= 0 and 2**30 < max(seeds) < 2**31  # 31 bits, all of them used
+    others = [loadgen.request_seed(8, k) for k in range(2000)]
+    assert not set(seeds) & set(others)
+
+
+@pytest.mark.parametrize(
+    ("temperature", "seeded"), [(None, True), (0, False), (0.0, False), (0.7, True), (1, True)]
+)
+def test_requests_are_seeded_unless_greedy(temperature, seeded):
+    """Greedy needs no seed; unset, the server's default temperature may sample."""
+    spec = {**BASE, "seed": 3} if temperature is None else {**BASE, "temperature": temperature}
+    cfg = loadgen.LoadSpec(spec)
+    assert cfg.request_seeds is seeded
+    assert "seed" not in loadgen.request_body("x", cfg)
+    assert loadgen.request_body("x", cfg, seed=12)["seed"] == 12
+
+
+@pytest.mark.parametrize(
+    ("source", "count", "exact", "fields"),
+    [
+        ("list", 3, 0, {"prompt_source": "list", "input_len_exact": None}),
+        (
+            "random:words",
+            4,
+            0,
+            {
+                "prompt_source": "random:words",
+                "input_len_exact": False,
+                "random_prompts": 4,
+                "random_prompts_exact": 0,
+            },
+        ),
+        (
+            "random:tokens",
+            4,
+            4,
+            {
+                "prompt_source": "random:tokens",
+                "input_len_exact": True,
+                "random_prompts": 4,
+                "random_prompts_exact": 4,
+            },
+        ),
+        (
+            "random:tokens",
+            4,
+            3,
+            {
+                "prompt_source": "random:tokens",
+                "input_len_exact": False,
+                "random_prompts": 4,
+                "random_prompts_exact": 3,
+            },
+        ),
+    ],
+)
+def test_prompt_fields_say_whether_random_lengths_are_exact(source, count, exact, fields):
+    assert loadgen.prompt_fields(source, count, exact) == fields
+    result = LoadgenResult.from_json(
+        {"requests": 0, "completed": 0, "failed": 0, "duration_s": 0.0, **fields}
+    )
+    assert result.input_len_exact is fields["input_len_exact"]
 
 
 @pytest.mark.parametrize(("burstiness", "cv"), [(1.0, 1.0), (4.0, 0.5), (0.25, 2.0)])
@@ -193,9 +270,81 @@ def test_unreachable_server_is_recorded_not_raised():
     res = LoadgenResult.from_json(result)
     assert (res.requests, res.completed, res.failed, res.warmup) == (3, 0, 3, 1)
     assert res.prompt_source == "list" and res.token_count_method is None
+    assert (res.input_len_exact, res.random_prompts, res.request_seeds) == (None, None, True)
     assert [e["phase"] for e in events if e["event"] == "phase"] == ["warmup", "measure"]
     assert res.client_lag["send_lag_ms"]["n"] == 3
     assert math.isfinite(res.duration_s) and res.duration_s >= 0
+
+
+class _Recorder(BaseHTTPRequestHandler):
+    """Records each request body; answers with a one-token stream, usage and [DONE]."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        self.server.bodies.append((self.path, body))  # type: ignore[attr-defined]
+        chunk = {
+            "choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 2, "completion_tokens": 1, "total_tokens": 3},
+        }
+        payload = b"data: " + json.dumps(chunk).encode() + b"\n\ndata: [DONE]\n\n"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def recorder() -> Iterator[ThreadingHTTPServer]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    server.bodies = []  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield server
+    server.shutdown()
+    server.server_close()
+
+
+def sent_bodies(server: ThreadingHTTPServer, spec: dict) -> list[dict]:
+    server.bodies.clear()  # type: ignore[attr-defined]
+    result = loadgen.run({**spec, "port": server.server_address[1]}, lambda event: None)
+    assert (result["completed"], result["failed"]) == (spec["num_prompts"], 0)
+    paths = {path for path, _ in server.bodies}  # type: ignore[attr-defined]
+    assert paths == {"/v1/chat/completions"}
+    return [json.loads(body) for _, body in server.bodies]  # type: ignore[attr-defined]
+
+
+def test_each_request_carries_its_own_reproducible_seed(recorder):
+    """Closed loop, one worker: request k (warm-up first) is the k-th body the server sees."""
+    items = ["first", {"messages": [{"role": "user", "content": "second"}]}, "third"]
+    spec = {
+        "model": "m",
+        "prompts": {"kind": "list", "items": items},
+        "num_prompts": 4,
+        "warmup": 2,
+        "concurrency": 1,
+        "temperature": 0.8,
+        "max_tokens": 8,
+        "seed": 5,
+    }
+    bodies = sent_bodies(recorder, spec)
+    cfg = loadgen.LoadSpec({**spec, "port": 1})
+    assert [b["seed"] for b in bodies] == [loadgen.request_seed(5, k) for k in range(6)]
+    assert bodies == [
+        loadgen.request_body(items[k % 3], cfg, seed=loadgen.request_seed(5, k)) for k in range(6)
+    ]
+    assert sent_bodies(recorder, spec) == bodies  # the same seed: the very same requests
+    other = sent_bodies(recorder, {**spec, "seed": 6})
+    assert [b["seed"] for b in other] == [loadgen.request_seed(6, k) for k in range(6)]
+    assert [b["messages"] for b in other] == [b["messages"] for b in bodies]
+    greedy = sent_bodies(recorder, {**spec, "temperature": 0})
+    assert [b["messages"] for b in greedy] == [b["messages"] for b in bodies]
+    assert not any("seed" in b for b in greedy)
 
 
 # ---------------------------------------------------------------- against the engine simulator
@@ -363,6 +512,12 @@ def test_open_loop_via_the_agent_entry_point(sim, tmp_path: Path):
     result = LoadgenResult.from_json(lines[-1]["data"])
     records = records_of(lines[:-1])
     assert (result.completed, result.mode, result.prompt_source) == (24, "open", "random:words")
+    # no tokenizer on this "host": the lengths are in words, and the result says so
+    assert (result.input_len_exact, result.random_prompts, result.random_prompts_exact) == (
+        False,
+        24,
+        0,
+    )
     assert result.token_count_method == "chunk"  # no per-chunk usage asked for: 1 per chunk
     assert all(r.prompt_tokens == 64 for r in records)  # the simulator counts words too
     # the schedule is the seeded gamma process exactly

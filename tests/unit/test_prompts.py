@@ -1,4 +1,5 @@
-"""Prompt sources: every JSONL shape, ShareGPT, errors with file and line, seeded sampling."""
+"""Prompt sources: every JSONL shape, ShareGPT (JSONL and .json arrays), errors with file and line,
+seeded sampling, and the open-loop concurrency cap in the ``loadgen`` spec."""
 
 from __future__ import annotations
 
@@ -88,7 +89,7 @@ BAD_FILES = [
     ('\n\n{"messages": []}\n', 3, "'messages' must be a non-empty list"),
     ('{"messages": [{"role": "user"}]}\n', 1, "messages[0] must be an object"),
     ('{"conversations": "human: hi"}\n', 1, "'conversations' must be a list"),
-    ("[1, 2]\n", None, "item 0: expected a JSON object, got int"),
+    ("[1, 2]\n", 1, "item 0: expected a JSON object, got int"),
     ("42\n", 1, "expected a JSON object, got int"),
 ]
 
@@ -105,6 +106,64 @@ def test_bad_file_names_file_and_line(tmp_path: Path, text, line, message):
     assert message in err.message
     if line is not None:
         assert str(err).startswith(f"{path}:{line}: ")
+
+
+# a .json file holding one array: every error names the line its record starts on
+ARRAY_BAD_FILES = [
+    (
+        '[\n  {"prompt": "one"},\n  {"prompt": "two"},\n  {"question": "three"}\n]\n',
+        4,
+        "item 2: no prompt found among keys ['question']",
+    ),
+    (
+        '[\n  {"prompt": "one"},\n  {\n    "messages": []\n  }\n]',
+        3,
+        "item 1: 'messages' must be a non-empty list",
+    ),
+    ('[\n  {"prompt": "a"},\n  {"prompt": "b",\n]\n', 4, "not valid JSON: Expecting property name"),
+    ('[\n  {"prompt": "a"}\n  {"prompt": "b"}\n]\n', 3, "expected ',' or ']' after item 0"),
+    ('[\n  {"prompt": "a"},\n', 3, "not valid JSON: Expecting value"),
+    ('[{"prompt": "a"}]\n\n{"prompt": "b"}\n', 3, "more data after the array's closing ']'"),
+    ('[\n  {"prompt": "a"},\n]', 3, "not valid JSON: Expecting value"),
+]
+
+
+@pytest.mark.parametrize(("text", "line", "message"), ARRAY_BAD_FILES)
+def test_bad_json_array_names_file_and_line(tmp_path: Path, text, line, message):
+    path = tmp_path / "bad.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as info:
+        load_prompts({"prompts": "bad.json"}, base_dir=tmp_path)
+    assert (info.value.file, info.value.line) == (str(path), line)
+    assert message in info.value.message
+    assert str(info.value).startswith(f"{path}:{line}: ")
+
+
+def test_json_file_is_read_by_its_content(tmp_path: Path):
+    """``.json`` may hold JSONL (one record per line) or an array; ``.jsonl`` an array too."""
+    records = [{"prompt": "p1"}, {"messages": MESSAGES}, {"conversations": [{"from": "gpt"}]}]
+    expected = ("p1", {"messages": MESSAGES})
+    (tmp_path / "lines.json").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (tmp_path / "array.jsonl").write_text("\n  " + json.dumps(records, indent=1))
+    (tmp_path / "bom.json").write_text(json.dumps(records), encoding="utf-8-sig")
+    for name in ("lines.json", "array.jsonl", "bom.json"):
+        ps = load_prompts({"prompts": name}, base_dir=tmp_path)
+        assert (ps.items, ps.skipped) == (expected, 1), name
+    (tmp_path / "empty.json").write_text(" [ ] ")
+    with pytest.raises(ConfigError, match=r"holds no usable prompt \(0 entries skipped\)"):
+        load_prompts({"prompts": "empty.json"}, base_dir=tmp_path)
+    (tmp_path / "object.json").write_text('{\n  "prompt": "pretty-printed"\n}\n')
+    with pytest.raises(ConfigError, match="not valid JSON") as info:
+        load_prompts({"prompts": "object.json"}, base_dir=tmp_path)
+    assert info.value.line == 1 and "single JSON array of records" in info.value.hint
+
+
+def test_line_separators_inside_json_strings_do_not_split_records(tmp_path: Path):
+    """U+2028 and friends are legal raw inside JSON strings; only "\\n" ends a JSONL record."""
+    prompts = ["a\u2028b", "c\x85d\u2029e", "f\x1cg"]
+    text = "".join(json.dumps({"prompt": p}, ensure_ascii=False) + "\r\n" for p in prompts)
+    (tmp_path / "seps.jsonl").write_text(text, encoding="utf-8", newline="")
+    assert load_prompts({"prompts": "seps.jsonl"}, base_dir=tmp_path).items == tuple(prompts)
 
 
 def test_missing_and_empty_files(tmp_path: Path):
@@ -253,3 +312,22 @@ def test_build_loadgen_spec_from_the_playbook_model(tmp_path: Path):
     capped = WorkloadSpec.model_validate({"request_rate": 4.0, "concurrency": 2})
     spec = build_loadgen_spec(capped, load_prompts(capped, base_dir="."), port=9, served_name="m")
     assert (spec["concurrency"], spec["num_prompts"]) == (2, 64)
+
+
+def test_build_loadgen_spec_caps_an_open_loop_only_with_the_runs_own_concurrency(tmp_path: Path):
+    from orchestrator.config import load_playbook
+
+    (tmp_path / "p.yaml").write_text(
+        "name: p\n"
+        "defaults: {workload: {concurrency: 8, num_prompts: 5}}\n"
+        "runs:\n"
+        "  - {name: closed, engine: vllm, model: m}\n"
+        "  - {name: open, engine: vllm, model: m, workload: {request_rate: 50}}\n"
+        "  - {name: capped, engine: vllm, model: m, workload: {request_rate: 50, concurrency: 2}}\n"
+    )
+    specs = {}
+    for run in load_playbook(tmp_path / "p.yaml").expand():
+        ps = load_prompts(run.workload, base_dir=tmp_path)
+        spec = build_loadgen_spec(run.workload, ps, port=9, served_name="m")
+        specs[run.name] = (spec["concurrency"], spec["request_rate"])
+    assert specs == {"closed": (8, None), "open": (None, 50), "capped": (2, 50)}
