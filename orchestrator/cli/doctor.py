@@ -30,7 +30,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.session import open_pool
 from orchestrator.doctor import Finding, ModelConfig, has_errors, run_checks, to_json
-from orchestrator.doctor.reference import METHOD_ALIASES
+from orchestrator.doctor.reference import METHOD_ALIASES, NO_SPECULATION
 from orchestrator.errors import ConfigError
 from orchestrator.remote.modelfiles import read_model
 
@@ -131,9 +131,10 @@ def doctor_command(
     if target is None:
         raise ConfigError("give a PLAYBOOK, or --target DIR (and usually --drafter DIR)", path="orch doctor",
                           hint="orch doctor playbooks/demo.yaml  |  orch doctor --target DIR --drafter DIR")
-    if method.strip().lower() not in METHOD_ALIASES:
+    known = set(METHOD_ALIASES) | NO_SPECULATION
+    if method.strip().lower() not in known:
         raise ConfigError(f"{method!r} is not a speculative method the doctor knows",
-                          path="--method", hint=f"use one of: {', '.join(sorted(METHOD_ALIASES))}")
+                          path="--method", hint=f"use one of: {', '.join(sorted(known))}")
     findings = doctor_local(target, drafter, engine=engine.value, num_draft_tokens=num_draft_tokens,
                             method=method, chat_template_kwargs=_parse_kwargs(chat_template_kwargs))
     if json_output:

@@ -15,7 +15,13 @@ from rich.table import Table
 
 from orchestrator.cli.common import JsonOpt, out, print_json
 from orchestrator.errors import OrchError
-from orchestrator.metrics.logparse import Event, ParsedLog, detect_engine, parse_log
+from orchestrator.metrics.logparse import (
+    Event,
+    ParsedLog,
+    detect_engine,
+    other_engine_events,
+    parse_log,
+)
 
 app = typer.Typer(
     help="Parse saved engine logs (vLLM, SGLang) into metric events and a summary.",
@@ -83,11 +89,28 @@ def parse(
             )
         name = detected
     parsed = parse_log(lines, engine=name)
+    if not parsed.events and engine != EngineChoice.auto:
+        _refuse_wrong_engine(file, lines, name)
     if as_json:
         print_json(parsed.to_json())
         return
     out.print(render_events(parsed, limit=limit))
     out.print(render_summary(parsed, file=file))
+
+
+def _refuse_wrong_engine(file: Path, lines: list[str], engine: str) -> None:
+    """An explicit ``--engine`` that finds nothing where the other parser finds metrics lines
+    is a wrong guess, not an idle server: say so instead of printing 0 events."""
+    other = other_engine_events(lines, engine=engine)
+    if other is None:
+        return
+    name, counts = other
+    found = ", ".join(f"{kind} {n}" for kind, n in counts.items())
+    raise OrchError(
+        f"{file}: no {engine} metrics line in this log, but the {name} parser finds "
+        f"{sum(counts.values())} event(s) ({found}): it looks like a {name} log",
+        hint=f"use --engine {name}, or --engine auto to detect the engine",
+    )
 
 
 def _fmt(value: float | int | None, spec: str = "", suffix: str = "") -> str:

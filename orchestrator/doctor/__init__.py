@@ -19,9 +19,10 @@ from orchestrator.doctor.collapse import (
 from orchestrator.doctor.enginelog import engine_silent_changes
 from orchestrator.doctor.findings import Finding, has_errors, problems, to_json
 from orchestrator.doctor.host import HostProbe, estimate_parameters, run_host_checks
+from orchestrator.doctor.launch import launch_checks
 from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import reference_layer_ids
-from orchestrator.doctor.runspec import causes_for_run, check_run, model_from_agent
+from orchestrator.doctor.runspec import causes_for_run, check_run, model_from_agent, planned_port
 
 __all__ = [
     "Cause",
@@ -36,7 +37,9 @@ __all__ = [
     "engine_silent_changes",
     "estimate_parameters",
     "has_errors",
+    "launch_checks",
     "model_from_agent",
+    "planned_port",
     "problems",
     "rank_causes",
     "reference_layer_ids",

@@ -19,12 +19,13 @@ from orchestrator.doctor.reference import (
     ENGINE_LAYER_SHIFT,
     MODEL_FREE_METHODS,
     MTP_LAYER_FIELDS,
+    NO_SPECULATION,
     canonical_method,
     families_using_mask_id,
     family_for_vocab,
     reference_layer_ids,
 )
-from orchestrator.doctor.tokenizers import classify_id, thinking_requested
+from orchestrator.doctor.tokenizers import TokenIdClass, classify_id, thinking_requested
 
 ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 
@@ -45,6 +46,9 @@ def run_checks(
     """
     engine = engine.strip().lower()
     canonical = canonical_method(method) or ""
+    if canonical in NO_SPECULATION:
+        return [ok("method", "no speculative decoding (method 'none'): no drafter to check.",
+                   method=method)]
     if canonical in MODEL_FREE_METHODS:
         return [ok("method", f"method {method!r} drafts from the prompt itself: no model to check")]
     if canonical == "mtp":
@@ -191,9 +195,8 @@ def check_mask_token_id(target: ModelConfig, drafter: ModelConfig) -> Finding:
     expected = _expected_mask_text(where.length, vocab) + published
     other = _foreign_text(mask, foreign, family, vocab)
     if where.status in ("text", "added_text"):
-        token = f" {where.content!r}" if where.content else ""
-        return error(name, f"{other}mask_token_id {mask} is {_STATUS_TEXT[where.status]}{token} "
-                     f"({where.basis}). {expected}. " + fix, **details)
+        return error(name, f"{other}mask_token_id {mask} is {_STATUS_TEXT[where.status]}: "
+                     f"{_why_ordinary(mask, where)}. {expected}. " + fix, **details)
     if foreign:
         return warning(name, f"{other}mask_token_id {mask} is {_STATUS_TEXT.get(where.status, 'of unknown kind')} "
                        f"here, so it may work, but check it is the id this drafter was trained with"
@@ -207,6 +210,19 @@ def check_mask_token_id(target: ModelConfig, drafter: ModelConfig) -> Finding:
         token = f" ({where.length - 1})"
     kind = _STATUS_TEXT.get(where.status, "a published mask id of this tokenizer family")
     return ok(name, f"mask_token_id {mask} is {kind}{token}.", **details)
+
+
+def _why_ordinary(mask: int, where: TokenIdClass) -> str:
+    """What makes ``mask`` an ordinary token, stated so it cannot be read as the opposite."""
+    source = ("in tokenizer_config.json" if where.basis.startswith("tokenizer_config.json")
+              else f"in the {where.basis}")
+    if where.status == "added_text":
+        return f"{where.content!r} is marked \"special\": false {source}"
+    first, length = where.first_added_id, where.length
+    if first is not None and mask < first:
+        return f"it is below the first added token id {first} {source}"
+    span = f" ({first}..{length - 1})" if first is not None and length is not None else ""
+    return f"it is inside the added-token range{span} {source} but is not one of the added tokens"
 
 
 def _expected_mask_text(length: int | None, vocab: int) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 from orchestrator.doctor.enginelog import engine_silent_changes
 from orchestrator.doctor.findings import Finding
 from orchestrator.doctor.modelconfig import ModelConfig
-from orchestrator.doctor.reference import MODEL_FREE_METHODS, canonical_method
+from orchestrator.doctor.reference import MODEL_FREE_METHODS, NO_SPECULATION, canonical_method
 
 __all__ = ["Cause", "Collapse", "acceptance_floor", "detect_collapse", "engine_silent_changes",
            "rank_causes"]
@@ -45,7 +45,7 @@ class Collapse:
 
 def acceptance_floor(method: str, num_draft_tokens: int | None) -> float | None:
     canonical = canonical_method(method)
-    if not canonical or canonical in MODEL_FREE_METHODS:
+    if not canonical or canonical in MODEL_FREE_METHODS or canonical in NO_SPECULATION:
         return None
     if num_draft_tokens is None or num_draft_tokens >= 3:
         return DEFAULT_FLOOR
@@ -106,6 +106,7 @@ CHECK_CAUSES: dict[str, str] = {
     "block_size": "block_size",
     "mtp": "mtp",
     "attention_backend": "attention_backend",
+    "model_runner": "model_runner",
     "page_size": "page_size",
     "num_draft_tokens": "num_draft_tokens",
     "thinking": "thinking_mode",

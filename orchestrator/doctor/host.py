@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.doctor.checks import ENGINE_NAMES
 from orchestrator.doctor.findings import Finding, error, ok, warning
 from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import METHOD_SUPPORT, canonical_method, version_tuple
@@ -76,12 +77,17 @@ def run_host_checks(
     method: str | None,
     tensor_parallel: int = 1,
     port: int | None = None,
+    default_port: bool = False,
     target: ModelConfig | None = None,
     drafter: ModelConfig | None = None,
     memory_fraction: float | None = None,
     expected_gpu: str | None = None,
 ) -> list[Finding]:
-    """GPU count, GPU model, free memory, engine and version, driver, port -> one finding each."""
+    """GPU count, GPU model, free memory, engine and version, driver, port -> one finding each.
+
+    ``port`` is the one the server will listen on (``runspec.planned_port``);
+    ``default_port`` says it is the engine's default because the run sets none.
+    """
     engine = engine.strip().lower()
     gpus = sorted(host.gpus, key=lambda g: g.index)[: max(tensor_parallel, 1)]
     return [
@@ -91,7 +97,7 @@ def run_host_checks(
         check_gpu_memory(gpus, engine=engine, tensor_parallel=tensor_parallel, target=target,
                          drafter=drafter, memory_fraction=memory_fraction),
         check_engine_version(host, engine=engine, method=method),
-        check_port(host, port),
+        check_port(host, port, engine=engine, default=default_port),
     ]
 
 
@@ -208,16 +214,22 @@ def check_engine_version(host: HostProbe, *, engine: str, method: str | None) ->
                    "fails.", expected=support.confirmed_version, **details)
 
 
-def check_port(host: HostProbe, port: int | None) -> Finding:
-    details = {"port": port}
+def check_port(host: HostProbe, port: int | None, *, engine: str = "vllm", default: bool = False) -> Finding:
+    """The server's port must be free at doctor time: nothing of orch's own listens yet (the
+    doctor runs before any server starts, and runs sharing a host reuse the port one after
+    another), so a taken port means something else holds it and the launch would fail."""
+    label = ENGINE_NAMES.get(engine, engine)
+    what = f"port {port} ({label}'s default: the run sets no `port`)" if default else f"port {port}"
+    details = {"port": port, "default": default}
     if port is None:
-        return ok("port", "no fixed port: orch picks a free one.", **details)
+        return warning("port", "the run's port is not known: not checked.", **details)
     if host.free_ports is None or (host.checked_ports is not None and port not in host.checked_ports):
-        return warning("port", f"port {port} was not probed: not checked.", **details)
+        return warning("port", f"{what} was not probed: not checked.", **details)
     if port not in host.free_ports:
-        return error("port", f"port {port} is already in use on the host. Fix: stop what listens "
-                     "there or set another `port` for the run.", **details)
-    return ok("port", f"port {port} is free.", **details)
+        return error("port", f"{what} is already in use on the host: the server cannot listen "
+                     "there. Fix: stop what listens there, or set the run's `port` to a free one.",
+                     **details)
+    return ok("port", f"{what} is free.", **details)
 
 
 # --- weight estimate ----------------------------------------------------------------------------

@@ -95,9 +95,11 @@ METHOD_ALIASES: dict[str, str] = {
     "dspark": "dspark",
 }
 
-# Methods that need a separate drafter checkpoint, and those with no model at all.
+# Methods that need a separate drafter checkpoint, those with no model at all, and the
+# playbook's way of saying "no speculative decoding" (a plain run: nothing to check).
 DRAFTER_METHODS = frozenset({"dflash", "eagle", "eagle3", "draft_model", "dspark"})
 MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
+NO_SPECULATION = frozenset({"none"})
 
 
 def canonical_method(method: str | None) -> str | None:

@@ -9,7 +9,7 @@ two can never disagree about a figure.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -317,3 +317,22 @@ def parse_log(lines: Iterable[str], *, engine: str = AUTO) -> ParsedLog:
     for line in lines:
         follower.feed_line(line)
     return follower.result()
+
+
+def other_engine_events(lines: Sequence[str], *, engine: str) -> tuple[str, dict[str, int]] | None:
+    """When ``engine``'s parser finds no metrics line in ``lines`` but another engine's does:
+    that engine and its event counts (kinds with none left out); else None.
+
+    Forcing the wrong parser is not an error to it (every line is simply "not mine"), so a
+    caller that took the engine from the user asks this to avoid a silent "0 events".
+    """
+    if parse_log(lines, engine=engine).events:
+        return None
+    best: tuple[str, dict[str, int]] | None = None
+    for name in PARSERS:
+        if name == parser_for(engine).engine:
+            continue
+        counts = {k: n for k, n in parse_log(lines, engine=name).summary.events.items() if n}
+        if counts and (best is None or sum(counts.values()) > sum(best[1].values())):
+            best = (name, counts)
+    return best

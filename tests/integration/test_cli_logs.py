@@ -266,17 +266,58 @@ def test_json_output_is_exact(log: str, args: list[str], expected: dict) -> None
     assert list(json.loads(result.stdout)) == ["engine", "events", "summary"]
 
 
-def test_forcing_the_other_engine_finds_no_events() -> None:
-    result = runner.invoke(
-        app, ["parse", str(LOGS / "sglang_mtp.log"), "--engine", "vllm", "--json"]
+@pytest.mark.parametrize(
+    ("log", "engine", "message", "hint"),
+    [
+        ("sglang_mtp.log", "vllm",
+         "no vllm metrics line in this log, but the sglang parser finds 5 event(s) "
+         "(decode_batch 3, prefill_batch 2): it looks like a sglang log",
+         "use --engine sglang, or --engine auto to detect the engine"),
+        ("vllm_dflash.log", "sglang",
+         "no sglang metrics line in this log, but the vllm parser finds 6 event(s) "
+         "(engine_stats 3, spec_decode 3): it looks like a vllm log",
+         "use --engine vllm, or --engine auto to detect the engine"),
+    ],
+)
+@pytest.mark.parametrize("as_json", [["--json"], []])
+def test_forcing_the_other_engine_is_an_error_not_zero_events(
+    log: str, engine: str, message: str, hint: str, as_json: list[str]
+) -> None:
+    result = runner.invoke(app, ["parse", str(LOGS / log), "--engine", engine, *as_json])
+    assert result.exit_code != 0
+    assert isinstance(result.exception, OrchError)
+    assert result.exception.message == f"{LOGS / log}: {message}"
+    assert result.exception.hint == hint
+    assert result.stdout == ""  # no misleading "0 events" output before the error
+
+
+def test_forced_engine_on_a_log_without_metrics_still_gives_zero_events(tmp_path: Path) -> None:
+    """No other parser finds anything either (an idle or just-started server): 0 events, exit 0."""
+    log = tmp_path / "startup.log"
+    log.write_text(
+        "(APIServer pid=4021) INFO 12-02 10:57:01 [api_server.py:1811] "
+        "Starting vLLM server on http://127.0.0.1:8000\n"
     )
-    assert result.exit_code == 0, result.output
-    got = json.loads(result.stdout)
-    assert (got["engine"], got["events"], got["summary"]["events"]) == (
-        "vllm",
-        [],
-        {"engine_stats": 0, "spec_decode": 0},
+    for engine, kinds in (("vllm", {"engine_stats": 0, "spec_decode": 0}),
+                          ("sglang", {"decode_batch": 0, "prefill_batch": 0})):
+        result = runner.invoke(app, ["parse", str(log), "--engine", engine, "--json"])
+        assert result.exit_code == 0, result.output
+        got = json.loads(result.stdout)
+        assert (got["engine"], got["events"], got["summary"]["events"]) == (engine, [], kinds)
+
+
+def test_module_entry_point_names_the_right_engine_without_a_traceback() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "orchestrator.cli.logs", "parse", str(LOGS / "sglang_mtp.log"),
+         "--engine", "vllm", "--json"],
+        capture_output=True, text=True, cwd=REPO, timeout=60,
     )
+    assert proc.returncode == 1
+    assert proc.stdout == ""
+    said = " ".join(proc.stderr.split())  # rich wraps long lines
+    assert "no vllm metrics line in this log, but the sglang parser finds 5 event(s)" in said
+    assert "hint: use --engine sglang, or --engine auto to detect the engine" in said
+    assert "Traceback" not in proc.stderr
 
 
 def test_table_shows_the_last_events_and_the_summary() -> None:

@@ -16,6 +16,7 @@ import pytest
 from orchestrator.cli.doctor import doctor_local
 from orchestrator.cli.main import run as run_cli
 from orchestrator.doctor import ModelConfig, problems, reference_layer_ids, run_checks
+from orchestrator.doctor.checks import check_mask_token_id
 from orchestrator.doctor.reference import version_tuple
 from orchestrator.doctor.tokenizers import template_thinking, thinking_requested
 
@@ -188,6 +189,46 @@ def test_mask_check_names_the_token_it_found() -> None:
     assert next(f for f in think if f.check == "mask_token_id").details["token"] == "<think>"
 
 
+GAPPED_TARGET = ModelConfig.from_json({"vocab_size": 200}, {"added_tokens_decoder": {
+    "100": {"content": "<a>", "special": True}, "102": {"content": "<b>", "special": True}}})
+QWEN36_EXPECTED = ("Expected an added special token, or an unused id in 248077..248319; published "
+                   "Qwen3.5/3.6 drafters use 248070, 248077. Fix:")
+
+
+@pytest.mark.parametrize(
+    ("target", "mask", "expected"),
+    [
+        (lambda: model(Q36), 151669,
+         "mask_token_id 151669 is the DFlash mask id of Qwen3 (vocab 151936) tokenizers, but the "
+         "target's tokenizer is Qwen3.5/3.6 (vocab 248320). mask_token_id 151669 is an ordinary "
+         "text token of the target's tokenizer: it is below the first added token id 248044 in "
+         "tokenizer_config.json. " + QWEN36_EXPECTED),
+        (lambda: model(Q36, tokenizer=False), 1000,
+         "mask_token_id 1000 is an ordinary text token of the target's tokenizer: it is below the "
+         "first added token id 248044 in the published Qwen3.5/3.6 tokenizer layout. "
+         + QWEN36_EXPECTED),
+        (lambda: model(Q36), 248068,
+         "mask_token_id 248068 is an added token that is not special (it appears in ordinary "
+         "text): '<think>' is marked \"special\": false in tokenizer_config.json. " + QWEN36_EXPECTED),
+        (lambda: GAPPED_TARGET, 101,
+         "mask_token_id 101 is an ordinary text token of the target's tokenizer: it is inside the "
+         "added-token range (100..102) in tokenizer_config.json but is not one of the added "
+         "tokens. Expected an added special token, or an unused id in 103..199. Fix:"),
+    ],
+    ids=["qwen3-id-on-qwen36", "published-layout", "think-token", "gap-in-added-range"],
+)
+def test_ordinary_token_message_says_why_unambiguously(
+    target: Callable[[], ModelConfig], mask: int, expected: str
+) -> None:
+    """The reason must not read as if the id were an added token (the old "(tokenizer_config.json
+    added_tokens_decoder)" parenthesis did)."""
+    drafter = ModelConfig.from_json({"dflash_config": {"mask_token_id": mask}})
+    finding = check_mask_token_id(target(), drafter)
+    assert finding.severity == "error"
+    assert finding.message.startswith(expected), finding.message
+    assert "added_tokens_decoder)" not in finding.message
+
+
 @pytest.mark.parametrize(
     ("mask", "expected"),
     [(248070, []), (248077, []), (151669, [("mask_token_id", "error")]),
@@ -277,6 +318,26 @@ def test_dflash_without_a_drafter_and_model_free_methods() -> None:
     (ngram,) = run_checks(target=model(Q3), drafter=None, engine="vllm", method="ngram",
                           num_draft_tokens=3)
     assert (ngram.check, ngram.severity) == ("method", "ok")
+
+
+@pytest.mark.parametrize("method", ["none", "NONE", " none "])
+def test_a_plain_run_is_ok_not_an_unknown_method(method: str) -> None:
+    (finding,) = run_checks(target=model(Q3), drafter=None, engine="vllm", method=method,
+                            num_draft_tokens=None)
+    assert (finding.check, finding.severity, finding.message) == (
+        "method", "ok", "no speculative decoding (method 'none'): no drafter to check.")
+    (unknown,) = run_checks(target=model(Q3), drafter=None, engine="vllm", method="medusa",
+                            num_draft_tokens=3)
+    assert (unknown.check, unknown.severity) == ("method", "warning")
+
+
+def test_command_accepts_method_none() -> None:
+    result = _cli(["--target", str(DATA / Q3), "--method", "none", "--json"])
+    assert result.exit_code == 0, result.stderr
+    assert json.loads(result.stdout)["findings"] == [{
+        "check": "method", "severity": "ok",
+        "message": "no speculative decoding (method 'none'): no drafter to check.",
+        "details": {"method": "none"}}]
 
 
 @pytest.mark.parametrize(
@@ -461,7 +522,8 @@ def test_parameter_estimate_is_exact_arithmetic() -> None:
         (probe(gpus=[H100], sglang="0.5.23"), {"engine": "sglang"}, []),
         (probe(gpus=[H100], free=[]), {}, [("port", "error")]),
         (probe(gpus=[H100], checked=[]), {}, [("port", "warning")]),
-        (probe(gpus=[H100], free=[]), {"port": None}, []),
+        (probe(gpus=[H100], free=[]), {"port": None}, [("port", "warning")]),
+        (probe(gpus=[H100], free=[], checked=[8000]), {"default_port": True}, [("port", "error")]),
     ],
 )
 def test_host_checks(host: HostProbe, kwargs: dict[str, Any], expected: list[tuple[str, str]]) -> None:
@@ -495,3 +557,30 @@ def test_host_probe_from_attributes() -> None:
     host = HostProbe.from_probe(Facts())
     assert host.gpus[0].free_mib == 23034 and host.engines == {"vllm": "0.33.0"}
     assert host.free_ports is None
+
+
+@pytest.mark.parametrize(
+    ("port", "options", "free", "checked", "severity", "message"),
+    [
+        (8000, {}, [8000], [8000], "ok", "port 8000 is free."),
+        (8000, {"default": True}, [8000], [8000], "ok",
+         "port 8000 (vLLM's default: the run sets no `port`) is free."),
+        (30000, {"engine": "sglang", "default": True}, [], [30000], "error",
+         "port 30000 (SGLang's default: the run sets no `port`) is already in use on the host: the "
+         "server cannot listen there. Fix: stop what listens there, or set the run's `port` to a "
+         "free one."),
+        (38232, {}, [], [38232], "error",
+         "port 38232 is already in use on the host: the server cannot listen there. Fix: stop "
+         "what listens there, or set the run's `port` to a free one."),
+        (8000, {"default": True}, [], [], "warning",
+         "port 8000 (vLLM's default: the run sets no `port`) was not probed: not checked."),
+        (None, {}, [], [], "warning", "the run's port is not known: not checked."),
+    ],
+)
+def test_port_finding(port: int | None, options: dict[str, Any], free: list[int],
+                      checked: list[int], severity: str, message: str) -> None:
+    from orchestrator.doctor.host import check_port
+
+    finding = check_port(probe(gpus=[H100], free=free, checked=checked), port, **options)
+    assert (finding.check, finding.severity, finding.message) == ("port", severity, message)
+    assert finding.details == {"port": port, "default": options.get("default", False)}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -17,6 +18,7 @@ from orchestrator.doctor import (
     detect_collapse,
     engine_silent_changes,
     model_from_agent,
+    planned_port,
     problems,
     rank_causes,
 )
@@ -222,7 +224,10 @@ def test_check_run_from_agent_results() -> None:
                                  "ports": {"checked": [8000], "free": [8000]}})
     findings = check_run(_run(), target=target, drafter=drafter, host=host)
     assert problems(findings) == []
-    assert len(findings) == 14  # 8 model checks + 6 host checks
+    assert [f.check for f in findings] == [  # 8 model, 2 launch-setting and 6 host checks
+        "target_layer_ids", "num_target_layers", "mask_token_id", "vocab_size", "hidden_size",
+        "block_size", "architecture", "thinking", "attention_backend", "model_runner",
+        "driver", "gpu_count", "gpu_model", "gpu_memory", "engine_version", "port"]
     broken = dict(DRAFTER, dflash_config={"mask_token_id": 100, "target_layer_ids": [1, 9, 17, 25, 35]})
     bad = check_run(_run(), target=target, drafter=ModelConfig.from_json(broken), host=None)
     assert [(f.check, f.severity) for f in problems(bad)] == [
@@ -238,3 +243,155 @@ def test_model_from_agent_missing_model() -> None:
     assert (finding.check, finding.severity) == ("model_files", "error")
     assert finding.message.startswith("the target 'Qwen/Qwen3-8B' was not found on the host: not "
                                       "found (looked in cache /x).")
+
+
+
+# --- launch settings that degrade a healthy vLLM DFlash drafter ----------------------------------
+
+MIXING = dict(DRAFTER, layer_types=["sliding_attention"] * 4 + ["full_attention"])
+FLASH = ["--attention-backend", "flash_attn"]
+V2 = {"VLLM_USE_V2_MODEL_RUNNER": "1"}
+
+
+@pytest.mark.parametrize(
+    ("engine", "method", "drafter", "extra_args", "run_env", "env", "expected"),
+    [
+        # the demo's settings: both present
+        ("vllm", "dflash", MIXING, FLASH, V2, None, [("attention_backend", "ok"), ("model_runner", "ok")]),
+        ("vllm", "dflash", MIXING, ["--attention-backend=FLASH_ATTN"], V2, None,
+         [("attention_backend", "ok"), ("model_runner", "ok")]),
+        # the degraded run: neither set
+        ("vllm", "dflash", MIXING, [], {}, None,
+         [("attention_backend", "warning"), ("model_runner", "error")]),
+        ("vllm", "dflash", MIXING, ["--attention-backend", "triton_attn"], {"VLLM_USE_V2_MODEL_RUNNER": "0"},
+         None, [("attention_backend", "warning"), ("model_runner", "error")]),
+        # the host's env sets the runner (the env the engine will see is passed in)
+        ("vllm", "dflash", MIXING, FLASH, {}, V2, [("attention_backend", "ok"), ("model_runner", "ok")]),
+        ("vllm", "dflash", MIXING, [], {}, {"VLLM_ATTENTION_BACKEND": "FLASH_ATTN", **V2},
+         [("attention_backend", "ok"), ("model_runner", "ok")]),
+        # a drafter with one kind of attention needs no V2 runner
+        ("vllm", "dflash", DRAFTER, FLASH, {}, None, [("attention_backend", "ok"), ("model_runner", "ok")]),
+        # not vLLM DFlash: neither check applies
+        ("sglang", "dflash", MIXING, [], {}, None, []),
+        ("vllm", "eagle3", MIXING, [], {}, None, []),
+        ("vllm", "mtp", None, [], {}, None, []),
+        ("vllm", "none", None, [], {}, None, []),
+        # no drafter config read: the backend is still judged, the runner is not
+        ("vllm", "dflash", None, [], {}, None, [("attention_backend", "warning")]),
+    ],
+)
+def test_launch_settings(engine: str, method: str, drafter: dict[str, Any] | None,
+                         extra_args: list[str], run_env: dict[str, str], env: dict[str, str] | None,
+                         expected: list[tuple[str, str]]) -> None:
+    run = _run(engine=engine, extra_args=extra_args, env=run_env,
+               speculative=SimpleNamespace(method=method, draft_model="d", num_draft_tokens=15))
+    findings = check_run(run, target=None, drafter=ModelConfig.from_json(drafter) if drafter else None,
+                         env=env)
+    assert [(f.check, f.severity) for f in findings] == expected
+
+
+def test_launch_setting_messages() -> None:
+    run = _run(extra_args=[], env={})
+    backend, runner = check_run(run, target=None, drafter=ModelConfig.from_json(MIXING, name="d"))
+    assert backend.message.startswith("vLLM DFlash runs with --attention-backend flash_attn, but this "
+                                      "run leaves the attention backend to the engine's default")
+    assert backend.message.endswith("Fix: set the run's `extra_args: [--attention-backend, "
+                                    "flash_attn]` (or `doctor: warn` on the run if another "
+                                    "backend is what you mean to measure).")
+    assert runner.message.startswith(
+        "the drafter d mixes sliding-window and full attention layers (layer_types: 4 "
+        "sliding_attention, 1 full_attention); vLLM serves such drafters correctly only with "
+        "VLLM_USE_V2_MODEL_RUNNER=1 (the V1 model runner runs every draft layer with full "
+        "attention), and here VLLM_USE_V2_MODEL_RUNNER is not set")
+    assert runner.message.endswith('Fix: add `VLLM_USE_V2_MODEL_RUNNER: "1"` to the run\'s env (or '
+                                   "the host's env in hosts.yaml).")
+    assert runner.details == {"mixes_sliding_and_full": True, "layer_types": MIXING["layer_types"],
+                              "found": None, "expected": "1"}
+    causes = causes_for_run(run, [backend, runner], drafter=ModelConfig.from_json(MIXING))
+    assert [(c.cause, c.source) for c in causes][:2] == [("model_runner", "finding"),
+                                                         ("attention_backend", "finding")]
+    # the host's env set the runner: no model_runner suspicion after the run either
+    host_env = causes_for_run(run, [], drafter=ModelConfig.from_json(MIXING), env=V2)
+    assert [c.cause for c in host_env] == ["attention_backend"]
+    run_env_only = causes_for_run(run, [], drafter=ModelConfig.from_json(MIXING))
+    assert [c.cause for c in run_env_only] == ["attention_backend", "model_runner"]
+
+
+# --- the port the server will really use ----------------------------------------------------------
+
+def _host(free: list[int], checked: list[int]) -> HostProbe:
+    return HostProbe.from_probe({"gpus": [], "driver_version": "570.124.06",
+                                 "packages": {"vllm": "0.33.0", "sglang": "0.5.23"},
+                                 "ports": {"checked": checked, "free": free}})
+
+
+@pytest.mark.parametrize(
+    ("engine", "run_port", "plan_port", "free", "checked", "severity", "port", "default"),
+    [
+        ("vllm", None, None, [8000], [8000], "ok", 8000, True),      # vLLM's default, free
+        ("vllm", None, None, [], [8000], "error", 8000, True),       # taken by something else
+        ("sglang", None, None, [], [30000], "error", 30000, True),   # SGLang's default, taken
+        ("sglang", 38231, None, [38231], [38231], "ok", 38231, False),
+        ("vllm", 38232, None, [], [38232], "error", 38232, False),
+        ("vllm", None, 38232, [38232], [38232], "ok", 38232, False),  # the plan's port wins
+        ("vllm", None, None, [8000], [30000], "warning", 8000, True),  # not the probed port
+    ],
+)
+def test_port_checked_is_the_one_the_server_uses(engine: str, run_port: int | None,
+                                                 plan_port: int | None, free: list[int],
+                                                 checked: list[int], severity: str, port: int,
+                                                 default: bool) -> None:
+    run = _run(engine=engine, port=run_port,
+               speculative=SimpleNamespace(method="none", draft_model=None, num_draft_tokens=None))
+    findings = check_run(run, target=None, drafter=None, host=_host(free, checked), port=plan_port)
+    (finding,) = [f for f in findings if f.check == "port"]
+    assert (finding.severity, finding.details) == (severity, {"port": port, "default": default})
+    assert "orch picks" not in finding.message
+
+
+def test_planned_port_matches_the_engine_adapter() -> None:
+    """The doctor's port and the launch's port come from the same rule (a real playbook)."""
+    from orchestrator.config import load_playbook
+    from orchestrator.engines import adapter_for
+
+    book = load_playbook(Path(__file__).parents[2] / "playbooks" / "qwen36-27b-spec.yaml")
+    got = [(run.engine, planned_port(run, str(run.engine))) for run in book.runs]
+    assert got == [("sglang", (30000, True)), ("vllm", (8000, True))]
+    assert [adapter_for(run).port(run) for run in book.runs] == [30000, 8000]
+
+
+# --- a plain run and the demo playbook ------------------------------------------------------------
+
+def test_a_plain_run_gets_an_ok_method_finding() -> None:
+    run = _run(speculative=SimpleNamespace(method="none", draft_model=None, num_draft_tokens=None))
+    findings = check_run(run, target=ModelConfig.from_json(TARGET), drafter=None)
+    assert [(f.check, f.severity) for f in findings] == [("method", "ok")]
+
+
+SIM_MODELS = Path(__file__).parents[2] / "orchestrator" / "sim" / "models"
+
+
+def test_demo_playbook_gets_no_new_error() -> None:
+    """playbooks/demo.yaml with the simulator's model directories: only the deliberately broken
+    run has errors (mask id, layer ids); both vLLM DFlash runs set the launch settings."""
+    from orchestrator.cli.doctor import load_local_model
+    from orchestrator.config import load_playbook
+
+    book = load_playbook(Path(__file__).parents[2] / "playbooks" / "demo.yaml")
+    got = {}
+    for run in book.runs:
+        target = load_local_model(SIM_MODELS / run.model, option="model")
+        draft = run.speculative.draft_model
+        drafter = load_local_model(SIM_MODELS / draft, option="draft_model") if draft else None
+        findings = check_run(run, target=target, drafter=drafter)
+        got[run.name] = ({(f.check, f.severity) for f in problems(findings)},
+                         [(f.check, f.severity) for f in findings
+                          if f.check in ("attention_backend", "model_runner")])
+    assert got == {
+        "sglang-mtp": (set(), []),
+        "vllm-dflash": (set(), [("attention_backend", "ok"), ("model_runner", "ok")]),
+        "vllm-dflash-broken": ({("mask_token_id", "error"), ("target_layer_ids", "error")},
+                               [("attention_backend", "ok"), ("model_runner", "ok")]),
+    }
+    demo_drafter = load_local_model(SIM_MODELS / "z-lab/Qwen3.6-27B-DFlash", option="draft_model")
+    assert demo_drafter.mixes_sliding_and_full  # so the runner check really was exercised

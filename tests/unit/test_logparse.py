@@ -17,6 +17,7 @@ from orchestrator.metrics.logparse import (
     Malformed,
     detect_engine,
     line_drafts,
+    other_engine_events,
     parse_line,
     parse_log,
 )
@@ -619,6 +620,35 @@ def test_parse_log_auto_detects_and_fails_clearly() -> None:
         parse_log(["nothing to see"])
     assert "could not tell which engine" in info.value.message
     assert info.value.hint == "name the engine explicitly (vllm or sglang)"
+
+
+def _sample(name: str) -> list[str]:
+    return (LOGS / name).read_text().splitlines()
+
+
+VLLM_STARTUP = VLLM_PREFIX.replace("[metrics.py:120]", "[api_server.py:1811]") + (
+    "Starting vLLM server on http://127.0.0.1:8000")
+
+
+@pytest.mark.parametrize(
+    ("lines", "engine", "expected"),
+    [
+        # the wrong engine forced on a whole sample log: the other parser's exact counts
+        (_sample("sglang_mtp.log"), "vllm", ("sglang", {"decode_batch": 3, "prefill_batch": 2})),
+        (_sample("vllm_dflash.log"), "sglang", ("vllm", {"engine_stats": 3, "spec_decode": 3})),
+        ([SGLANG_DECODE_REF], "vllm", ("sglang", {"decode_batch": 1})),
+        ([VLLM_PREFIX + VLLM_SPEC_REF], "sglang", ("vllm", {"spec_decode": 1})),
+        # the right engine, an idle log, or no metrics at all: nothing to say
+        (_sample("sglang_mtp.log"), "sglang", None),
+        (_sample("vllm_dflash.log"), "vllm", None),
+        ([VLLM_STARTUP], "vllm", None),
+        ([VLLM_STARTUP], "sglang", None),
+        (["hello", "world"], "vllm", None),
+    ],
+)
+def test_other_engine_events(lines: list[str], engine: str,
+                             expected: tuple[str, dict[str, int]] | None) -> None:
+    assert other_engine_events(lines, engine=engine) == expected
 
 
 # ---- the live follower -----------------------------------------------------------------------
