@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import shlex
 import signal
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
@@ -27,25 +29,58 @@ from orchestrator.cli.common import (
     print_json,
 )
 from orchestrator.cli.session import load_hosts, open_pool
-from orchestrator.config import load_playbook
+from orchestrator.config import Inventory, Playbook, load_playbook
 from orchestrator.engines.plan import PlannedLaunch, plan_launches, to_json
 from orchestrator.errors import OrchError
+from orchestrator.loadgen.prompts import PromptSet
 from orchestrator.runner import PlaybookOutcome, run_playbook
 from orchestrator.runner.display import Display
+from orchestrator.runner.pipeline import load_run_prompts
 
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 PlaybookArg = Annotated[Path, typer.Argument(help="Playbook file (playbooks/*.yaml).", show_default=False)]
 
 
-def load_plan(playbook_file: Path, hosts_file: Path, only: list[str] | None):
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything `orch run` works out before touching a host."""
+
+    playbook: Playbook
+    inventory: Inventory
+    plans: list[PlannedLaunch]
+    prompts: list[PromptSet]  # one per plan
+
+
+def plan_run(playbook_file: Path, hosts_file: Path, only: list[str] | None) -> RunPlan:
+    """Validate the playbook, place its runs and read their prompt files (no host touched)."""
     playbook = load_playbook(playbook_file)
     inventory, _ = load_hosts(hosts_file, None)
     plans = plan_launches(playbook, inventory, host_filter=only or None)
     if not plans:
         raise OrchError(f"no run of {playbook_file} matches a host",
                         hint="check the playbook's `hosts` and --only against hosts.yaml")
-    return playbook, inventory, plans
+    return RunPlan(playbook, inventory, plans, load_run_prompts(playbook, plans))
+
+
+def load_plan(playbook_file: Path, hosts_file: Path, only: list[str] | None):
+    """(playbook, inventory, plans), prompt files validated too (as `orch doctor` uses it)."""
+    plan = plan_run(playbook_file, hosts_file, only)
+    return plan.playbook, plan.inventory, plan.plans
+
+
+def prompt_notes(plans: Sequence[PlannedLaunch], prompts: Sequence[PromptSet]) -> list[str]:
+    """One line per prompt source that had entries without a usable prompt (ShareGPT entries
+    with no human turn): the run sends fewer distinct prompts than the file holds."""
+    notes: dict[str, str] = {}
+    for plan, prompt_set in zip(plans, prompts, strict=True):
+        if prompt_set.skipped and prompt_set.source not in notes:
+            notes[prompt_set.source] = (
+                f"prompts {prompt_set.source.removeprefix('file:')}: {prompt_set.skipped} "
+                f"entr{'y' if prompt_set.skipped == 1 else 'ies'} skipped (no usable prompt, e.g. "
+                f"a ShareGPT conversation without a human turn); {len(prompt_set.items)} used "
+                f"(run {plan.run.name})")
+    return list(notes.values())
 
 
 def run_command(
@@ -65,7 +100,10 @@ def run_command(
     Hosts work in parallel; the runs on one host go one after another. The doctor checks
     every run first and refuses one with errors (unless --force or `doctor: warn`).
     """
-    playbook, inventory, plans = load_plan(playbook_file, hosts_file, only)
+    run_plan = plan_run(playbook_file, hosts_file, only)
+    plans = run_plan.plans
+    for note in prompt_notes(plans, run_plan.prompts):
+        err.print(f"[yellow]note:[/] {escape(note)}")
     if dry_run:
         if as_json:
             print_json(to_json(plans))
@@ -76,8 +114,7 @@ def run_command(
     display = Display(err)
     stopped_by: list[signal.Signals] = []
     try:
-        outcome = asyncio.run(_run(playbook, inventory, plans, ssh, results, display, force,
-                                   stopped_by=stopped_by))
+        outcome = asyncio.run(_run(run_plan, ssh, results, display, force, stopped_by=stopped_by))
     except KeyboardInterrupt:
         # asyncio.run cancelled the run: every server it started was stopped on the way out.
         # typer would turn this into a silent exit 130; say what happened.
@@ -96,8 +133,8 @@ def run_command(
         raise typer.Exit(1)
 
 
-async def _run(playbook, inventory, plans, ssh, results, display, force, *,
-               stopped_by: list[signal.Signals]) -> PlaybookOutcome:
+async def _run(run_plan: RunPlan, ssh: SshOptions, results: Path, display: Display, force: bool,
+               *, stopped_by: list[signal.Signals]) -> PlaybookOutcome:
     """The playbook, cancelled like Ctrl-C by SIGTERM or SIGHUP (``kill``, a closed terminal or
     SSH session): servers left running would hold the GPUs with nobody to stop them."""
     loop = asyncio.get_running_loop()
@@ -117,9 +154,10 @@ async def _run(playbook, inventory, plans, ssh, results, display, force, *,
             continue
         handled.append(sig)
     try:
-        async with open_pool(inventory, ssh) as pool:
-            return await run_playbook(playbook, inventory, plans, pool=pool, results_root=results,
-                                      display=display, force=force)
+        async with open_pool(run_plan.inventory, ssh) as pool:
+            return await run_playbook(run_plan.playbook, run_plan.inventory, run_plan.plans,
+                                      pool=pool, results_root=results, display=display,
+                                      force=force, prompts=run_plan.prompts)
     finally:
         for sig in handled:
             loop.remove_signal_handler(sig)
@@ -188,6 +226,8 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
     for s in outcome.summaries:
         for change in s.get("engine_changes") or []:
             out.print(f"[yellow]{escape(s['run'])}: {escape(change['message'])}[/]")
+        for warning in s.get("warnings") or []:
+            out.print(f"[yellow]warning: {escape(s['run'])} on {escape(s['host'])}: {escape(warning)}[/]")
     out.print(f"summary: {outcome.csv_path}")
     if outcome.plot_path:
         out.print(f"plot:    {outcome.plot_path}")

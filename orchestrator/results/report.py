@@ -6,8 +6,10 @@ folder alone (``orch report DIR``).
 
 from __future__ import annotations
 
+import csv
 import io
 import json
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,8 +26,20 @@ CSV_COLUMNS = [
     "tpot_ms_p90", "itl_chunk_ms_median", "itl_token_ms_median", "acceptance_length",
     "acceptance_source", "acceptance_length_prometheus", "acceptance_length_log",
     "acceptance_length_client", "acceptance_disagreement", "engine_gen_tok_s", "client_lag_ms_p99",
-    "collapse", "error",
+    "loop_delay_ms_p99", "collapse", "error",
 ]
+
+# Decimals kept per float column (trailing zeros dropped). Fixed-point, never an exponent:
+# a spreadsheet or `column -t` shows 12345.67 tok/s, not 1.235e+04.
+CSV_DECIMALS = {
+    "duration_s": 3, "request_throughput": 4, "output_tok_s": 2, "decode_tok_s_mean": 2,
+    "decode_tok_s_median": 2, "decode_tok_s_p10": 2, "decode_tok_s_p90": 2, "ttft_ms_median": 3,
+    "ttft_ms_p90": 3, "tpot_ms_median": 3, "tpot_ms_p90": 3, "itl_chunk_ms_median": 3,
+    "itl_token_ms_median": 3, "acceptance_length": 4, "acceptance_length_prometheus": 4,
+    "acceptance_length_log": 4, "acceptance_length_client": 4, "engine_gen_tok_s": 2,
+    "client_lag_ms_p99": 3, "loop_delay_ms_p99": 3,
+}
+DEFAULT_DECIMALS = 4
 
 
 def _get(d: dict[str, Any] | None, *path: str) -> Any:
@@ -71,6 +85,7 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
         "acceptance_disagreement": bool(acc.get("disagreement")),
         "engine_gen_tok_s": _get(s, "engine_metrics", "generation_throughput_mean"),
         "client_lag_ms_p99": _get(req, "client_lag", "send_lag_ms", "p99"),
+        "loop_delay_ms_p99": _get(req, "client_lag", "loop_delay_ms", "p99"),
         "collapse": bool(collapse),
         "error": (error.get("message") if isinstance(error, dict) else error) or "",
     }
@@ -82,9 +97,27 @@ def summary_frame(summaries: Sequence[dict[str, Any]]) -> pd.DataFrame:
     return pd.DataFrame([summary_row(s) for s in summaries], columns=CSV_COLUMNS)
 
 
+def csv_value(column: str, value: Any) -> str:
+    """One CSV cell: floats in fixed point with the column's decimals, "" for unknown."""
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, float):
+        return str(value)
+    if not math.isfinite(value):
+        return str(value)
+    text = f"{value:.{CSV_DECIMALS.get(column, DEFAULT_DECIMALS)}f}"
+    if "." in text:
+        text = text.rstrip("0").rstrip(".")
+    return "0" if text in ("-0", "") else text
+
+
 def write_summary_csv(path: Path, summaries: Sequence[dict[str, Any]]) -> Path:
     buf = io.StringIO()
-    summary_frame(summaries).to_csv(buf, index=False, float_format="%.4g")
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(CSV_COLUMNS)
+    for s in summaries:
+        row = summary_row(s)
+        writer.writerow([csv_value(c, row[c]) for c in CSV_COLUMNS])
     return write_bytes(path, buf.getvalue().encode("utf-8"))
 
 

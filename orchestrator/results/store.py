@@ -1,8 +1,11 @@
 """The results folder: one folder per playbook run, one sub-folder per run, files written atomically.
 
 Nothing is ever overwritten: a playbook run gets a fresh folder (``<UTC time>-<playbook>``, with a
-numeric suffix if two start in the same second), and each file is written to a temporary name in
-the same folder and then linked into place, which fails if the name is already taken.
+numeric suffix if two start in the same second). Finished files (manifest, summaries, plot) are
+written to a temporary name in the same folder and then linked into place, which fails if the
+name is already taken, so a reader never sees half of one. Logs that grow while a run goes on
+(``AppendLog``) are created exclusively under their final name and flushed as lines arrive, so
+``tail -f`` follows them live and a killed orch leaves every line it had received.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ MAX_NAME = 100
 def safe_name(name: str) -> str:
     """A name safe as a folder and as a host-side run id (letters, digits, ``.``, ``_``, ``-``):
     matrix run names carry ``[``, ``=`` and ``,``."""
-    cleaned = _UNSAFE.sub("_", name).strip("._")[:MAX_NAME]
+    cleaned = _UNSAFE.sub("_", name).strip("._")[:MAX_NAME].rstrip("._")
     return cleaned or "run"
 
 
@@ -77,30 +80,40 @@ def write_json(path: Path, obj: Any) -> Path:
 class AppendLog:
     """A file that grows while a run goes on (server.log, events.jsonl, requests.jsonl).
 
-    Written under a hidden temporary name and linked into place by ``close()``, so a reader never
-    mistakes a half-written file for a finished one and an existing file is never clobbered.
+    Opened under its final name in ``x`` mode (an existing file is never clobbered) and flushed
+    after every ``write_*`` call: one write per line or per batch is cheap next to a network
+    stream, and it is what makes ``tail -f results/.../server.log`` work during a run and keeps
+    every received line on disk if orch is killed (even ``kill -9``). Lines are written whole,
+    so a reader never sees half a line unless the disk fills up.
     """
 
     def __init__(self, path: Path) -> None:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._tmp = path.with_name(f".{path.name}.partial")
-        self._fh: TextIO | None = open(self._tmp, "x", encoding="utf-8")  # noqa: SIM115
+        try:
+            self._fh: TextIO | None = open(path, "x", encoding="utf-8")  # noqa: SIM115
+        except FileExistsError as exc:
+            raise OrchError(f"refusing to overwrite {path}", hint="results are never overwritten") from exc
 
     def write_line(self, line: str) -> None:
-        assert self._fh is not None, f"{self.path} already closed"
-        self._fh.write(line.rstrip("\n") + "\n")
+        self.write_lines((line,))
 
     def write_json(self, obj: Any) -> None:
         self.write_line(json.dumps(obj, ensure_ascii=False, default=str))
 
     def write_lines(self, lines: Iterable[str]) -> None:
-        for line in lines:
-            self.write_line(line)
+        """Write a batch of lines, then flush once."""
+        assert self._fh is not None, f"{self.path} already closed"
+        self._fh.write("".join(line.rstrip("\n") + "\n" for line in lines))
+        self._fh.flush()
 
     def flush(self) -> None:
         if self._fh:
             self._fh.flush()
+
+    @property
+    def closed(self) -> bool:
+        return self._fh is None
 
     def close(self) -> Path:
         if self._fh is None:
@@ -109,12 +122,6 @@ class AppendLog:
         os.fsync(self._fh.fileno())
         self._fh.close()
         self._fh = None
-        try:
-            os.link(self._tmp, self.path)
-        except FileExistsError as exc:
-            raise OrchError(f"refusing to overwrite {self.path}") from exc
-        finally:
-            os.unlink(self._tmp)
         return self.path
 
     def __enter__(self) -> AppendLog:

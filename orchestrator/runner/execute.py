@@ -1,9 +1,11 @@
 """One run on one host: launch, wait ready, drive load while following the log, stop, summarize.
 
-Every step writes into the run's folder as it goes (server.log, events.jsonl, requests.jsonl grow
-while the run is live); ``summary.json`` is written last. A run that fails still leaves its
-manifest, the log it produced and a ``summary.json`` carrying the ``error``, and the caller moves
-on to the next run.
+The run's folder and ``manifest.json`` are written the moment the run starts (so the manifest's
+``started_at`` is that run's own start, not the playbook's); every step then writes into the
+folder as it goes (server.log, events.jsonl, requests.jsonl grow while the run is live, readable
+with ``tail -f``); ``summary.json``, with the end time and every phase's time, is written last.
+A run that fails still leaves its manifest, the log it produced and a ``summary.json`` carrying
+the ``error``, and the caller moves on to the next run.
 """
 
 from __future__ import annotations
@@ -24,8 +26,8 @@ from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.logparse import LogFollower
 from orchestrator.results.store import AppendLog, write_json, write_text
-from orchestrator.runner.display import Display
-from orchestrator.runner.summarize import build_summary
+from orchestrator.runner.display import MEASURING, Display
+from orchestrator.runner.summarize import RunTimes, build_summary, iso_time
 
 TAIL_DRAIN_S = 15.0
 HEAD_LINES = 5000  # start-up lines kept in memory: where engines announce what they chose
@@ -43,6 +45,20 @@ class RunJob:
     run_id: str
     doctor: list[Any] = field(default_factory=list)  # Finding
     drafter: Any = None  # ModelConfig of the drafter, for ranking collapse causes
+    manifest: dict[str, Any] = field(default_factory=dict)  # written, stamped, when the run starts
+
+
+def begin_run(job: RunJob) -> float:
+    """Create the run's folder with its manifest, stamped with this moment; return the time.
+
+    Files are never rewritten, so the manifest can only hold what is known at the start: the
+    end time and the phases' times go to ``summary.json``.
+    """
+    started = time.time()
+    job.run_dir.mkdir()
+    stamp = iso_time(started)
+    write_json(job.run_dir / "manifest.json", {**job.manifest, "created_at": stamp, "started_at": stamp})
+    return started
 
 
 @dataclass
@@ -66,7 +82,8 @@ async def execute_run(
 ) -> dict[str, Any]:
     """Run ``job`` and return its summary (also written to ``summary.json``)."""
     plan, run = job.plan, job.plan.run
-    started = time.time()
+    started = begin_run(job)
+    ready_at: float | None = None
     state = LiveState(follower=LogFollower(engine=_engine(run)))
     server_log = AppendLog(job.run_dir / "server.log")
     events = AppendLog(job.run_dir / "events.jsonl")
@@ -86,6 +103,7 @@ async def execute_run(
             poll_interval=1.0,
             on_progress=lambda phase, _s: display.update(job.key, phase=phase),
         )
+        ready_at = time.time()
         display.update(job.key, phase="warm-up")
         loadgen = await _drive_load(job, server, agent, state, requests, display)
         display.update(job.key, phase="stopping")
@@ -105,8 +123,10 @@ async def execute_run(
                            ("metrics_after.txt", loadgen.metrics_after)):
             if text is not None:
                 write_text(job.run_dir / name, text)
-    summary = build_summary(job, state=state, loadgen=loadgen, error=error,
-                            started_at=started, ended_at=time.time())
+    times = RunTimes(started_at=started, ended_at=time.time(), ready_at=ready_at,
+                     measure_started_at=loadgen.started_at if loadgen else None,
+                     measure_ended_at=loadgen.ended_at if loadgen else None)
+    summary = build_summary(job, state=state, loadgen=loadgen, error=error, times=times)
     write_json(job.run_dir / "summary.json", summary)
     final = "failed" if error else ("done: COLLAPSE" if summary.get("collapse") else "done")
     display.update(job.key, phase=final)
@@ -163,7 +183,7 @@ async def _drive_load(job: RunJob, server: Server, agent: Agent, state: LiveStat
         elif kind == "phase" and event.get("phase") == "measure":
             state.window_first_line = state.follower.line_no + 1
             state.window = LogFollower(engine=_engine(run))
-            display.update(job.key, phase="measuring")
+            display.update(job.key, phase=MEASURING)
         elif kind == "progress":
             display.update(job.key, tok_s=event.get("tok_s"))
         elif kind == "result":
@@ -185,9 +205,9 @@ def _error_record(exc: OrchError) -> dict[str, Any]:
 
 def failed_summary(job: RunJob, error: OrchError) -> dict[str, Any]:
     """The summary of a run that never started (its host could not be reached)."""
-    now = time.time()
+    started = begin_run(job)
     state = LiveState(follower=LogFollower(engine=_engine(job.plan.run)))
     summary = build_summary(job, state=state, loadgen=None, error=_error_record(error),
-                            started_at=now, ended_at=now)
+                            times=RunTimes(started_at=started, ended_at=time.time()))
     write_json(job.run_dir / "summary.json", summary)
     return summary

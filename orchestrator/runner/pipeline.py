@@ -1,8 +1,9 @@
 """`orch run`: a whole playbook, hosts in parallel, each host's runs one after another.
 
-Order of events: plan and validate every run (no host touched yet) -> open every host and probe
-it -> doctor every run on its host, refusing errors unless forced -> create the results folder ->
-execute runs -> ``summary.csv`` and ``comparison.png``. Every server started is registered so
+Order of events: plan and validate every run, prompt files included (no host touched yet) -> open
+every host and probe it -> doctor every run on its host, refusing errors unless forced -> create
+the results folder -> execute runs (each creates its folder and manifest as it starts) ->
+``summary.csv`` and ``comparison.png``. Every server started is registered so
 that an exception or Ctrl-C anywhere stops them all before orch exits.
 """
 
@@ -11,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import subprocess
-import time
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,11 +26,11 @@ from orchestrator.doctor.findings import Finding
 from orchestrator.engines import adapter_for
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.engines.server import ServerRegistry, pool_reconnect
-from orchestrator.errors import OrchError
-from orchestrator.loadgen.prompts import load_prompts
+from orchestrator.errors import ConfigError, OrchError
+from orchestrator.loadgen.prompts import PromptSet, load_prompts
 from orchestrator.results.plot import write_comparison
 from orchestrator.results.report import write_summary_csv
-from orchestrator.results.store import new_results_dir, safe_name, write_json
+from orchestrator.results.store import new_results_dir, safe_name
 from orchestrator.runner.display import Display
 from orchestrator.runner.execute import RunJob, execute_run, failed_summary
 from orchestrator.runner.preflight import DoctorResult, HostSession, doctor_plans, open_hosts
@@ -127,12 +127,54 @@ def manifest(job: RunJob, playbook: Playbook, session: HostSession, doctor: Doct
         "playbook": {"name": playbook.name, "path": str(source) if source else None,
                      "git": git_commit(source.parent) if source else None},
         "doctor": [f.to_json() for f in doctor.findings],
-        "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "prompts": {"source": job.prompts.source, "count": len(job.prompts.items),
+                    "skipped": job.prompts.skipped, "input_len": job.prompts.input_len},
     }
+
+
+def load_run_prompts(playbook: Playbook, plans: Sequence[PlannedLaunch]) -> list[PromptSet]:
+    """Every plan's prompt set, read and validated now, before any host is touched: a bad line
+    in a JSONL file must not surface after minutes of connecting and model loading.
+
+    Runs sharing a source (matrix runs, several hosts) share one read. Errors name the run.
+    """
+    base_dir = playbook.source_path.parent if playbook.source_path else Path.cwd()
+    loaded: dict[tuple[str | None, int | None], PromptSet] = {}
+    out = []
+    for plan in plans:
+        workload = plan.run.workload
+        key = (workload.prompts, workload.input_len)
+        if key not in loaded:
+            try:
+                loaded[key] = load_prompts(workload, base_dir=base_dir)
+            except ConfigError as exc:
+                exc.path = f"runs[{plan.run.name!r}].{exc.path or 'workload.prompts'}"
+                if exc.file is None and playbook.source_path:
+                    exc.file = str(playbook.source_path)
+                raise
+        out.append(loaded[key])
+    return out
 
 
 def _job_key(plan: PlannedLaunch) -> str:
     return f"{plan.run.name}@{plan.host.name}"
+
+
+def run_folders(keys: Sequence[str]) -> list[str]:
+    """One folder name per run: ``safe_name`` of ``run@host``, numbered when two coincide
+    (long matrix names are cut at the same length; ``a[x=1]`` and ``a_x_1`` read alike), so
+    that no run ever finds its folder taken mid-playbook."""
+    used: set[str] = set()
+    out = []
+    for key in keys:
+        base = name = safe_name(key)
+        n = 1
+        while name in used:
+            n += 1
+            name = f"{base}-{n}"
+        used.add(name)
+        out.append(name)
+    return out
 
 
 async def run_playbook(
@@ -144,7 +186,11 @@ async def run_playbook(
     results_root: Path,
     display: Display,
     force: bool = False,
+    prompts: Sequence[PromptSet] | None = None,
 ) -> PlaybookOutcome:
+    """``prompts``: one per plan, as ``load_run_prompts`` returns (loaded here when None)."""
+    if prompts is None:
+        prompts = load_run_prompts(playbook, plans)
     display.note(f"connecting to {len({p.host.name for p in plans})} host(s) ...")
     sessions = await open_hosts(pool, plans)
     doctor = await doctor_plans(sessions, plans)
@@ -159,17 +205,15 @@ async def run_playbook(
                 display.note(f"[yellow]doctor {finding.severity}[/] {escape(plan.run.name)} on "
                              f"{escape(plan.host.name)}: {escape(f'[{finding.check}]')} "
                              f"{escape(finding.message.split('. ')[0])} ({escape(tail)})")
-    base_dir = playbook.source_path.parent if playbook.source_path else Path.cwd()
-    prompts = [load_prompts(p.run.workload, base_dir=base_dir) for p in plans]
     results_dir = new_results_dir(results_root, playbook.name)
     jobs = []
+    folders = run_folders([_job_key(p) for p in plans])
     for order, (plan, doc, prompt_set) in enumerate(zip(plans, doctor, prompts, strict=True)):
         key = _job_key(plan)
-        job = RunJob(key=key, order=order, plan=plan, run_dir=results_dir / safe_name(key),
+        job = RunJob(key=key, order=order, plan=plan, run_dir=results_dir / folders[order],
                      prompts=prompt_set, run_id=f"{safe_name(plan.run.name)}-{uuid.uuid4().hex[:8]}",
                      doctor=doc.findings, drafter=doc.drafter)
-        job.run_dir.mkdir()
-        write_json(job.run_dir / "manifest.json", manifest(job, playbook, sessions[plan.host.name], doc))
+        job.manifest = manifest(job, playbook, sessions[plan.host.name], doc)
         w = plan.run.workload
         display.add(key, run=plan.run.name, host=plan.host.name,
                     total=None if w.duration_s else w.num_prompts)

@@ -92,6 +92,8 @@ async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
         drafter=result.drafter,
         host=HostProbe.from_probe(session.facts) if session.facts else None,
         expected_gpu=gpus.model if gpus else None,
+        port=plan.port,
+        env=plan.env,  # host env + run env: what the engine will really see
     )
     return result
 

@@ -51,7 +51,7 @@ def run_dump(name: str, engine: str, model: str, **changes: Any) -> dict[str, An
 
 
 def test_issue_example_loads_exactly() -> None:
-    file = REPO / "playbooks" / "qwen36-27b-spec.yaml"
+    file = DATA / "pb-issue.yaml"  # issue 2's example, verbatim
     playbook = load_playbook(file)
     assert (playbook.name, playbook.description, playbook.hosts, playbook.defaults) == (
         "qwen36-27b-spec", None, ["a6000"], None
@@ -65,7 +65,7 @@ def test_issue_example_loads_exactly() -> None:
                               "num_draft_tokens": 15},
                  workload={"num_prompts": 64, "max_tokens": 512}),
     ]
-    assert [(run.line, run.source) for run in playbook.runs] == [(6, f"{file}:6"), (12, f"{file}:12")]
+    assert [(run.line, run.source) for run in playbook.runs] == [(4, f"{file}:4"), (10, f"{file}:10")]
     assert playbook.source_path == file
     assert playbook.expand() == playbook.runs  # no matrix: each run expands to itself
 

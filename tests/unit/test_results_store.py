@@ -1,12 +1,17 @@
 from __future__ import annotations
 
+import csv
 import json
+import signal
+import subprocess
+import sys
 from datetime import datetime, timezone
+from pathlib import Path
 
 import pytest
 
 from orchestrator.errors import OrchError
-from orchestrator.results.report import CSV_COLUMNS, summary_row, write_summary_csv
+from orchestrator.results.report import CSV_COLUMNS, csv_value, summary_row, write_summary_csv
 from orchestrator.results.store import AppendLog, new_results_dir, safe_name, write_json, write_text
 
 
@@ -16,6 +21,7 @@ from orchestrator.results.store import AppendLog, new_results_dir, safe_name, wr
         ("vllm-dflash", "vllm-dflash"),
         ("vllm-dflash[concurrency=4,num_draft_tokens=7]", "vllm-dflash_concurrency_4_num_draft_tokens_7"),
         ("x" * 150, "x" * 100),
+        ("x" * 98 + "[c=1]", "x" * 98 + "_c"),  # no trailing "_" left by the cut
         ("../etc/passwd", "etc_passwd"),
         ("a b/c", "a_b_c"),
         ("...", "run"),
@@ -41,13 +47,42 @@ def test_write_refuses_to_overwrite_and_leaves_no_temp(tmp_path) -> None:
     assert sorted(x.name for x in tmp_path.iterdir()) == ["summary.json"]
 
 
-def test_append_log_appears_only_when_closed(tmp_path) -> None:
+def test_append_log_is_readable_while_it_grows(tmp_path) -> None:
+    """`tail -f server.log` during a run: every line is on disk as soon as it was written."""
     log = AppendLog(tmp_path / "server.log")
     log.write_line("first\n")
+    assert (tmp_path / "server.log").read_text() == "first\n"
     log.write_json({"k": 2})
-    assert not (tmp_path / "server.log").exists()
-    log.close()
-    assert (tmp_path / "server.log").read_text() == 'first\n{"k": 2}\n'
+    log.write_lines(["a", "b\n"])
+    assert (tmp_path / "server.log").read_text() == 'first\n{"k": 2}\na\nb\n'
+    assert log.close() == tmp_path / "server.log"
+    assert log.closed and log.close() == tmp_path / "server.log"  # closing twice is harmless
+    assert [x.name for x in tmp_path.iterdir()] == ["server.log"]  # no hidden partial file
+
+
+def test_append_log_never_overwrites(tmp_path) -> None:
+    (tmp_path / "events.jsonl").write_text("old\n")
+    with pytest.raises(OrchError, match="refusing to overwrite"):
+        AppendLog(tmp_path / "events.jsonl")
+    assert (tmp_path / "events.jsonl").read_text() == "old\n"
+
+
+def test_append_log_survives_kill_9(tmp_path) -> None:
+    """A process killed mid-run (SIGKILL: no clean-up at all) leaves the lines it had written,
+    under the file's own name."""
+    script = (
+        "import os, signal, sys\n"
+        "from pathlib import Path\n"
+        "from orchestrator.results.store import AppendLog\n"
+        "log = AppendLog(Path(sys.argv[1]))\n"
+        "for i in range(3):\n"
+        "    log.write_line(f'line {i}')\n"
+        "os.kill(os.getpid(), signal.SIGKILL)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "server.log")],
+                          cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    assert (tmp_path / "server.log").read_text() == "line 0\nline 1\nline 2\n"
     assert [x.name for x in tmp_path.iterdir()] == ["server.log"]
 
 
@@ -56,7 +91,8 @@ def test_summary_row_and_csv(tmp_path) -> None:
         "run": "vllm-dflash", "host": "h1", "engine": "vllm", "method": "dflash", "num_draft_tokens": 15,
         "requests": {"completed": 8, "failed": 1, "output_throughput": 101.5,
                      "decode_tok_s": {"median": 110.25}, "ttft_ms": {"median": 42.5},
-                     "tpot_ms": {"median": 9.0}},
+                     "tpot_ms": {"median": 9.0},
+                     "client_lag": {"send_lag_ms": {"p99": 0.25}, "loop_delay_ms": {"p99": 3.5}}},
         "acceptance": {"length": 5.1, "source": "prometheus", "prometheus": 5.1, "log": 5.0, "client": 5.05},
         "collapse": None,
     }
@@ -66,6 +102,8 @@ def test_summary_row_and_csv(tmp_path) -> None:
     assert row["ttft_ms_median"] == 42.5
     assert row["tpot_ms_median"] == 9.0
     assert row["acceptance_length"] == 5.1
+    assert row["client_lag_ms_p99"] == 0.25
+    assert row["loop_delay_ms_p99"] == 3.5
     assert row["collapse"] is False
     assert row["error"] == ""
     path = write_summary_csv(tmp_path / "summary.csv", [s, {"run": "broken", "error": {"message": "died"}}])
@@ -73,3 +111,43 @@ def test_summary_row_and_csv(tmp_path) -> None:
     assert lines[0].split(",") == CSV_COLUMNS
     assert lines[1].startswith("vllm-dflash,h1,vllm,dflash,15,8,1,")
     assert lines[2].endswith(",False,died")
+
+
+@pytest.mark.parametrize(
+    ("column", "value", "text"),
+    [
+        ("output_tok_s", 12345.67, "12345.67"),  # "%.4g" wrote 1.235e+04
+        ("output_tok_s", 1234567.891, "1234567.89"),
+        ("output_tok_s", 71.1, "71.1"),
+        ("output_tok_s", 100.0, "100"),
+        ("ttft_ms_median", 55.91234, "55.912"),
+        ("acceptance_length", 5.663219, "5.6632"),
+        ("request_throughput", 0.000123, "0.0001"),
+        ("loop_delay_ms_p99", 1e-7, "0"),
+        ("client_lag_ms_p99", -1e-9, "0"),
+        ("duration_s", 1e15 + 0.5, "1000000000000000.5"),
+        ("completed", 10, "10"),
+        ("collapse", True, "True"),
+        ("acceptance_length", None, ""),
+        ("error", "died, badly", "died, badly"),
+    ],
+)
+def test_csv_values_are_fixed_point(column: str, value, text: str) -> None:
+    assert csv_value(column, value) == text
+
+
+def test_csv_has_no_exponent_for_large_and_small_values(tmp_path) -> None:
+    s = {"run": "big", "host": "h", "engine": "vllm", "method": "none",
+         "requests": {"completed": 3, "failed": 0, "output_throughput": 12345.67,
+                      "request_throughput": 0.00012, "decode_tok_s": {"median": 98765.4321},
+                      "client_lag": {"send_lag_ms": {"p99": 0.0},
+                                     "loop_delay_ms": {"p99": 23.45678}}}}
+    path = write_summary_csv(tmp_path / "summary.csv", [s])
+    with path.open(newline="") as fh:
+        row = next(csv.DictReader(fh))
+    assert row["output_tok_s"] == "12345.67"
+    assert row["request_throughput"] == "0.0001"
+    assert row["decode_tok_s_median"] == "98765.43"
+    assert row["client_lag_ms_p99"] == "0"
+    assert row["loop_delay_ms_p99"] == "23.457"
+    assert "e+" not in path.read_text() and "e-" not in path.read_text()

@@ -1,0 +1,197 @@
+"""summary.json of one run (pure): the log's missing figure explained, client saturation
+warnings, phase times."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from orchestrator.config import load_inventory, load_playbook
+from orchestrator.engines.plan import PlannedLaunch, plan_launches
+from orchestrator.loadgen.prompts import PromptSet
+from orchestrator.loadgen.records import Chunk, LoadgenResult, RequestRecord
+from orchestrator.metrics.logparse import LogFollower
+from orchestrator.runner.execute import LiveState, RunJob
+from orchestrator.runner.summarize import (
+    RunTimes,
+    build_summary,
+    client_warnings,
+    log_missing_note,
+    send_rates,
+)
+
+HOSTS = """\
+hosts:
+  gpu-a: {address: 10.0.0.1, gpus: 2 x RTX A6000}
+"""
+PLAYBOOK = """\
+name: t
+hosts: [gpu-a]
+runs:
+  - name: vllm-dflash
+    engine: vllm
+    model: Qwen/Qwen3.6-27B
+    speculative: {method: dflash, draft_model: z-lab/Qwen3.6-27B-DFlash, num_draft_tokens: 3}
+    env: {VLLM_LOG_STATS_INTERVAL: "5"}
+    workload: {num_prompts: 2, concurrency: 1, max_tokens: 8}
+  - name: sglang-mtp
+    engine: sglang
+    model: Qwen/Qwen3.6-27B
+    speculative: {method: mtp, num_draft_tokens: 3}
+    workload: {num_prompts: 2, request_rate: 4, max_tokens: 8}
+"""
+PREFIX = "(APIServer pid=1) INFO 12-02 10:57:11 [metrics.py:120] "
+ENGINE_LINE = (PREFIX + "Engine 000: Avg prompt throughput: 20.0 tokens/s, Avg generation "
+               "throughput: {gen} tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: "
+               "1.0%, Prefix cache hit rate: 0.0%")
+SPEC_LINE = (PREFIX + "SpecDecoding metrics: Mean acceptance length: 3.00, Accepted throughput: "
+             "2.00 tokens/s, Drafted throughput: 3.00 tokens/s, Accepted: 20 tokens, Drafted: 30 "
+             "tokens, Per-position acceptance rate: 0.800, 0.700, 0.500, Avg Draft acceptance "
+             "rate: 66.7%")
+T0 = datetime(2026, 12, 2, 10, 0, 0, tzinfo=timezone.utc).timestamp()
+
+
+@pytest.fixture
+def plans(tmp_path: Path) -> dict[str, PlannedLaunch]:
+    (tmp_path / "hosts.yaml").write_text(HOSTS)
+    (tmp_path / "play.yaml").write_text(PLAYBOOK)
+    found = plan_launches(load_playbook(tmp_path / "play.yaml"),
+                          load_inventory(tmp_path / "hosts.yaml"), environ={})
+    return {p.run_name: p for p in found}
+
+
+def record(index: int, *, start: float, due: float, warmup: bool = False) -> RequestRecord:
+    chunks = (Chunk(0.05, 1), Chunk(0.10, 3), Chunk(0.15, 3), Chunk(0.20, 1))
+    return RequestRecord(index=index, warmup=warmup, start=start, start_wall=T0 + start,
+                         end=start + 0.2, due=due, status=200, ttft=0.05, e2el=0.2,
+                         chunks=chunks, output_tokens=8, prompt_tokens=5,
+                         token_count_method="usage")
+
+
+def loadgen(*, mode: str = "closed", rate: float | None = None, duration: float = 0.6,
+            loop_p99: float = 2.0) -> LoadgenResult:
+    return LoadgenResult(requests=2, completed=2, failed=0, duration_s=duration,
+                         started_at=T0 + 1.0, ended_at=T0 + 1.0 + duration, mode=mode,
+                         request_rate=rate,
+                         client_lag={"loop_delay_ms": {"n": 30, "p50": 0.5, "p99": loop_p99}})
+
+
+def live(engine: str, before: list[str], inside: list[str], records: list[RequestRecord]) -> LiveState:
+    """The followers as the tail fed them: ``inside`` arrived after the window opened."""
+    state = LiveState(follower=LogFollower(engine=engine), records=records)
+    for line in before:
+        state.follower.feed_line(line)
+    state.window_first_line = state.follower.line_no + 1
+    state.window = LogFollower(engine=engine)
+    for line in inside:
+        state.follower.feed_line(line)
+        state.window.feed_line(line)
+    return state
+
+
+def summarize(plan: PlannedLaunch, state: LiveState, result: LoadgenResult) -> dict:
+    job = RunJob(key="k", order=0, plan=plan, run_dir=Path("/nonexistent/k"),
+                 prompts=PromptSet(source="builtin:chat"), run_id="r-1")
+    times = RunTimes(started_at=T0, ended_at=T0 + 9.5, ready_at=T0 + 0.75,
+                     measure_started_at=result.started_at, measure_ended_at=result.ended_at)
+    return build_summary(job, state=state, loadgen=result, error=None, times=times)
+
+
+def test_no_spec_line_in_a_short_window_is_explained(plans) -> None:
+    """The window (0.6 s) is shorter than the stats interval: the only SpecDecoding line came
+    before it, so the log has no figure, and the summary says why and what to set."""
+    state = live("vllm", [ENGINE_LINE.format(gen=10.0), SPEC_LINE], [ENGINE_LINE.format(gen=12.0)],
+                 [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
+    summary = summarize(plans["vllm-dflash"], state, loadgen())
+    acc = summary["acceptance"]
+    assert acc["log"] is None
+    assert acc["client"] == pytest.approx(7 / 3)  # 8 - 1 tokens over the 3 steps after chunk 1
+    assert acc["log_lines"] == [3, 3]
+    notes = [n for n in acc["notes"] if n.startswith("log:")]
+    assert notes == [
+        "log: no SpecDecoding metrics line fell in the measured window (0.6 s): vLLM prints one "
+        "every VLLM_LOG_STATS_INTERVAL = 5 s; set it lower in the run's env (e.g. env: "
+        "{VLLM_LOG_STATS_INTERVAL: \"1\"}), or measure longer (more num_prompts or duration_s)"]
+
+
+def test_a_spec_line_in_the_window_needs_no_note(plans) -> None:
+    state = live("vllm", [ENGINE_LINE.format(gen=10.0)], [ENGINE_LINE.format(gen=12.0), SPEC_LINE],
+                 [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
+    acc = summarize(plans["vllm-dflash"], state, loadgen())["acceptance"]
+    assert acc["log"] == pytest.approx(3.0)
+    assert not [n for n in acc["notes"] if n.startswith("log:")]
+
+
+@pytest.mark.parametrize(
+    ("engine", "env", "argv", "expected"),
+    [
+        ("vllm", {}, [], "VLLM_LOG_STATS_INTERVAL = 10 s"),
+        ("vllm", {"VLLM_LOG_STATS_INTERVAL": "30"}, [], "VLLM_LOG_STATS_INTERVAL = 30 s"),
+        ("sglang", {}, ["--decode-log-interval", "40"], "one every 40 decode steps"),
+        ("sglang", {}, ["--decode-log-interval", "40", "--decode-log-interval=100"],
+         "one every 100 decode steps"),
+        ("sglang", {}, [], "one every 40 decode steps"),
+    ],
+)
+def test_log_missing_note_names_the_interval(engine, env, argv, expected) -> None:
+    assert expected in log_missing_note(engine, window_s=2.0, env=env, argv=argv)
+
+
+def test_times_and_no_warning_for_a_healthy_client(plans) -> None:
+    state = live("vllm", [], [SPEC_LINE], [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
+    summary = summarize(plans["vllm-dflash"], state, loadgen())
+    assert summary["times"] == {
+        "started_at": "2026-12-02T10:00:00.000+00:00",
+        "ready_at": "2026-12-02T10:00:00.750+00:00",
+        "measure_started_at": "2026-12-02T10:00:01.000+00:00",
+        "measure_ended_at": "2026-12-02T10:00:01.600+00:00",
+        "ended_at": "2026-12-02T10:00:09.500+00:00",
+        "duration_s": 9.5, "server_start_s": 0.75, "measure_s": 0.6,
+    }
+    assert summary["started_at"] == summary["times"]["started_at"]
+    assert summary["warnings"] == []
+    assert summary["requests"]["client_lag"]["loop_delay_ms"]["p99"] == 2.0
+    assert summary["loadgen"]["achieved_request_rate"] is None  # closed loop
+
+
+def test_saturated_client_is_warned_about(plans) -> None:
+    """Open loop at 4 req/s: requests due 0.25 s apart went out 1 s apart, the event loop lagged."""
+    records = [record(i, start=1.0 + i * 1.0, due=1.0 + i * 0.25) for i in range(3)]
+    state = live("sglang", [], [], records)
+    summary = summarize(plans["sglang-mtp"], state, loadgen(mode="open", rate=4.0, loop_p99=35.0))
+    assert summary["loadgen"]["achieved_request_rate"] == pytest.approx(1.0)
+    assert summary["loadgen"]["scheduled_request_rate"] == pytest.approx(4.0)
+    assert summary["warnings"] == [
+        "client saturated: event-loop delay p99 35.0 ms > 20 ms: the load generator's host is "
+        "busy (CPU-bound client, or the engine starving it); latencies include client time",
+        "client saturated: send lag p99 1485.0 ms > 100 ms: requests left later than due",
+        "client saturated: sent 1.00 req/s against a schedule of 4.00 req/s (request_rate 4): the "
+        "open loop fell behind; lower request_rate or raise the concurrency cap",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("lag", "rate", "achieved", "scheduled", "count"),
+    [
+        ({"loop_delay_ms": {"p99": 20.0}, "send_lag_ms": {"p99": 100.0}}, None, None, None, 0),
+        ({"loop_delay_ms": {"p99": 20.1}}, None, None, None, 1),
+        ({"send_lag_ms": {"p99": 100.5}}, None, None, None, 1),
+        ({}, 10.0, 8.0, 10.0, 0),  # 80%: still keeping up
+        ({}, 10.0, 7.9, 10.0, 1),
+        ({}, None, 1.0, 10.0, 0),  # closed loop: no schedule to fall behind
+        (None, 10.0, None, None, 0),
+    ],
+)
+def test_client_warning_thresholds(lag, rate, achieved, scheduled, count) -> None:
+    assert len(client_warnings(client_lag=lag, request_rate=rate, achieved_rate=achieved,
+                               scheduled_rate=scheduled)) == count
+
+
+def test_send_rates_ignore_warmup() -> None:
+    records = [record(0, start=0.0, due=0.0, warmup=True),
+               record(1, start=5.0, due=5.0), record(2, start=5.5, due=5.25),
+               record(3, start=6.0, due=5.5)]
+    assert send_rates(records) == (pytest.approx(2.0), pytest.approx(4.0))
+    assert send_rates(records[:2]) == (None, None)
