@@ -36,7 +36,16 @@ class HostReport:
 
     @property
     def ok(self) -> bool:
-        return self.reachable and not self.gpu_problems
+        """Reachable, the agent ran, and the GPUs are the ones declared (warnings do not count)."""
+        return self.reachable and self.error is None and not self.gpu_problems
+
+    @property
+    def failure(self) -> str | None:
+        """What stopped the check, by the step that failed: a host that answered SSH but could
+        not run the agent (a wrong `python`) is no "unreachable" host."""
+        if self.error is None:
+            return None
+        return f"{'agent failed' if self.reachable else 'unreachable'}: {self.error}"
 
     @property
     def problems(self) -> list[str]:
@@ -94,7 +103,7 @@ async def check_host(
         return report
     report.facts = facts
     report.gpu_problems = facts.gpu_problems(host.gpus)
-    report.warnings = engine_warnings(host, facts)
+    report.warnings = [*facts.gpu_warnings(host.gpus), *engine_warnings(host, facts)]
     phase(host.name, "done" if report.ok else "problems")
     return report
 

@@ -7,6 +7,7 @@ so both are tested with tables and reused by ``orch hosts check`` and the doctor
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,6 +82,10 @@ class HostFacts:
     def gpu_problems(self, declared: GpuSpec | None) -> list[str]:
         return compare_gpus(declared, self.gpus, nvidia_smi_error=self.nvidia_smi_error)
 
+    def gpu_warnings(self, declared: GpuSpec | None) -> list[str]:
+        return gpu_warnings(declared, nvidia_smi_error=self.nvidia_smi_error,
+                            smi_warnings=self.warnings)
+
 
 def _gpu(raw: dict[str, Any]) -> GpuInfo:
     return GpuInfo(
@@ -146,6 +151,20 @@ def compare_gpus(
                     f"GPU {gpu.index} is {gpu.name or 'unnamed'}, expected {declared.model}"
                 )
     return problems
+
+
+def gpu_warnings(
+    declared: GpuSpec | None, *, nvidia_smi_error: str | None, smi_warnings: Sequence[str] = ()
+) -> list[str]:
+    """What nvidia-smi could not tell, when no declared GPU count makes it a problem.
+
+    A host without nvidia-smi and no ``gpus`` in hosts.yaml would otherwise read "none, ok":
+    it is reported as such instead (issue 2). With GPUs declared ``compare_gpus`` already
+    names it, as a problem; saying it twice would only be noise.
+    """
+    found = [] if nvidia_smi_error is None or declared is not None else [
+        f"no GPU information: {nvidia_smi_error}"]
+    return [*found, *smi_warnings]
 
 
 def _describe(declared: GpuSpec) -> str:

@@ -84,12 +84,13 @@ def exit_code_for(exc: OrchError) -> int:
     return EXIT_USAGE if isinstance(exc, ConfigError | SpecError) else EXIT_FAILURE
 
 
+ERROR_LABELS: dict[type[OrchError], str] = {ConfigError: "config error", SpecError: "invalid run"}
+
+
 def report_error(exc: OrchError) -> int:
     """One clear message on stderr: what, where, and what to do. Returns the exit code."""
-    kind = {
-        ConfigError: "config error",
-        SpecError: "invalid run",
-    }.get(type(exc), "error")
+    # isinstance, not the exact type: subclasses (ConfigValidationError ...) keep their label
+    kind = next((label for cls, label in ERROR_LABELS.items() if isinstance(exc, cls)), "error")
     err.print(f"[bold red]{kind}:[/] {escape(str(exc))}")
     if isinstance(exc, EngineError):
         if exc.cause:
@@ -103,6 +104,17 @@ def report_error(exc: OrchError) -> int:
     if exc.hint:
         err.print(f"  [bold]hint:[/] {escape(exc.hint)}")
     return exit_code_for(exc)
+
+
+def without_host(message: str, host: str) -> str:
+    """``message`` without the ``"<host>: "`` a HostError's text starts with, for a line that
+    already names the host ("a on gpu-1 failed: gpu-1: connection refused" says it twice)."""
+    return message.removeprefix(f"{host}: ")
+
+
+def host_message(exc: OrchError, host: str) -> str:
+    """The text of ``exc`` for a line that names ``host`` already."""
+    return without_host(str(exc), host)
 
 
 def host_label(exc: Exception) -> str:

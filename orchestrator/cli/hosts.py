@@ -38,7 +38,8 @@ def check(
 ) -> None:
     """Connect to every host at once, push the agent if needed, probe GPUs and engines.
 
-    Exit status 0 when every host is reachable and has the GPUs hosts.yaml declares.
+    Exit status 0 when every host is reachable, runs the agent and has the GPUs hosts.yaml
+    declares.
     """
     inventory, hosts = load_hosts(hosts_file, only)
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
@@ -80,7 +81,7 @@ def render_table(reports: list[HostReport]) -> Table:
     for r in reports:
         f = r.facts
         if f is None:
-            table.add_row(r.name, "-", "-", "-", "-", "-", f"[red]unreachable: {escape(r.error or '')}[/]")
+            table.add_row(escape(r.name), "-", "-", "-", "-", "-", f"[red]{escape(r.failure or '')}[/]")
             continue
         gpus = ", ".join(sorted({g.name for g in f.gpus})) if f.gpus else "none"
         gpus = f"{len(f.gpus)} x {gpus}" if f.gpus else gpus
@@ -91,7 +92,7 @@ def render_table(reports: list[HostReport]) -> Table:
             [f"[red]{escape(p)}[/]" for p in r.gpu_problems] + [f"[yellow]{escape(p)}[/]" for p in r.warnings]
         ) or "[green]ok[/]"
         table.add_row(
-            r.name, gpus, mem, f.driver_version or "-",
+            escape(r.name), gpus, mem, f.driver_version or "-",
             f.engines.get("vllm") or "-", f.engines.get("sglang") or "-", problems,
         )
     return table

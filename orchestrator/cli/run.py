@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import shlex
 import signal
-from collections.abc import Sequence
-from dataclasses import dataclass
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, NoReturn
 
 import typer
 from rich import box
@@ -27,6 +31,7 @@ from orchestrator.cli.common import (
     err,
     out,
     print_json,
+    without_host,
 )
 from orchestrator.cli.session import load_hosts, open_pool
 from orchestrator.config import Inventory, Playbook, load_playbook
@@ -37,7 +42,10 @@ from orchestrator.runner import PlaybookOutcome, run_playbook
 from orchestrator.runner.display import Display
 from orchestrator.runner.pipeline import load_run_prompts
 
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+# Ctrl-C, `kill`, a closed terminal or SSH session: all stop a run the same way.
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STOP_GRACE_S = 60.0  # how long the clean-up may still take after a second stop signal
+STOP_GRACE_ENV = "ORCH_STOP_GRACE_S"
 
 PlaybookArg = Annotated[Path, typer.Argument(help="Playbook file (playbooks/*.yaml).", show_default=False)]
 
@@ -112,19 +120,24 @@ def run_command(
         return
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
     display = Display(err)
-    stopped_by: list[signal.Signals] = []
+    stop = StopSignals(grace_s=stop_grace_s(), give_up=lambda sig: give_up(
+        sig, grace_s=stop.grace_s, display=display, plans=plans, hosts_file=hosts_file))
     try:
-        outcome = asyncio.run(_run(run_plan, ssh, results, display, force, stopped_by=stopped_by))
+        outcome = asyncio.run(_run(run_plan, ssh, results, display, force, stop=stop))
     except KeyboardInterrupt:
-        # asyncio.run cancelled the run: every server it started was stopped on the way out.
+        # A SIGINT that came before the handlers were in place or after the loop closed.
         # typer would turn this into a silent exit 130; say what happened.
         err.print("[yellow]interrupted:[/] the servers this run started were stopped")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     except asyncio.CancelledError:
-        if not stopped_by:
+        if not stop.received:
             raise
-        err.print(f"[yellow]{stopped_by[0].name}:[/] the servers this run started were stopped")
-        raise typer.Exit(128 + stopped_by[0]) from None
+        first = stop.received[0]
+        label = "interrupted" if first == signal.SIGINT else first.name
+        err.print(f"[yellow]{label}:[/] the servers this run started were stopped")
+        raise typer.Exit(128 + first) from None
+    finally:
+        stop.cancel_timer()
     if as_json:
         print_json({"results_dir": str(outcome.results_dir), "runs": outcome.summaries})
     else:
@@ -133,34 +146,104 @@ def run_command(
         raise typer.Exit(1)
 
 
+@dataclass
+class StopSignals:
+    """The stop signals a run received, and the countdown that bounds its clean-up.
+
+    The first signal cancels the run, whose clean-up stops every server it started. Later ones
+    only ask to wait: cutting the clean-up short (asyncio's answer to a second Ctrl-C) would
+    leave servers holding the GPUs with nobody to stop them, and hung orch in asyncio's own
+    shutdown. From the second signal on, the clean-up has ``grace_s`` left: one stuck on a host
+    that stopped answering must not hold the terminal forever. ``give_up`` is then called from
+    a timer thread, so even a wedged event loop cannot delay it.
+    """
+
+    grace_s: float
+    give_up: Callable[[signal.Signals], object]
+    received: list[signal.Signals] = field(default_factory=list)
+    deadline: float | None = None
+    timer: threading.Timer | None = None
+
+    def on_signal(self, sig: signal.Signals, cancel: Callable[[], object]) -> None:
+        self.received.append(sig)
+        if len(self.received) == 1:
+            cancel()
+            return
+        if self.timer is None:
+            self.deadline = time.monotonic() + self.grace_s
+            self.timer = threading.Timer(self.grace_s, self.give_up, args=(self.received[0],))
+            self.timer.daemon = True
+            self.timer.start()
+        left = max(0.0, (self.deadline or 0.0) - time.monotonic())
+        err.print(f"[yellow]{sig.name}:[/] stopping the servers this run started, please wait "
+                  f"(giving up in {left:.0f} s)")
+
+    def cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+
+def stop_grace_s() -> float:
+    raw = os.environ.get(STOP_GRACE_ENV)
+    if raw is None:
+        return STOP_GRACE_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise OrchError(f"{STOP_GRACE_ENV}={raw!r} is not a number of seconds",
+                        hint=f"unset it, or give e.g. {STOP_GRACE_ENV}=60")
+    return value
+
+
+def give_up(sig: signal.Signals, *, grace_s: float, display: Display,
+            plans: Sequence[PlannedLaunch], hosts_file: Path) -> NoReturn:
+    """Exit now, naming the hosts whose servers may outlive orch and how to stop them.
+
+    ``os._exit``: the clean-up is stuck in tasks that do not finish; unwinding them through
+    asyncio (or joining their threads at interpreter exit) is exactly the wait being given up.
+    """
+    display.__exit__(None, None, None)  # a live table would leave the terminal's cursor hidden
+    hosts = busy_hosts(display, plans)
+    where = "" if hosts_file == Path(DEFAULT_HOSTS_FILE) else f" --hosts {shlex.quote(str(hosts_file))}"
+    where += "".join(f" --only {shlex.quote(h)}" for h in hosts)
+    err.print(f"[bold red]gave up:[/] the clean-up still ran {grace_s:.0f} s after the second "
+              f"signal; engine servers may still run on {escape(', '.join(hosts))}")
+    for what, command in (("list them", f"orch ps{where}"), ("stop them", f"orch stop --all{where}")):
+        err.print(f"  {what}: {escape(command)}", soft_wrap=True)  # unwrapped: to copy and paste
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(128 + sig)
+
+
+def busy_hosts(display: Display, plans: Sequence[PlannedLaunch]) -> list[str]:
+    """Hosts with a run between launch and its end (every planned host if none is known yet)."""
+    busy = [row.host for row in display.rows.values()
+            if row.phase != "waiting" and not row.phase.startswith(("done", "failed"))]
+    return list(dict.fromkeys(busy or [p.host.name for p in plans]))
+
+
 async def _run(run_plan: RunPlan, ssh: SshOptions, results: Path, display: Display, force: bool,
-               *, stopped_by: list[signal.Signals]) -> PlaybookOutcome:
-    """The playbook, cancelled like Ctrl-C by SIGTERM or SIGHUP (``kill``, a closed terminal or
-    SSH session): servers left running would hold the GPUs with nobody to stop them."""
+               *, stop: StopSignals) -> PlaybookOutcome:
+    """The playbook, cancelled by the first of Ctrl-C, SIGTERM or SIGHUP: servers left running
+    would hold the GPUs with nobody to stop them.
+
+    The handlers stay until asyncio.run closes the loop (which removes them): a signal during
+    its shutdown must not raise KeyboardInterrupt there either.
+    """
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
-
-    def cancel(sig: signal.Signals) -> None:
-        if not stopped_by:  # a second signal must not cut the clean-up short
-            task.cancel()
-        stopped_by.append(sig)
-
-    handled = []
     for sig in STOP_SIGNALS:
         try:
-            loop.add_signal_handler(sig, cancel, sig)
-        except (ValueError, RuntimeError):  # not the main thread (e.g. embedded in a program)
+            loop.add_signal_handler(sig, stop.on_signal, sig, task.cancel)
+        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, Windows
             continue
-        handled.append(sig)
-    try:
-        async with open_pool(run_plan.inventory, ssh) as pool:
-            return await run_playbook(run_plan.playbook, run_plan.inventory, run_plan.plans,
-                                      pool=pool, results_root=results, display=display,
-                                      force=force, prompts=run_plan.prompts)
-    finally:
-        for sig in handled:
-            loop.remove_signal_handler(sig)
+    async with open_pool(run_plan.inventory, ssh) as pool:
+        return await run_playbook(run_plan.playbook, run_plan.inventory, run_plan.plans,
+                                  pool=pool, results_root=results, display=display,
+                                  force=force, prompts=run_plan.prompts)
 
 
 def render_plan(plans: list[PlannedLaunch]) -> None:
@@ -205,7 +288,8 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
     for s in outcome.summaries:
         error = s.get("error")
         if error:
-            out.print(f"[bold red]{escape(s['run'])} on {escape(s['host'])} failed:[/] {escape(str(error.get('message')))}")
+            message = without_host(str(error.get("message")), s["host"])
+            out.print(f"[bold red]{escape(s['run'])} on {escape(s['host'])} failed:[/] {escape(message)}")
             if error.get("hint"):
                 out.print(f"  hint: {escape(error['hint'])}")
             if error.get("log_tail"):

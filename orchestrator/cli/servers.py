@@ -27,6 +27,7 @@ from orchestrator.cli.common import (
     OnlyOpt,
     SshOptions,
     err,
+    host_message,
     out,
     print_json,
 )
@@ -41,7 +42,8 @@ class HostServers:
 
     host: str
     servers: list[dict[str, Any]] = field(default_factory=list)
-    error: str | None = None
+    error: str | None = None  # without the host's name: every line that shows it names the host
+    hint: str | None = None
 
 
 async def _agent(pool: Any, host: HostConfig) -> Agent:
@@ -55,7 +57,7 @@ async def _each(hosts: list[HostConfig], job: Any) -> list[HostServers]:
         try:
             return await job(host)
         except OrchError as exc:
-            return HostServers(host.name, error=str(exc))
+            return HostServers(host.name, error=host_message(exc, host.name), hint=exc.hint)
 
     return list(await asyncio.gather(*(one(h) for h in hosts)))
 
@@ -127,6 +129,18 @@ def ps_table(results: list[HostServers]) -> Table:
     return table
 
 
+def host_errors(results: list[HostServers]) -> list[dict[str, Any]]:
+    return [{"host": r.host, "error": r.error, "hint": r.hint} for r in results if r.error]
+
+
+def print_host_errors(results: list[HostServers]) -> None:
+    for r in results:
+        if r.error:
+            out.print(f"[red]{escape(r.host)}: {escape(r.error)}[/]")
+            if r.hint:
+                out.print(f"  hint: {escape(r.hint)}")
+
+
 def ps_json(results: list[HostServers]) -> dict[str, Any]:
     now = time.time()
     servers = [
@@ -136,7 +150,7 @@ def ps_json(results: list[HostServers]) -> dict[str, Any]:
          "returncode": s.get("returncode"), "log": s.get("log"), "checked_at": now}
         for r in results for s in r.servers
     ]
-    return {"servers": servers, "errors": [{"host": r.host, "error": r.error} for r in results if r.error]}
+    return {"servers": servers, "errors": host_errors(results)}
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -162,6 +176,9 @@ def ps(
         print_json(ps_json(results))
     else:
         out.print(ps_table(results))
+        for r in results:
+            if r.error and r.hint:
+                out.print(f"[bold]{escape(r.host)}[/]: {escape(r.hint)}")
     if any(r.error for r in results):
         raise typer.Exit(1)
 
@@ -190,7 +207,7 @@ def stop(
     stopped = [(r.host, s) for r in results for s in r.servers if s.get("was_running")]
     if as_json:
         print_json({"stopped": [dict(s, host=h) for h, s in stopped],
-                    "errors": [{"host": r.host, "error": r.error} for r in results if r.error]})
+                    "errors": host_errors(results)})
     else:
         for host, s in stopped:
             gpu = {True: "GPU memory released", False: "GPU memory NOT released",
@@ -198,10 +215,9 @@ def stop(
             out.print(f"{escape(host)}: stopped {escape(str(s.get('run_id')))} "
                       f"(pid {s.get('pid')}, {'+'.join(s.get('signals') or [])}; {gpu})")
         if not stopped:
-            out.print("nothing was running" + (f" for run {escape(run_id)}" if run_id else ""))
-        for r in results:
-            if r.error:
-                out.print(f"[red]{escape(r.host)}: {escape(r.error)}[/]")
+            out.print("nothing was running" + (f" for run {escape(run_id)}" if run_id else "")
+                      + (" on the hosts that answered" if any(r.error for r in results) else ""))
+        print_host_errors(results)
     known = any(r.servers for r in results)
     if run_id and not known and not any(r.error for r in results):
         err.print(f"[red]no server was launched for run {escape(run_id)} on "

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import yaml
 
+from orchestrator.transport.sandbox import SYSTEM_PATH
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -24,8 +30,8 @@ def write_inventory(path: Path, factory: SshdFactory, hosts: list[SshdHost], *,
     return path
 
 
-def orch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}
+def orch(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", **(env or {})}
     return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
@@ -49,9 +55,12 @@ def test_check_probes_all_hosts_reuses_agent_and_reports_dead_one(sshd_factory, 
         assert host["engines"] == {"vllm": "0.33.0", "sglang": "0.5.23"}
         assert host["problems"] == []
         assert host["agent_bytes_pushed"] > 1000
-    assert report["gpu-dead"]["reachable"] is False
-    assert "gpu-dead" not in (report["gpu-dead"]["error"] or "") or "refused" in report["gpu-dead"]["error"]
-    assert report["gpu-dead"]["gpus"] == []
+    dead_report = report["gpu-dead"]
+    assert dead_report["reachable"] is False
+    assert f"connection refused by 127.0.0.1:{dead['port']}" in dead_report["error"]
+    assert not dead_report["error"].startswith("gpu-dead")  # the entry names the host already
+    assert dead_report["hint"]
+    assert dead_report["gpus"] == []
 
     only = orch(*args, "--only", "gpu-a", cwd=tmp_path)
     assert only.returncode == 0, only.stderr
@@ -63,6 +72,107 @@ def test_check_probes_all_hosts_reuses_agent_and_reports_dead_one(sshd_factory, 
     assert table.returncode == 0, table.stderr
     assert "2 x NVIDIA RTX A6000" in table.stdout and "0.33.0" in table.stdout
     assert "Traceback" not in table.stderr
+
+    table = orch("hosts", "check", "--hosts", str(inv), "--known-hosts", str(known),
+                 "--only", "gpu-dead", cwd=tmp_path)
+    assert table.returncode == 1
+    assert f"unreachable: connection refused by 127.0.0.1:{dead['port']}" in table.stdout
+
+
+@contextlib.contextmanager
+def silent_listener() -> Iterator[int]:
+    """A TCP port on 127.0.0.1 that accepts connections and never says a word (a host whose
+    sshd hangs, or a firewall that swallows the traffic): the SSH banner never comes."""
+    server = socket.create_server(("127.0.0.1", 0))
+    server.settimeout(0.05)
+    held: list[socket.socket] = []
+    done = threading.Event()
+
+    def accept() -> None:
+        while not done.is_set():
+            with contextlib.suppress(TimeoutError):
+                held.append(server.accept()[0])
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        yield server.getsockname()[1]
+    finally:
+        done.set()
+        thread.join(timeout=5)
+        server.close()
+        for conn in held:
+            conn.close()
+
+
+def test_silent_hosts_time_out_without_blocking_the_others(sshd_factory, tmp_path) -> None:
+    """Three hosts that never answer, each with connect_timeout 2 s: checked one after another
+    they would take 6 s; concurrently the whole check takes about one timeout, and the healthy
+    host is reported in full."""
+    a = sshd_factory.start("gpu-a")
+    known = sshd_factory.write_known_hosts([a])
+    with silent_listener() as port:
+        silent = {f"silent-{i}": {"address": "127.0.0.1", "port": port, "python": sys.executable,
+                                  "identity_file": str(a.client_key), "connect_timeout": 2}
+                  for i in (1, 2, 3)}
+        inv = write_inventory(tmp_path / "hosts.yaml", sshd_factory, [a], extra=silent)
+        started = time.monotonic()
+        result = orch("hosts", "check", "--hosts", str(inv), "--known-hosts", str(known), "--json",
+                      cwd=tmp_path)
+        took = time.monotonic() - started
+    assert result.returncode == 1, result.stderr
+    report = {h["name"]: h for h in json.loads(result.stdout)["hosts"]}
+    assert report["gpu-a"]["reachable"] is True and report["gpu-a"]["problems"] == []
+    assert len(report["gpu-a"]["gpus"]) == 2
+    for name in silent:
+        assert report[name]["reachable"] is False
+        assert f"127.0.0.1:{port} within 2s" in report[name]["error"], report[name]
+    assert took < 5.5, f"hosts check took {took:.1f}s: the silent hosts were not checked concurrently"
+
+
+def test_agent_that_cannot_run_fails_the_check(tmp_path) -> None:
+    """An embedded host whose `python` does not exist: reachable (SSH works), but the agent
+    cannot run, so the check fails and says so instead of calling the host unreachable."""
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(yaml.safe_dump({"defaults": {"transport": "embedded"}, "hosts": {
+        "emb-ok": {}, "emb-badpy": {"python": "/nonexistent/python3"}}}))
+    env = {"ORCH_EMBEDDED_ROOT": str(tmp_path / "embedded")}
+    result = orch("hosts", "check", "--hosts", str(inv), "--json", cwd=tmp_path, env=env)
+    assert result.returncode == 1, result.stdout + result.stderr
+    report = {h["name"]: h for h in json.loads(result.stdout)["hosts"]}
+    assert report["emb-ok"]["reachable"] is True and report["emb-ok"]["error"] is None
+    assert report["emb-ok"]["problems"] == []
+    bad = report["emb-badpy"]
+    assert bad["reachable"] is True
+    assert "/nonexistent/python3" in bad["error"] and "not found" in bad["error"]
+    assert bad["gpus"] == [] and bad["python"] is None
+
+    table = orch("hosts", "check", "--hosts", str(inv), cwd=tmp_path, env=env)
+    assert table.returncode == 1
+    row = next(line for line in table.stdout.splitlines() if "emb-badpy" in line)
+    assert "agent failed: the remote interpreter '/nonexistent/python3' was not found" in row
+    assert "unreachable" not in table.stdout
+    assert "Traceback" not in table.stderr
+
+
+def test_host_without_nvidia_smi_says_so(sshd_factory, tmp_path) -> None:
+    """No `gpus` declared and no nvidia-smi on the host's PATH: not a failure (nothing was
+    expected), but reported instead of "none / ok"."""
+    host = sshd_factory.start("no-smi", env={"PATH": SYSTEM_PATH})  # without the fake nvidia-smi
+    known = sshd_factory.write_known_hosts([host])
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(yaml.safe_dump({"ssh_config": str(sshd_factory.ssh_config_path),
+                                   "hosts": {host.name: host.inventory_entry()}}))
+    args = ("hosts", "check", "--hosts", str(inv), "--known-hosts", str(known))
+    result = orch(*args, "--json", cwd=tmp_path)
+    assert result.returncode == 0, result.stdout + result.stderr
+    (entry,) = json.loads(result.stdout)["hosts"]
+    assert (entry["reachable"], entry["error"], entry["gpus"]) == (True, None, [])
+    assert entry["problems"] == ["no GPU information: nvidia-smi not found on PATH"]
+    table = orch(*args, cwd=tmp_path)
+    assert table.returncode == 0
+    assert "no GPU information: nvidia-smi not found on PATH" in table.stdout
+    assert "│ ok" not in table.stdout
 
 
 def test_unknown_key_refused_then_accepted_with_flag(sshd_factory, tmp_path) -> None:
@@ -119,5 +229,5 @@ def test_bad_inventory_is_one_message_no_traceback(tmp_path) -> None:
     result = orch("hosts", "check", "--hosts", str(inv), cwd=tmp_path)
     assert result.returncode == 2
     assert "Traceback" not in result.stderr
-    assert f"{inv}:3:5" in result.stderr
+    assert result.stderr.startswith(f"config error: {inv}:3:5"), result.stderr
     assert "did you mean 'address'" in result.stderr

@@ -3,12 +3,15 @@
 Two embedded hosts serve a workload far too long to finish; once both runs are measuring, the
 CLI gets SIGINT, either alone or with its whole process group (what a terminal's Ctrl-C does:
 the agent commands the embedded hosts run get it too; the engines, detached in their own
-sessions, do not), or SIGTERM. It must exit (130, or 128 + SIGTERM) within seconds, leaving no
-engine, supervisor or agent process behind, and no simulated GPU memory held.
+sessions, do not), or SIGTERM, or SIGINT twice (the second one must not cut the clean-up short).
+It must exit (130, or 128 + SIGTERM) within seconds, leaving no engine, supervisor or agent
+process behind, and no simulated GPU memory held. A clean-up that cannot finish is given up a
+grace period after the second signal, naming what may still run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -90,21 +93,36 @@ def wait_until_measuring(proc: subprocess.Popen[str], stderr: Path, root: Path) 
                          f"{stderr.read_text()}")
 
 
+def start_orch(tmp_path: Path, root: Path, **env: str) -> subprocess.Popen[str]:
+    """`orch run` of the long playbook on the embedded hosts, in its own session (as a job in
+    a terminal), with stderr in tmp_path/stderr.txt."""
+    playbook = with_ports(DATA / "interrupt.yaml", tmp_path / "interrupt.yaml")
+    env = {**os.environ, "ORCH_EMBEDDED_ROOT": str(root), "ORCH_E2E_SECRET": uuid.uuid4().hex, **env}
+    argv = [sys.executable, "-m", "orchestrator", "run", str(playbook),
+            "--hosts", str(DATA / "hosts-embedded.yaml"), "--results", str(tmp_path / "results")]
+    with (tmp_path / "stderr.txt").open("w") as err, (tmp_path / "stdout.txt").open("w") as out:
+        return subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=out, stderr=err, text=True,
+                                start_new_session=True, preexec_fn=_default_sigint)
+
+
+def clean_up(proc: subprocess.Popen[str], root: Path) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+    for pid, _ in host_processes(root):
+        kill_tree(pid)
+
+
 @pytest.mark.parametrize(("how", "code", "said"), [
     ("sigint-cli", 130, "interrupted"),
     ("sigint-group", 130, "interrupted"),  # a terminal's Ctrl-C
     ("sigterm-cli", 128 + signal.SIGTERM, "SIGTERM"),  # `kill`: stopped the same way
+    ("sigint-twice", 130, "interrupted"),  # an impatient Ctrl-C Ctrl-C: the clean-up still runs
 ])
 def test_ctrl_c_stops_every_server(tmp_path: Path, how: str, code: int, said: str) -> None:
     root = tmp_path / "embedded"
-    playbook = with_ports(DATA / "interrupt.yaml", tmp_path / "interrupt.yaml")
     stderr = tmp_path / "stderr.txt"
-    env = {**os.environ, "ORCH_EMBEDDED_ROOT": str(root), "ORCH_E2E_SECRET": uuid.uuid4().hex}
-    argv = [sys.executable, "-m", "orchestrator", "run", str(playbook),
-            "--hosts", str(DATA / "hosts-embedded.yaml"), "--results", str(tmp_path / "results")]
-    with stderr.open("w") as err, (tmp_path / "stdout.txt").open("w") as out:
-        proc = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=out, stderr=err, text=True,
-                                start_new_session=True, preexec_fn=_default_sigint)
+    proc = start_orch(tmp_path, root)
     try:
         started = wait_until_measuring(proc, stderr, root)
         held = list((root / HOSTS[0] / "state").glob("gpu-*.json"))
@@ -112,14 +130,21 @@ def test_ctrl_c_stops_every_server(tmp_path: Path, how: str, code: int, said: st
         sent = time.monotonic()
         if how == "sigint-group":
             os.killpg(proc.pid, signal.SIGINT)
+        elif how == "sigint-twice":
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.05)
+            proc.send_signal(signal.SIGINT)
         else:
             proc.send_signal(signal.SIGTERM if how == "sigterm-cli" else signal.SIGINT)
         returncode = proc.wait(timeout=EXIT_TIMEOUT_S)
         took = time.monotonic() - sent
-        assert returncode == code, stderr.read_text()
+        text = stderr.read_text()
+        assert returncode == code, text
         assert took < 15, f"orch took {took:.1f}s to stop after {how}"
-        assert f"{said}: the servers this run started were stopped" in stderr.read_text()
-        assert "Traceback" not in stderr.read_text()
+        assert f"{said}: the servers this run started were stopped" in text
+        assert "Traceback" not in text
+        assert ("SIGINT: stopping the servers this run started, please wait" in text) == (
+            how == "sigint-twice")
         for server in started:
             assert not alive(server["pid"]), f"engine {server['pid']} still running"
             assert not alive(server["supervisor_pid"]), "its supervisor still running"
@@ -127,8 +152,47 @@ def test_ctrl_c_stops_every_server(tmp_path: Path, how: str, code: int, said: st
         for host in HOSTS:  # every simulated GPU released (what nvidia-smi on the host reads)
             assert list((root / host / "state").glob("gpu-*.json")) == []
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-        for pid, _ in host_processes(root):
-            kill_tree(pid)
+        clean_up(proc, root)
+
+
+def test_stuck_clean_up_gives_up_and_says_what_may_still_run(tmp_path: Path) -> None:
+    """Engines frozen (SIGSTOP: like one stuck in a driver call, SIGTERM does nothing) make
+    the clean-up wait for its SIGKILL timeout; after a second Ctrl-C orch waits at most the
+    grace period, then exits 130 naming the hosts and the commands that stop what is left,
+    and those commands do stop it."""
+    root = tmp_path / "embedded"
+    stderr = tmp_path / "stderr.txt"
+    proc = start_orch(tmp_path, root, ORCH_STOP_GRACE_S="1")
+    try:
+        started = wait_until_measuring(proc, stderr, root)
+        for server in started:
+            os.killpg(server["pgid"], signal.SIGSTOP)
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)
+        returncode = proc.wait(timeout=EXIT_TIMEOUT_S)
+        took = time.monotonic() - sent
+        text = stderr.read_text()
+        assert returncode == 130, text
+        assert took < 10, f"orch took {took:.1f}s to give up"
+        assert "please wait (giving up in 1 s)" in text
+        hosts = f"--hosts {DATA / 'hosts-embedded.yaml'} --only emb-1 --only emb-2"
+        assert ("gave up: the clean-up still ran 1 s after the second signal; engine servers may "
+                "still run on emb-1, emb-2\n"
+                f"  list them: orch ps {hosts}\n"
+                f"  stop them: orch stop --all {hosts}\n") in text
+        assert "Traceback" not in text
+        assert all(alive(server["pid"]) for server in started)  # given up before they died
+
+        argv = [sys.executable, "-m", "orchestrator", "stop", "--all", *hosts.split(), "--timeout", "1"]
+        stopped = subprocess.run(argv, cwd=tmp_path, env={**os.environ, "ORCH_EMBEDDED_ROOT": str(root)},
+                                 capture_output=True, text=True, timeout=60)
+        assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+        for server in started:
+            assert not alive(server["pid"]), f"engine {server['pid']} still running after orch stop"
+    finally:
+        for server in servers(root):
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(server["pgid"], signal.SIGKILL)
+        clean_up(proc, root)

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from orchestrator.agent.bundle import build_bundle
-from orchestrator.agent.facts import GpuInfo, HostFacts, compare_gpus, model_matches
+from orchestrator.agent.facts import GpuInfo, HostFacts, compare_gpus, gpu_warnings, model_matches
 from orchestrator.config.hostconfig import GpuSpec
 from orchestrator.remote.gpus import (
     na,
@@ -441,6 +441,48 @@ def test_host_facts_without_nvidia_smi(pyz: Path, tmp_path: Path) -> None:
     assert facts.gpu_problems(GpuSpec(2, "RTX A6000")) == [
         "expected 2 x RTX A6000, but nvidia-smi is not available: nvidia-smi not found on PATH"
     ]
+    # no GPUs declared: not a problem, but never silent (issue 2: "reported as such")
+    assert facts.gpu_warnings(None) == ["no GPU information: nvidia-smi not found on PATH"]
+    assert facts.gpu_warnings(GpuSpec(2, "RTX A6000")) == []  # gpu_problems says it already
+
+
+def test_host_facts_with_nvidia_smi_have_no_gpu_warning(pyz: Path, tmp_path: Path) -> None:
+    facts = HostFacts.from_probe(probe(pyz, tmp_path, {"workdir": str(tmp_path)}, FAKE_SMI))
+    assert facts.gpu_warnings(None) == []
+    assert facts.gpu_warnings(GpuSpec(2, "RTX A6000")) == []
+
+
+@pytest.mark.parametrize(
+    ("declared", "smi_error", "smi_warnings", "warnings"),
+    [
+        (None, None, [], []),
+        (GpuSpec(2, "RTX A6000"), None, [], []),
+        (None, "nvidia-smi not found on PATH", [], ["no GPU information: nvidia-smi not found on PATH"]),
+        (
+            None,
+            "nvidia-smi exited with status 9: NVIDIA-SMI has failed",
+            [],
+            ["no GPU information: nvidia-smi exited with status 9: NVIDIA-SMI has failed"],
+        ),
+        (GpuSpec(1), "nvidia-smi not found on PATH", [], []),
+        (
+            None,
+            None,
+            ["compute-apps query failed: nvidia-smi exited with status 2"],
+            ["compute-apps query failed: nvidia-smi exited with status 2"],
+        ),
+        (
+            GpuSpec(2),
+            None,
+            ["unparsed nvidia-smi line: 'x, y'"],
+            ["unparsed nvidia-smi line: 'x, y'"],
+        ),
+    ],
+)
+def test_gpu_warnings(
+    declared: GpuSpec | None, smi_error: str | None, smi_warnings: list[str], warnings: list[str]
+) -> None:
+    assert gpu_warnings(declared, nvidia_smi_error=smi_error, smi_warnings=smi_warnings) == warnings
 
 
 def gpu(index: int, name: str) -> GpuInfo:
