@@ -59,11 +59,24 @@ class ConfigError(OrchError):
 
 
 class SpecError(OrchError):
-    """A run spec that parses but cannot be launched as asked (checked before any host is touched)."""
+    """A run spec that parses but cannot be launched as asked (checked before any host is touched).
 
-    def __init__(self, message: str, *, run: str | None = None, hint: str | None = None) -> None:
+    ``field`` is the dotted path of the offending setting inside the run
+    (``speculative.draft_model``, ``extra_args``), when the raiser knows it: the planner turns
+    the error into a ConfigError at that line of the playbook.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        run: str | None = None,
+        hint: str | None = None,
+        field: str | None = None,
+    ) -> None:
         super().__init__(message, hint=hint)
         self.run = run
+        self.field = field
 
     def __str__(self) -> str:
         return f"run {self.run!r}: {self.message}" if self.run else self.message

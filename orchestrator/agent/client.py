@@ -8,6 +8,7 @@ travels inside the spec file, which goes over SFTP, so no shell ever sees it.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import posixpath
 import re
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 from orchestrator.agent.bundle import AgentBundle, build_bundle
 from orchestrator.agent.facts import HostFacts
 from orchestrator.config.hostconfig import HostConfig
-from orchestrator.errors import AgentError, ConfigError, RemoteCommandError
+from orchestrator.errors import AgentError, ConfigError, OrchError, RemoteCommandError
 
 PROBE_PACKAGES = ("vllm", "sglang", "torch", "transformers")
 _VERB = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -59,6 +60,7 @@ class AgentConnection(Protocol):
     ) -> _RemoteStream: ...
     async def put_bytes(self, data: bytes, remote_path: str, *, mode: int = 0o600) -> int: ...
     async def exists(self, remote_path: str) -> bool: ...
+    async def remove(self, remote_path: str) -> bool: ...
     async def makedirs(self, remote_path: str) -> None: ...
     async def home(self) -> str: ...
 
@@ -168,17 +170,23 @@ class Agent:
         """Run ``verb`` to completion and return its result data.
 
         An error event -> AgentError (its kind and details kept); no final event ->
-        RemoteCommandError with the remote stderr's tail. Lines that are not events (a chatty
-        login script, say) are tolerated when a final event follows.
+        RemoteCommandError with the remote stderr's tail, and the spec file deleted (the agent
+        may never have read it). Lines that are not events (a chatty login script, say) are
+        tolerated when a final event follows.
         """
         argv = await self._command(verb, spec)
-        proc = await self.conn.run(argv, timeout=timeout, check=False)
+        try:
+            proc = await self.conn.run(argv, timeout=timeout, check=False)
+        except OrchError:
+            await self._discard(argv[-1])
+            raise
         decoded = decode_output(proc.stdout)
         final = decoded.final
         if final is not None and final["event"] == "error":
             raise self._agent_error(verb, final)
         if final is not None:
             return final.get("data") or {}
+        await self._discard(argv[-1])
         raise self._no_result(verb, proc.returncode, decoded.noise, proc.stderr)
 
     async def stream(
@@ -191,19 +199,35 @@ class Agent:
         argv = await self._command(verb, spec)
         noise: list[str] = []
         finished = False
-        async with self.conn.open_stream(argv, timeout=timeout, check=False) as remote:
-            async for line in remote:
-                event = decode_line(line)
-                if event is None:
-                    if line.strip():
-                        noise.append(line)
-                    continue
-                if event["event"] == "error":
-                    raise self._agent_error(verb, event)
-                finished = finished or event["event"] == "result"
-                yield event
+        try:
+            async with self.conn.open_stream(argv, timeout=timeout, check=False) as remote:
+                async for line in remote:
+                    event = decode_line(line)
+                    if event is None:
+                        if line.strip():
+                            noise.append(line)
+                        continue
+                    if event["event"] == "error":
+                        finished = True
+                        raise self._agent_error(verb, event)
+                    finished = finished or event["event"] == "result"
+                    yield event
+                if not finished:
+                    raise self._no_result(verb, remote.returncode, noise, remote.stderr)
+        except OrchError:
             if not finished:
-                raise self._no_result(verb, remote.returncode, noise, remote.stderr)
+                await self._discard(argv[-1])
+            raise
+
+    async def _discard(self, spec_path: str) -> None:
+        """Delete a spec file no agent reported reading (e.g. ``python`` not found: exit 127).
+
+        The agent deletes its spec once read; when it never ran, the file (a launch spec holds
+        the engine's secrets) would stay in the workdir. Best effort: the caller's error is the
+        one that matters, so a failure here (connection lost) is not raised over it.
+        """
+        with contextlib.suppress(OrchError):
+            await self.conn.remove(spec_path)
 
     async def probe(self, *, ports: Sequence[int] = ()) -> HostFacts:
         spec = {

@@ -79,11 +79,65 @@ def translate(
     exc: ValidationError, doc: Document, *, model: type[BaseModel], node: Node, prefix: Loc = ()
 ) -> ConfigValidationError:
     found: dict[tuple[Any, ...], ConfigError] = {}
-    for err in exc.errors(include_url=False):
-        one = _one(err, doc, model, node, prefix)
+    errors = exc.errors(include_url=False)
+    typos = _misspelled_required(errors, model)
+    for i, err in enumerate(errors):
+        if i in typos.values():
+            continue  # told together with the missing key it misspells
+        if i in typos:
+            one = _misspelled(err, errors[typos[i]], doc, model, node, prefix)
+        else:
+            one = _one(err, doc, model, node, prefix)
         found.setdefault((one.line, one.column, one.message), one)
     ordered = sorted(found.values(), key=lambda e: (e.line or 0, e.column or 0))
     return ConfigValidationError(ordered[0], ordered[1:])
+
+
+def _misspelled_required(errors: Sequence[Any], model: type[BaseModel]) -> dict[int, int]:
+    """{index of a missing-key error: index of the unknown sibling key that misspells it}.
+
+    ``modle: m`` makes two errors, a missing ``model`` and an unknown ``modle``; told apart,
+    the first (in file order, the mapping's start) hides the did-you-mean that says what to fix.
+    """
+    unknown: dict[Loc, list[int]] = {}
+    for i, err in enumerate(errors):
+        loc = tuple(err["loc"])
+        if err["type"] == "extra_forbidden" and loc:
+            unknown.setdefault(loc[:-1], []).append(i)
+    pairs: dict[int, int] = {}
+    for i, err in enumerate(errors):
+        loc = tuple(err["loc"])
+        if err["type"] != "missing" or not loc or loc[:-1] not in unknown:
+            continue
+        owner = model_at(model, loc[:-1])
+        allowed = list(owner.model_fields) if owner else [str(loc[-1])]
+        for j in unknown[loc[:-1]]:
+            word = str(errors[j]["loc"][-1])
+            close = difflib.get_close_matches(word, allowed, n=1, cutoff=0.6)
+            if close == [str(loc[-1])] and j not in pairs.values():
+                pairs[i] = j
+                break
+    return pairs
+
+
+def _misspelled(
+    missing: Any, extra: Any, doc: Document, model: type[BaseModel], node: Node, prefix: Loc
+) -> ConfigError:
+    """One error at the misspelled key (where the fix goes), naming the key it should be."""
+    loc: Loc = tuple(missing["loc"])
+    wrong = str(extra["loc"][-1])
+    target, key_node, depth = doc.locate(node, tuple(extra["loc"]))
+    anchor = key_node if depth == len(extra["loc"]) and key_node is not None else target
+    owner_node, _, owner_depth = doc.locate(node, loc[:-1])
+    parent = doc.path_of(owner_node) if owner_depth == len(loc) - 1 else None
+    path = join_path(parent if parent is not None else format_path(prefix + loc[:-1]), loc[-1])
+    owner = model_at(model, loc[:-1])
+    field = owner.model_fields.get(str(loc[-1])) if owner else None
+    hint = f"{loc[-1]}: {field.description}" if field and field.description else None
+    message = (
+        f"missing required key {loc[-1]!r} (found unknown key {wrong!r}: did you mean {loc[-1]!r}?)"
+    )
+    return doc.mark(anchor).error(message, path=path, hint=hint)
 
 
 def _one(err: Any, doc: Document, model: type[BaseModel], node: Node, prefix: Loc) -> ConfigError:

@@ -354,7 +354,9 @@ def _resolve(
         gpus=GpuSpec(gpus.count, gpus.model) if gpus else None,
         tags=tuple(dict.fromkeys(tags)),
         transport=transport,
-        connect_timeout=values.get("connect_timeout", 15.0),
+        # None when hosts.yaml does not set it: the connection pool's default applies then,
+        # while a value the user wrote (15 included) always wins (ConnectionPool.timeout_for)
+        connect_timeout=values.get("connect_timeout"),  # type: ignore[arg-type]
         source=f"{doc.file}:{line}",
         env_marks=env_marks,
     )

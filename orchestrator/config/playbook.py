@@ -11,6 +11,7 @@ import copy
 import itertools
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_origin
 
@@ -271,6 +272,7 @@ class Playbook(StrictModel):
     _source_path: Path | None = PrivateAttr(None)
     _doc: Document | None = PrivateAttr(None)
     _run_nodes: list[Node] = PrivateAttr(default_factory=list)
+    _expanded_nodes: dict[str, Node] = PrivateAttr(default_factory=dict)  # matrix run -> its tree
     _context: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
@@ -285,10 +287,55 @@ class Playbook(StrictModel):
     def source_path(self) -> Path | None:
         return self._source_path
 
+    def run_index(self, run: RunSpec) -> int | None:
+        """The index in ``runs`` of ``run``, or of the run a matrix run was expanded from."""
+        base = run.name.split("[", 1)[0]  # run names cannot hold '[': see name_check
+        return next((i for i, r in enumerate(self.runs) if r.name == base), None)
+
+    def error_at(
+        self,
+        run: RunSpec,
+        fields: Sequence[str],
+        message: str,
+        *,
+        hint: str | None = None,
+        name_matrix_run: bool = True,
+    ) -> ConfigError:
+        """A ConfigError at the first of ``fields`` (dotted paths in the run, most specific
+        first) that is written in the file; else at the closest enclosing value written (the
+        ``speculative`` mapping for a draft model it lacks); else at the run itself.
+
+        Defaults and matrix values are found where they were typed (``defaults.…``,
+        ``runs[0].matrix.…[1]``), like validation errors; the message then names the run, as
+        it names a matrix run (its values may be the cause) unless ``name_matrix_run`` is False.
+        """
+        index = self.run_index(run)
+        own = f"runs[{index}]" if index is not None else None
+        node = self._expanded_nodes.get(run.name)
+        if node is None and index is not None and index < len(self._run_nodes):
+            node = self._run_nodes[index]
+        if self._doc is None or node is None:
+            path = f"{own}.{fields[0]}" if own and fields else own
+            return _error(self._doc, node=None, message=message, path=path, hint=hint)
+        doc = self._doc
+        best, best_depth = node, 0
+        for field in fields:
+            parts = tuple(int(p) if p.isdigit() else p for p in field.split("."))
+            found, _, depth = doc.locate(node, parts)
+            if depth == len(parts):
+                best = found
+                break
+            if depth > best_depth:
+                best, best_depth = found, depth
+        path = doc.path_of(best) or own
+        expanded = name_matrix_run and index is not None and run.name != self.runs[index].name
+        if expanded or not (path and own and (path == own or path.startswith(f"{own}."))):
+            message = f"{message} (in {'matrix ' if expanded else ''}run {run.name!r})"
+        return doc.mark(best).error(message, path=path, hint=hint)
+
     def hosts_for(self, run: RunSpec, inventory: Inventory) -> list[HostConfig]:
         """The hosts ``run`` may use: its own selectors, else the playbook's, else all."""
-        base = run.name.split("[", 1)[0]  # an expanded run is found by its base run
-        index = next((i for i, r in enumerate(self.runs) if r.name == base), None)
+        index = self.run_index(run)  # an expanded run is found by its base run
         own = run.hosts is not None
         selectors = run.hosts if own else self.hosts
         origin = self._marks_of(("runs", index, "hosts") if own else ("hosts",), selectors)
@@ -311,7 +358,10 @@ class Playbook(StrictModel):
         out: list[RunSpec] = []
         for i, run in enumerate(self.runs):
             node = self._run_nodes[i] if i < len(self._run_nodes) else None
-            out.extend(_expand(run, i, node, self._doc, self._context))
+            for spec, tree in _expand(run, i, node, self._doc, self._context):
+                out.append(spec)
+                if tree is not None and tree is not node:
+                    self._expanded_nodes[spec.name] = tree
         seen: set[str] = set()
         for run in out:
             if run.name in seen:
@@ -378,9 +428,10 @@ def _label(value: Any) -> str:
 
 def _expand(
     run: RunSpec, index: int, node: Node | None, doc: Document | None, context: dict[str, Any]
-) -> list[RunSpec]:
+) -> list[tuple[RunSpec, Node | None]]:
+    """(run, its node tree with the matrix values in place) for each combination."""
     if not run.matrix:
-        return [run]
+        return [(run, node)]
     keys = list(run.matrix)
     for key in keys:
         _check_matrix_key(key, doc, node, index)
@@ -394,7 +445,7 @@ def _expand(
     base["workload"] = run.workload.model_dump(exclude_unset=True)
     in_matrix = _workload_keys_in(keys)
     items = _matrix_items(node, keys)
-    out: list[RunSpec] = []
+    out: list[tuple[RunSpec, Node | None]] = []
     for combo in itertools.product(*(range(len(run.matrix[k])) for k in keys)):
         data = copy.deepcopy(base)
         tree = node
@@ -410,7 +461,7 @@ def _expand(
         label = ",".join(f"{s}={_label(v)}" for s, v in zip(shorts, values.values(), strict=True))
         spec = spec.model_copy(update={"name": f"{run.name}[{label}]", "matrix": None})
         spec._matrix_values = values
-        out.append(spec)
+        out.append((spec, tree))
     return out
 
 

@@ -10,6 +10,7 @@ the offending value.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -176,7 +177,7 @@ def parse_yaml(text: str, *, file: str = "<input>") -> Document:
         doc = Document(file, root)
         doc.data  # noqa: B018 - constructs every scalar once, so bad tags fail here, with a mark
     except yaml.MarkedYAMLError as exc:
-        raise _syntax_error(exc, file) from exc
+        raise _syntax_error(exc, file, text) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"invalid YAML: {exc}", file=file) from exc
     return doc
@@ -190,7 +191,7 @@ def node_kind(node: Node) -> str:
     return repr(node.value)
 
 
-def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> ConfigError:
+def _syntax_error(exc: yaml.MarkedYAMLError, file: str, text: str = "") -> ConfigError:
     mark = exc.problem_mark or exc.context_mark
     problem = exc.problem or exc.context or "invalid YAML"
     hint = None
@@ -199,6 +200,12 @@ def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> ConfigError:
         hint = f"check the indentation and brackets ({exc.context} at line {ctx.line + 1}, column {ctx.column + 1})"
     if "'\\t'" in problem:
         hint = "indent with spaces: YAML does not allow tabs"
+    reference = _env_reference(text, mark) if mark is not None else None
+    if reference is not None:
+        hint = (
+            f'quote the value: "{reference}" (inside {{...}} or [...] YAML reads an unquoted'
+            " '{' as the start of a mapping)"
+        )
     return ConfigError(
         f"invalid YAML: {problem}",
         file=file,
@@ -206,6 +213,22 @@ def _syntax_error(exc: yaml.MarkedYAMLError, file: str) -> ConfigError:
         column=mark.column + 1 if mark else None,
         hint=hint,
     )
+
+
+_ENV_REFERENCE = re.compile(r"\$\{[^}\s]*\}?")
+
+
+def _env_reference(text: str, mark: yaml.Mark) -> str | None:
+    """The unquoted ``${VAR}`` on the error's line: in a flow mapping or list (``{A: ${A}}``)
+    its braces are YAML syntax, and the parser's message says nothing about why."""
+    lines = text.split("\n")
+    line = lines[mark.line] if mark.line < len(lines) else ""
+    found = list(_ENV_REFERENCE.finditer(line))
+    for match in found:  # the one the parser stopped at: its '{' is the unexpected token
+        if match.start() <= mark.column <= match.end():
+            return match.group(0)
+    unquoted = [m for m in found if m.start() == 0 or line[m.start() - 1] not in "'\""]
+    return unquoted[0].group(0) if unquoted else None
 
 
 def _normalize(

@@ -142,9 +142,12 @@ def parse_prompt_lines(lines: Iterable[str], *, file: str) -> tuple[list[Item], 
             continue
         try:
             obj = json.loads(line)
-        except ValueError as exc:
+        except json.JSONDecodeError as exc:  # its own "line 1" is this line: name the column only
             raise ConfigError(
-                f"not valid JSON: {exc}", file=file, line=line_no, hint=f"the file needs {_LAYOUT}"
+                f"not valid JSON: {exc.msg} (column {exc.colno})",
+                file=file,
+                line=line_no,
+                hint=f"the file needs {_LAYOUT}",
             ) from exc
         item = parse_prompt_record(obj, file=file, line=line_no)
         if item is None:

@@ -136,7 +136,9 @@ def load_run_prompts(playbook: Playbook, plans: Sequence[PlannedLaunch]) -> list
     """Every plan's prompt set, read and validated now, before any host is touched: a bad line
     in a JSONL file must not surface after minutes of connecting and model loading.
 
-    Runs sharing a source (matrix runs, several hosts) share one read. Errors name the run.
+    Runs sharing a source (matrix runs, several hosts) share one read. Errors point at the
+    playbook's line that names the source (``runs[1].workload.prompts``); one inside a prompt
+    file also names that file and line.
     """
     base_dir = playbook.source_path.parent if playbook.source_path else Path.cwd()
     loaded: dict[tuple[str | None, int | None], PromptSet] = {}
@@ -148,12 +150,27 @@ def load_run_prompts(playbook: Playbook, plans: Sequence[PlannedLaunch]) -> list
             try:
                 loaded[key] = load_prompts(workload, base_dir=base_dir)
             except ConfigError as exc:
-                exc.path = f"runs[{plan.run.name!r}].{exc.path or 'workload.prompts'}"
-                if exc.file is None and playbook.source_path:
-                    exc.file = str(playbook.source_path)
-                raise
+                raise prompt_error(playbook, plan.run, exc) from exc
         out.append(loaded[key])
     return out
+
+
+def prompt_error(playbook: Playbook, run: Any, exc: ConfigError) -> ConfigError:
+    """``exc`` from reading ``run``'s prompts, located at the playbook line naming them.
+
+    ``exc.file`` is the prompt file when the problem is inside it: its line goes in the message
+    (``data/p.jsonl:3: not valid JSON ...``) while the error's own location is the playbook's.
+    """
+    message = exc.message
+    if exc.file is not None and exc.line is not None:
+        message = f"{exc.location}: {message}"
+    elif exc.file is not None and exc.file not in message:
+        message = f"{exc.file}: {message}"
+    fields = [exc.path or "workload.prompts", "workload.prompts", "workload"]
+    # matrix runs share their prompts: no combination is to blame (a matrix over prompts is
+    # located at its own value)
+    return playbook.error_at(run, list(dict.fromkeys(fields)), message, hint=exc.hint,
+                             name_matrix_run=False)
 
 
 def _job_key(plan: PlannedLaunch) -> str:

@@ -162,6 +162,19 @@ class Connection:
         self.bytes_pushed += len(data)
         return len(data)
 
+    async def remove(self, remote_path: str) -> bool:
+        """Delete a file; False when it was not there (already gone is fine: nothing to do)."""
+        path = await self._resolve(remote_path)
+
+        async def remove(sftp: asyncssh.SFTPClient) -> bool:
+            try:
+                await sftp.remove(path)
+            except asyncssh.SFTPNoSuchFile:
+                return False
+            return True
+
+        return await self._sftp_call(f"removing {path}", remove)
+
     async def exists(self, remote_path: str) -> bool:
         path = await self._resolve(remote_path)
         return await self._sftp_call(f"checking {path}", lambda s: s.exists(path))
@@ -364,8 +377,9 @@ class RemoteStream:
 class ConnectionPool:
     """One connection per host for a whole session; connects on first use, reconnects if lost.
 
-    ``connect_timeout`` applies to hosts that keep HostConfig's default; a host's own
-    ``connect_timeout`` wins when set to anything else.
+    ``connect_timeout`` is the default for hosts without one of their own: the inventory leaves
+    ``HostConfig.connect_timeout`` None when hosts.yaml does not set it. A host's own value
+    always wins, whatever it is (a HostConfig built in code carries its dataclass default).
     """
 
     def __init__(
@@ -427,15 +441,16 @@ class ConnectionPool:
         servers, self._embedded = list(self._embedded.values()), {}
         await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
 
+    def timeout_for(self, host: HostConfig) -> float:
+        """Seconds to wait for ``host`` to connect: its own setting, else the pool's."""
+        own: float | None = host.connect_timeout
+        return own if own is not None else self.connect_timeout
+
     async def _connect(self, host: HostConfig) -> Connection:
         old = self._connections.pop(host.name, None)
         if old is not None:
             await old.close()
-        timeout = (
-            host.connect_timeout
-            if host.connect_timeout != DEFAULT_CONNECT_TIMEOUT
-            else self.connect_timeout
-        )
+        timeout = self.timeout_for(host)
         if host.transport == "embedded":
             opened = await self._open_embedded(host, timeout)
         else:

@@ -167,6 +167,26 @@ def test_missing_interpreter_is_explained(sshd_factory: SshdFactory, host: SshdH
     assert info.value.hint == PYTHON_HINT
 
 
+@pytest.mark.parametrize("streamed", [False, True])
+def test_spec_file_is_deleted_when_the_agent_never_starts(
+    sshd_factory: SshdFactory, host: SshdHost, streamed: bool
+) -> None:
+    """The agent deletes its spec once read; a wrong `python` never reads it, and a launch spec
+    holds the engine's secrets: the controller deletes it then."""
+    config = host.host_config(python="/opt/venvs/nope/bin/python")
+
+    async def body(agent: Agent) -> None:
+        if streamed:
+            async for _ in agent.stream("echo", {"token": "s3cret"}):
+                pass
+        else:
+            await agent.call("echo", {"token": "s3cret"})
+
+    with pytest.raises(RemoteCommandError, match=r"exit 127"):
+        with_agent(sshd_factory, config, body)
+    assert list((host.workdir / "specs").iterdir()) == []
+
+
 def test_too_old_interpreter_is_explained(sshd_factory: SshdFactory, host: SshdHost) -> None:
     if not os.access(PYTHON27, os.X_OK):
         pytest.skip(f"no Python 2.7 at {PYTHON27}")

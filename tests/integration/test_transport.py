@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config import load_inventory
 from orchestrator.errors import (
     AuthFailed,
     HostKeyMismatch,
@@ -229,14 +230,68 @@ def test_silent_server_times_out(sshd_factory):
         host = sshd_factory.start()
 
         async def scenario():
-            async with sshd_factory.pool(connect_timeout=0.5) as pool:
-                await pool.get(host.host_config(name="mute", port=port, connect_timeout=15.0))
+            async with sshd_factory.pool(connect_timeout=0.5) as pool:  # the host sets none
+                await pool.get(host.host_config(name="mute", port=port, connect_timeout=None))
 
         started = time.monotonic()
         with pytest.raises(HostTimeout) as timed_out:
             asyncio.run(scenario())
     assert timed_out.value.host == "mute" and "0.5s" in str(timed_out.value)
     assert time.monotonic() - started < 3
+
+
+def test_connect_timeout_written_in_hosts_yaml_wins_over_the_pools(sshd_factory, tmp_path):
+    """15 (HostConfig's old default) written by the user is the user's: not replaced."""
+    with socket.socket() as listener:  # accepts TCP, never speaks SSH
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        port = listener.getsockname()[1]
+        hosts = tmp_path / "hosts.yaml"
+        hosts.write_text(
+            f"defaults: {{address: 127.0.0.1, port: {port}}}\n"
+            "hosts:\n"
+            "  own: {connect_timeout: 15}\n"
+            "  unset: {}\n"
+        )
+        inventory = load_inventory(hosts)
+
+        async def scenario():
+            async with sshd_factory.pool(connect_timeout=0.4) as pool:
+                chosen = pool.timeout_for(inventory["own"]), pool.timeout_for(inventory["unset"])
+                started = time.monotonic()
+                with pytest.raises(HostTimeout) as unset:
+                    await pool.get(inventory["unset"])
+                unset_s = time.monotonic() - started
+                with pytest.raises(asyncio.TimeoutError):  # still waiting, well past 0.4 s
+                    await asyncio.wait_for(pool.get(inventory["own"]), 1.5)
+                return chosen, unset.value, unset_s
+
+        chosen, unset, unset_s = asyncio.run(scenario())
+    assert chosen == (15.0, 0.4)
+    assert unset.host == "unset" and "within 0.4s" in str(unset) and unset_s < 1.4
+
+
+def test_remove_deletes_a_file_and_tolerates_a_missing_one(sshd_factory):
+    host = sshd_factory.start()
+    target = f"{host.workdir}/specs/launch.json"
+
+    async def scenario():
+        async with sshd_factory.pool() as pool:
+            conn = await pool.get(host.host_config())
+            await conn.makedirs(f"{host.workdir}/specs")
+            await conn.put_bytes(b"{}", target)
+            removed = await conn.remove(target)
+            gone = not await conn.exists(target)
+            again = await conn.remove(target)  # already gone: not an error
+            with pytest.raises(RemoteCommandError) as not_a_file:
+                await conn.remove(f"{host.workdir}/specs")
+            return removed, gone, again, not_a_file.value
+
+    removed, gone, again, not_a_file = asyncio.run(scenario())
+    assert (removed, gone, again) == (True, True, False)
+    assert not_a_file.host == host.name
+    assert str(not_a_file).startswith(f"{host.name}: removing {host.workdir}/specs: ")
+    assert (host.workdir / "specs").is_dir()
 
 
 def test_command_timeout(sshd_factory):

@@ -62,6 +62,16 @@ CASES: list[tuple[str, Action, int, int, str | None, str]] = [
     ("pb-wrong-type.yaml", _playbook, 6, 22, "runs[0].tensor_parallel",
      "expected an integer, found 'two'"),
     ("pb-missing-model.yaml", _playbook, 3, 5, "runs[0].model", "missing required key 'model'"),
+    # a misspelled required key: at the misspelling, the did-you-mean not lost among `others`
+    ("pb-misspelled-required.yaml", _playbook, 5, 5, "runs[0].model",
+     "missing required key 'model' (found unknown key 'modle': did you mean 'model'?)"),
+    ("hosts-misspelled-hosts.yaml", _inventory, 3, 1, "hosts",
+     "missing required key 'hosts' (found unknown key 'host': did you mean 'hosts'?)"),
+    # ${VAR} unquoted in a flow mapping: YAML reads its '{' as a nested mapping (hint: quote it)
+    ("pb-env-flow-var.yaml", _playbook, 6, 22, None,
+     "invalid YAML: expected ',' or '}', but got '{'"),
+    ("hosts-env-flow-var.yaml", _inventory, 4, 22, None,
+     "invalid YAML: expected ',' or '}', but got '{'"),
     ("pb-empty-runs.yaml", _playbook, 2, 7, "runs", "expected at least 1 item, found 0"),
     ("pb-duplicate-run-names.yaml", _playbook, 5, 12, "runs[2].name",
      "duplicate run name 'same' (first used by the run at line 3)"),
@@ -159,15 +169,73 @@ def test_every_broken_file_is_in_the_table() -> None:
                            "(while parsing a block collection at line 3, column 3)"),
         ("pb-extra-args-bool.yaml", 'quote it to make it a string: "yes"'),
         ("pb-missing-model.yaml", "model: Target model id or path, e.g. Qwen/Qwen3.6-27B."),
+        ("pb-misspelled-required.yaml", "model: Target model id or path, e.g. Qwen/Qwen3.6-27B."),
+        ("hosts-misspelled-hosts.yaml", "hosts: The hosts, keyed by name."),
+        ("pb-env-flow-var.yaml", 'quote the value: "${HF_TOKEN}" (inside {...} or [...] YAML '
+                                 "reads an unquoted '{' as the start of a mapping)"),
+        ("hosts-env-flow-var.yaml", 'quote the value: "${HF_TOKEN}" (inside {...} or [...] YAML '
+                                    "reads an unquoted '{' as the start of a mapping)"),
         ("pb-unknown-key.yaml", "allowed keys here: method, draft_model, num_draft_tokens, "
                                 "draft_tensor_parallel, prompt_lookup_min, prompt_lookup_max, "
                                 "eagle_topk, options"),
     ],
 )
 def test_hints_say_what_to_do(name: str, hint: str) -> None:
+    load = load_inventory if name.startswith("hosts-") else load_playbook
     with pytest.raises(ConfigError) as info:
-        load_playbook(BROKEN / name)
+        load(BROKEN / name)
     assert info.value.hint == hint
+
+
+def test_misspelled_required_key_is_told_once(tmp_path: Path) -> None:
+    """The unknown key that misspells a missing one is merged into it, not left in ``others``."""
+    file = tmp_path / "typo.yaml"
+    file.write_text(
+        "name: typo\n"
+        "runs:\n"
+        "  - name: a\n"
+        "    engnie: vllm\n"
+        "    model: m\n"
+        "    port: 0\n"
+    )
+    with pytest.raises(ConfigValidationError) as info:
+        load_playbook(file)
+    err = info.value
+    assert (err.line, err.column, err.path, err.message) == (
+        4, 5, "runs[0].engine",
+        "missing required key 'engine' (found unknown key 'engnie': did you mean 'engine'?)",
+    )
+    assert [(o.line, o.path, o.message) for o in err.others] == [
+        (6, "runs[0].port", "must be between 1 and 65535, found 0"),
+    ]
+
+
+def test_unknown_key_unlike_the_missing_one_stays_apart(tmp_path: Path) -> None:
+    file = tmp_path / "apart.yaml"
+    file.write_text("name: apart\nruns:\n  - name: a\n    engine: vllm\n    bogus: 1\n")
+    with pytest.raises(ConfigValidationError) as info:
+        load_playbook(file)
+    err = info.value
+    assert (err.line, err.column, err.path, err.message) == (
+        3, 5, "runs[0].model", "missing required key 'model'"
+    )
+    assert [(o.line, o.path) for o in err.others] == [(5, "runs[0].bogus")]
+    assert err.others[0].message.startswith("unknown key 'bogus'; allowed: name, engine, model,")
+
+
+@pytest.mark.parametrize(
+    ("text", "hint"),
+    [
+        ('env: {A: "${A}", B: ${B}}\n', 'quote the value: "${B}"'),  # the one the parser hit
+        ("args: [a, ${X}]\n", 'quote the value: "${X}"'),
+        ("env: {\n  A: ${A}\n}\n", 'quote the value: "${A}"'),
+        ('env: {A: "${A}", B: [}\n', "check the indentation and brackets"),  # quoted: not it
+    ],
+)
+def test_env_reference_in_flow_collections_gets_a_hint(text: str, hint: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_yaml(text, file="t.yaml")
+    assert info.value.hint is not None and info.value.hint.startswith(hint)
 
 
 def test_first_error_in_file_order_and_the_others_kept(tmp_path: Path) -> None:

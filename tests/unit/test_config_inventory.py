@@ -29,6 +29,7 @@ def test_issue_example_loads_exactly() -> None:
             python=VLLM_PY,
             gpus=GpuSpec(2, "RTX A6000"),
             tags=("a6000", "lab"),
+            connect_timeout=None,  # unset: the connection pool's default applies
             source=f"{file}:5",
         ),
         "a6000-2": HostConfig(
@@ -42,6 +43,7 @@ def test_issue_example_loads_exactly() -> None:
             workdir="/scratch/orch",
             env={"HF_TOKEN": "${HF_TOKEN}"},
             gpus=GpuSpec(2, "RTX A6000"),
+            connect_timeout=None,
             source=f"{file}:9",
         ),
     }
@@ -52,6 +54,23 @@ def test_issue_example_loads_exactly() -> None:
     # unset fields stay None so ~/.ssh/config can supply them; the name is the SSH target then
     assert inventory["a6000-1"].port is None
     assert inventory["a6000-2"].target == "gpu2"
+
+
+def test_connect_timeout_is_none_unless_written(tmp_path: Path) -> None:
+    """A value the user wrote must be told apart from no value, 15 (the default) included:
+    the connection pool's own default applies only to hosts that set none."""
+    file = tmp_path / "hosts.yaml"
+    file.write_text(
+        "groups: {slow: {hosts: [b], connect_timeout: 40}}\n"
+        "hosts:\n"
+        "  a: {connect_timeout: 15}\n"
+        "  b: {}\n"
+        "  c: {}\n"
+    )
+    inventory = load_inventory(file)
+    assert [inventory[h].connect_timeout for h in "abc"] == [15.0, 40.0, None]
+    file.write_text("defaults: {connect_timeout: 15}\nhosts: {a: {}}\n")
+    assert load_inventory(file)["a"].connect_timeout == 15.0
 
 
 def test_env_references_resolve_from_the_controller_environment() -> None:

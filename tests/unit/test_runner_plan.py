@@ -56,8 +56,10 @@ def test_bad_jsonl_line_fails_before_any_host_is_touched(workdir: Path, dry_run:
     code, out, err = cli(*args, *(["--dry-run"] if dry_run else []))
     assert code == 2, err
     assert out == ""  # not one argv printed
-    assert err.startswith(f"config error: {workdir / 'prompts.jsonl'}:3: "
-                          "runs['plain[concurrency=1]'].workload.prompts: not valid JSON")
+    # located at the playbook's line naming the file; the file's own line in the message
+    assert err.startswith(f"config error: {workdir / 'play.yaml'}:7:25: runs[0].workload.prompts: "
+                          f"{workdir / 'prompts.jsonl'}:3: not valid JSON: Expecting ',' "
+                          "delimiter (column 27) hint: the file needs one JSON record per line")
     assert "Traceback" not in err
     assert not (workdir / "embedded").exists(), "a host was reached before the prompts were read"
     assert not (workdir / "results").exists()
@@ -67,9 +69,9 @@ def test_missing_prompt_file_names_the_run_and_the_file(workdir: Path) -> None:
     code, _, err = cli("run", str(workdir / "play.yaml"), "--hosts", str(workdir / "hosts.yaml"),
                        "--dry-run")
     assert code == 2
-    assert f"prompt file {workdir / 'prompts.jsonl'} does not exist" in err
-    assert "runs['plain[concurrency=1]'].workload.prompts" in err
-    assert "paths are relative to the playbook's directory" in err
+    assert err == (f"config error: {workdir / 'play.yaml'}:7:25: runs[0].workload.prompts: "
+                   f"prompt file {workdir / 'prompts.jsonl'} does not exist "
+                   "hint: paths are relative to the playbook's directory")
 
 
 def test_skipped_entries_are_a_console_note(workdir: Path) -> None:
