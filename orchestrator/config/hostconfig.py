@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from orchestrator.config.yamlload import Mark
@@ -19,7 +19,13 @@ DEFAULT_WORKDIR = "~/.cache/orch"
 DEFAULT_PYTHON = "python3"
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-_SECRET_KEY = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|API_KEY|_KEY$|^KEY$", re.IGNORECASE)
+# A secret-looking env key: TOKEN, KEY, PASS... as a whole word part (HF_TOKEN, OPENAI_API_KEY,
+# DB_PASS) or SECRET / PASSWORD anywhere; not TOKENIZERS_PARALLELISM, MAX_TOKENS, KEYBOARD.
+_SECRET_KEY = re.compile(
+    r"(?:^|_)(?:TOKEN|KEY|APIKEY|PASS|PASSPHRASE|CREDENTIALS?)(?:_|$)|SECRET|PASSWORD|PASSWD",
+    re.IGNORECASE,
+)
+MIN_TEXT_SECRET = 8  # shorter secrets are masked only where they stand whole (see ``mask``)
 
 
 @dataclass(frozen=True)
@@ -47,7 +53,7 @@ class HostConfig:
     gpus: GpuSpec | None = None
     tags: tuple[str, ...] = ()
     transport: str = "ssh"
-    connect_timeout: float = 15.0
+    connect_timeout: float | None = None  # None: the connection pool's default applies
     source: str | None = None  # "hosts.yaml:12" where the host was declared, for messages
     # where each env value was written (defaults, a group or the host), for ${VAR} errors
     env_marks: dict[str, Mark] = field(default_factory=dict, compare=False, repr=False)
@@ -116,13 +122,72 @@ def secret_values(env: dict[str, str], *, environ: dict[str, str] | None = None)
     return found
 
 
+def secret_env_keys(env: Mapping[str, str]) -> set[str]:
+    """Keys whose whole value is shown as ``***``: secret-looking ones and those with a ``${VAR}``."""
+    return {key for key, value in env.items() if _SECRET_KEY.search(key) or _VAR.search(value)}
+
+
 def is_secret_key(key: str) -> bool:
     return bool(_SECRET_KEY.search(key))
 
 
-def mask(text: str, secrets: set[str]) -> str:
-    """Replace every secret value in ``text`` by ``***`` (longest first, so overlaps mask whole)."""
-    for secret in sorted(secrets, key=len, reverse=True):
-        if secret:
+class Secrets(frozenset[str]):
+    """Every secret value of a run (a frozenset of them, whatever their length), and where each
+    one sits, so that it can be masked by position rather than by matching text.
+
+    ``standalone``: values that are secrets wherever a whole item equals them (what followed
+    ``--api-key``); ``env_keys``: env keys whose whole value is secret.
+    """
+
+    standalone: frozenset[str]
+    env_keys: frozenset[str]
+
+    def __new__(cls, values: Iterable[str] = (), *, standalone: Iterable[str] = (),
+                env_keys: Iterable[str] = ()) -> Secrets:
+        alone = frozenset(v for v in standalone if v)
+        self = super().__new__(cls, {v for v in values if v} | alone)
+        self.standalone = alone
+        self.env_keys = frozenset(env_keys)
+        return self
+
+    @classmethod
+    def of(cls, secrets: Iterable[str]) -> Secrets:
+        return secrets if isinstance(secrets, Secrets) else cls(secrets)
+
+
+# A value printed under a secret-looking name: vLLM's ``'api_key': ['sk-..']``, SGLang's
+# ``api_key='sk-..'``, JSON's ``"hf_token": "hf_.."``. Only quoted values: ``api_key=None`` stays.
+_NAMED = re.compile(r"""(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<sep>['"]?\s*[:=]\s*)"""
+                    r"""(?P<value>\[[^\]]*\]|'[^']*'|"[^"]*")""")
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+
+
+def _hide_named(match: re.Match[str]) -> str:
+    if not _SECRET_KEY.search(match["name"]):
+        return match[0]
+    value = _QUOTED.sub(lambda q: q[0][0] + "***" + q[0][0], match["value"])
+    return match["name"] + match["sep"] + value
+
+
+def mask(text: str, secrets: Iterable[str]) -> str:
+    """Hide secrets in free text: a log line, an error message, one argv item.
+
+    - a text equal to a standalone secret (an ``--api-key`` value) is ``***``, and so is the
+      value of ``--flag=<it>``;
+    - a quoted value under a secret-looking name (``api_key='...'``) is ``***`` whatever it is;
+    - elsewhere only secrets of ``MIN_TEXT_SECRET`` characters or more are replaced (longest
+      first, so overlaps mask whole): a short one ("1", "false", "8192", from a ``${VAR}``) would
+      corrupt every number and word that happens to contain it. Short secrets are masked by
+      position instead: whole env values, the item after a secret flag.
+    """
+    found = Secrets.of(secrets)
+    if text in found.standalone:
+        return "***"
+    head, eq, value = text.partition("=")
+    if eq and head.startswith("-") and value in found.standalone:
+        return head + "=***"
+    text = _NAMED.sub(_hide_named, text)
+    for secret in sorted(found, key=len, reverse=True):
+        if len(secret) >= MIN_TEXT_SECRET:
             text = text.replace(secret, "***")
     return text

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from orchestrator.engines.base import LOOPBACK, EngineAdapter
+from orchestrator.engines.flags import SGLANG_LAUNCH_SERVER, FlagTable
 
 ALGORITHMS = {"mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "dflash": "DFLASH", "ngram": "NGRAM"}
 DECODE_LOG_INTERVAL = 40
@@ -25,6 +26,7 @@ class SglangAdapter(EngineAdapter):
     default_port = 30000
     server_info_path = "/server_info"
     log_parser = "sglang"
+    flags: ClassVar[FlagTable] = SGLANG_LAUNCH_SERVER
     ready_lines = ("The server is fired up and ready to roll!",)
     flag_fields: ClassVar[dict[str, str]] = {
         "--model-path": "`model`",
@@ -41,8 +43,8 @@ class SglangAdapter(EngineAdapter):
         "--speculative-ngram-min-match-window-size": "`speculative.prompt_lookup_min`",
         "--speculative-ngram-max-match-window-size": "`speculative.prompt_lookup_max`",
     }
-    aliases: ClassVar[dict[str, str]] = {"--model": "--model-path", "--tp": "--tp-size",
-                                         "--tensor-parallel-size": "--tp-size"}
+    # speculation switched on behind `speculative`'s back would go unmeasured
+    owned_flags: ClassVar[dict[str, str]] = {"--speculative-algorithm": "`speculative.method`"}
     num_tokens_hint = ("for SGLang it becomes --speculative-num-steps N and "
                        "--speculative-num-draft-tokens N+1")
 

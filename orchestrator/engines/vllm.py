@@ -11,12 +11,14 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from orchestrator.engines.base import LOOPBACK, EngineAdapter, compact_json
+from orchestrator.engines.flags import VLLM_SERVE, FlagTable
 
 
 class VllmAdapter(EngineAdapter):
     name = "vllm"
     default_port = 8000
     log_parser = "vllm"
+    flags: ClassVar[FlagTable] = VLLM_SERVE
     ready_lines = ("Application startup complete.",)
     flag_fields: ClassVar[dict[str, str]] = {
         "--port": "`port`",
@@ -26,7 +28,9 @@ class VllmAdapter(EngineAdapter):
         "--served-model-name": "`served_name`",
         "--speculative-config": "`speculative`",
     }
-    aliases: ClassVar[dict[str, str]] = {"-tp": "--tensor-parallel-size", "-sc": "--speculative-config"}
+    # the positional MODEL wins over --model, and a --speculative-config of a run without
+    # `speculative` would measure a drafter the summary does not know about
+    owned_flags: ClassVar[dict[str, str]] = {"--model": "`model`", "--speculative-config": "`speculative`"}
     refused_flags: ClassVar[dict[str, str]] = {
         "--disable-log-stats": "it turns off the stats lines orch measures speculative decoding from",
     }

@@ -61,6 +61,7 @@ SERVER_JSON = "server.json"
 EXIT_JSON = "exit.json"
 SERVER_LOG = "server.log"
 SUPERVISOR_LOG = "supervisor.log"
+LOG_MODE = 0o600  # engines print their API key and arguments: the logs are the user's alone
 SUPERVISOR_START_TIMEOUT_S = 30.0
 HEARTBEAT_S = 5.0
 READ_CHUNK = 1 << 16
@@ -227,7 +228,7 @@ def start_supervisor(config: Dict[str, Any]) -> Dict[str, Any]:
     """Start the supervisor, hand it the config on stdin (env may hold secrets: never on disk)."""
     root = package_root()
     package = __name__.rsplit(".", 1)[0]
-    with open(os.path.join(config["dir"], SUPERVISOR_LOG), "ab") as errlog:
+    with os.fdopen(open_log(os.path.join(config["dir"], SUPERVISOR_LOG)), "ab") as errlog:
         proc = subprocess.Popen(
             [sys.executable, "-c", _BOOT, root, package],
             stdin=subprocess.PIPE,
@@ -283,7 +284,7 @@ def supervise() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     env = dict(os.environ)
     env.update(config["env"])
-    log_fd = os.open(config["log"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    log_fd = open_log(config["log"])
     try:
         engine = subprocess.Popen(
             config["argv"], env=env, cwd=config["cwd"], stdin=subprocess.DEVNULL,
@@ -321,6 +322,13 @@ def supervise() -> None:
             "ended_at": time.time(),
         },
     )
+
+
+def open_log(path: str) -> int:
+    """Open a log for appending, mode 0600 even when an older launch created it wider."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, LOG_MODE)
+    os.fchmod(fd, LOG_MODE)
+    return fd
 
 
 def _report(obj: Dict[str, Any], devnull: int) -> None:

@@ -6,6 +6,7 @@ written to a temporary name in the same folder and then linked into place, which
 name is already taken, so a reader never sees half of one. Logs that grow while a run goes on
 (``AppendLog``) are created exclusively under their final name and flushed as lines arrive, so
 ``tail -f`` follows them live and a killed orch leaves every line it had received.
+Every file is created with mode 0600: results hold engine logs and settings, for their owner only.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from orchestrator.errors import OrchError
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 MAX_NAME = 100
+FILE_MODE = 0o600
 
 
 def safe_name(name: str) -> str:
@@ -56,6 +58,7 @@ def write_bytes(path: Path, data: bytes) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
+        os.fchmod(fd, FILE_MODE)  # mkstemp's mode today; said here, not left to its docs
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
@@ -91,9 +94,10 @@ class AppendLog:
         self.path = path
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            self._fh: TextIO | None = open(path, "x", encoding="utf-8")  # noqa: SIM115
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         except FileExistsError as exc:
             raise OrchError(f"refusing to overwrite {path}", hint="results are never overwritten") from exc
+        self._fh: TextIO | None = os.fdopen(fd, "w", encoding="utf-8")
 
     def write_line(self, line: str) -> None:
         self.write_lines((line,))

@@ -6,6 +6,10 @@ folder as it goes (server.log, events.jsonl, requests.jsonl grow while the run i
 with ``tail -f``); ``summary.json``, with the end time and every phase's time, is written last.
 A run that fails still leaves its manifest, the log it produced and a ``summary.json`` carrying
 the ``error``, and the caller moves on to the next run.
+
+Engines print their secrets (vLLM's ``non-default args: {... 'api_key': [...]}``, SGLang's
+``server_args=ServerArgs(... api_key=...)``), and error messages may quote them: every line,
+record and message is masked with the run's secrets before it is written or shown.
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agent import Agent
+from orchestrator.config.hostconfig import Secrets, mask
+from orchestrator.engines import adapter_for
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.engines.server import Server, ServerRegistry
 from orchestrator.errors import EngineError, HostError, OrchError
@@ -66,6 +72,7 @@ class LiveState:
     """What the tail and the load generator share while a run is live."""
 
     follower: LogFollower
+    secrets: Secrets = field(default_factory=Secrets)  # hidden in everything written or shown
     window: LogFollower | None = None  # fed only once the measured window has begun
     window_first_line: int | None = None  # server.log line number of the window's first line
     records: list[RequestRecord] = field(default_factory=list)
@@ -84,7 +91,7 @@ async def execute_run(
     plan, run = job.plan, job.plan.run
     started = begin_run(job)
     ready_at: float | None = None
-    state = LiveState(follower=LogFollower(engine=_engine(run)))
+    state = LiveState(follower=LogFollower(engine=_engine(run)), secrets=run_secrets(job))
     server_log = AppendLog(job.run_dir / "server.log")
     events = AppendLog(job.run_dir / "events.jsonl")
     requests = AppendLog(job.run_dir / "requests.jsonl")
@@ -108,8 +115,8 @@ async def execute_run(
         loadgen = await _drive_load(job, server, agent, state, requests, display)
         display.update(job.key, phase="stopping")
     except OrchError as exc:
-        error = _error_record(exc)
-        display.update(job.key, phase=f"failed: {exc.message[:60]}")
+        error = _error_record(exc, state.secrets)
+        display.update(job.key, phase=f"failed: {mask(exc.message, state.secrets)[:60]}")
     finally:
         if server is not None:
             with contextlib.suppress(OrchError):
@@ -122,11 +129,12 @@ async def execute_run(
         for name, text in (("metrics_before.txt", loadgen.metrics_before),
                            ("metrics_after.txt", loadgen.metrics_after)):
             if text is not None:
-                write_text(job.run_dir / name, text)
+                write_text(job.run_dir / name, mask(text, state.secrets))
     times = RunTimes(started_at=started, ended_at=time.time(), ready_at=ready_at,
                      measure_started_at=loadgen.started_at if loadgen else None,
                      measure_ended_at=loadgen.ended_at if loadgen else None)
-    summary = build_summary(job, state=state, loadgen=loadgen, error=error, times=times)
+    summary = masked(build_summary(job, state=state, loadgen=loadgen, error=error, times=times),
+                     state.secrets)
     write_json(job.run_dir / "summary.json", summary)
     final = "failed" if error else ("done: COLLAPSE" if summary.get("collapse") else "done")
     display.update(job.key, phase=final)
@@ -137,18 +145,37 @@ def _engine(run: Any) -> str:
     return str(getattr(run.engine, "value", run.engine))
 
 
+def run_secrets(job: RunJob) -> Secrets:
+    return adapter_for(job.plan.run).secrets(job.plan.run, job.plan.host)
+
+
+def masked(value: Any, secrets: Secrets) -> Any:
+    """``value`` (a summary, a record) with the secrets hidden in every string inside it."""
+    if isinstance(value, str):
+        return mask(value, secrets)
+    if isinstance(value, list | tuple):
+        return [masked(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: masked(v, secrets) for k, v in value.items()}
+    return value
+
+
 async def _follow(server: Server, state: LiveState, server_log: AppendLog, events: AppendLog,
                   display: Display, key: str) -> None:
-    """Stream the server's log into server.log, parse it live into events.jsonl."""
+    """Stream the server's log into server.log, parse it live into events.jsonl.
+
+    Each line is masked on arrival, so no copy of it (file, memory, summary) holds a secret.
+    """
     async for line in server.tail():
-        server_log.write_line(line.text)
+        text = mask(line.text, state.secrets)
+        server_log.write_line(text)
         if len(state.head_lines) < HEAD_LINES:
-            state.head_lines.append(line.text)
-        record = state.follower.feed_line(line.text)
+            state.head_lines.append(text)
+        record = state.follower.feed_line(text)
         if state.window is not None:
-            state.window.feed_line(line.text)
+            state.window.feed_line(text)
         if record is not None:
-            events.write_json(record.to_dict())
+            events.write_json(masked(record.to_dict(), state.secrets))
             display.update(key, acceptance=state.follower.latest_acceptance_length)
 
 
@@ -175,7 +202,7 @@ async def _drive_load(job: RunJob, server: Server, agent: Agent, state: LiveStat
         kind = event.get("event")
         if kind == "record":
             record = RequestRecord.from_json(event)
-            requests.write_json(record.to_json())
+            requests.write_json(masked(record.to_json(), state.secrets))
             state.records.append(record)
             if not record.warmup:
                 done, failed = done + record.ok, failed + (not record.ok)
@@ -193,21 +220,23 @@ async def _drive_load(job: RunJob, server: Server, agent: Agent, state: LiveStat
     return result
 
 
-def _error_record(exc: OrchError) -> dict[str, Any]:
+def _error_record(exc: OrchError, secrets: Secrets) -> dict[str, Any]:
+    """The error as summary.json records it and the results table shows it: its message, hint
+    and the engine's last log lines (which may print the API key) masked."""
     record: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc), "hint": exc.hint}
     if isinstance(exc, EngineError):
         record.update(cause=exc.cause, exit_code=exc.exit_code, log_tail=exc.log_tail)
     kind = getattr(exc, "kind", None)
     if kind:
         record["kind"] = kind
-    return record
+    return masked(record, secrets)
 
 
 def failed_summary(job: RunJob, error: OrchError) -> dict[str, Any]:
     """The summary of a run that never started (its host could not be reached)."""
     started = begin_run(job)
-    state = LiveState(follower=LogFollower(engine=_engine(job.plan.run)))
-    summary = build_summary(job, state=state, loadgen=None, error=_error_record(error),
+    state = LiveState(follower=LogFollower(engine=_engine(job.plan.run)), secrets=run_secrets(job))
+    summary = build_summary(job, state=state, loadgen=None, error=_error_record(error, state.secrets),
                             times=RunTimes(started_at=started, ended_at=time.time()))
     write_json(job.run_dir / "summary.json", summary)
     return summary

@@ -1,7 +1,8 @@
 """Command lines of the real engines: the flags they take, parsed by argparse as they do.
 
-Flags the simulator acts on are parsed with their real types; the many other real flags are
-accepted and ignored (a user may pass any of them). A flag the real CLI does not have exits 2
+Every real flag comes from the one table orch's own checks use (``orchestrator.engines.flags``):
+flags the simulator acts on are parsed with their real types; the many others are accepted and
+ignored (a user may pass any of them). A flag the real CLI does not have exits 2
 with argparse's own message, as the real CLI would.
 """
 
@@ -9,22 +10,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.sim.flags import (
-    SGLANG_BOOL_FLAGS,
-    SGLANG_VALUE_FLAGS,
-    VLLM_BOOL_FLAGS,
-    VLLM_SHORT,
-    VLLM_VALUE_FLAGS,
-)
+from orchestrator.engines.flags import SGLANG_LAUNCH_SERVER, VLLM_SERVE
+from orchestrator.sim.flags import SGLANG_ACTS_ON, VLLM_ACTS_ON, add_table
 from orchestrator.sim.versions import VLLM_VERSION
-
-BOOL = argparse.BooleanOptionalAction
-
-SGLANG_SPEC_ALGORITHMS = ["EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH"]
 
 
 @dataclass(frozen=True)
@@ -50,22 +41,6 @@ class LaunchConfig:
     args: dict[str, Any] = field(default_factory=dict)  # every parsed flag, for /server_info
 
 
-def _add_flags(
-    group: argparse._ActionsContainer,
-    values: list[str],
-    bools: list[str],
-    short: dict[str, str] | None = None,
-) -> None:
-    """Real flags the simulator accepts and ignores (BooleanOptionalAction: `--x`/`--no-x`)."""
-    short = short or {}
-    for name in values:
-        opts = [f"--{name}"] + ([short[name]] if name in short else [])
-        group.add_argument(*opts, help=argparse.SUPPRESS)
-    for name in bools:
-        opts = [f"--{name}"] + ([short[name]] if name in short else [])
-        group.add_argument(*opts, action=BOOL, default=None, help=argparse.SUPPRESS)
-
-
 def vllm_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="vllm", description="vLLM CLI")
     parser.add_argument("-v", "--version", action="version", version=VLLM_VERSION)
@@ -76,35 +51,10 @@ def vllm_parser() -> argparse.ArgumentParser:
         usage="vllm serve [model_tag] [options]",
     )
     serve.add_argument("model_tag", nargs="?", help="The model tag to serve")
-    serve.add_argument("--model", default=None)
-    serve.add_argument("--host", default=None)
-    serve.add_argument("--port", type=int, default=None)
-    serve.add_argument("--tensor-parallel-size", "-tp", type=int, default=None)
-    serve.add_argument("--max-model-len", type=_human_int, default=None)
-    serve.add_argument("--gpu-memory-utilization", type=float, default=None)
-    serve.add_argument("--served-model-name", nargs="+", default=None)
-    serve.add_argument("--speculative-config", "-sc", type=json.loads, default=None)
-    serve.add_argument("--attention-backend", default=None)
-    serve.add_argument("--seed", type=int, default=None)
-    serve.add_argument("--api-key", nargs="+", default=None)
-    serve.add_argument("--max-num-seqs", type=int, default=None)
-    serve.add_argument("--enable-log-requests", action=BOOL, default=None)
     for other in ("chat", "complete", "bench", "collect-env", "run-batch"):
         sub.add_parser(other)
-    group = serve.add_argument_group("other engine arguments")
-    _add_flags(group, VLLM_VALUE_FLAGS, VLLM_BOOL_FLAGS, VLLM_SHORT)
+    add_table(serve, VLLM_SERVE, VLLM_ACTS_ON, group_title="other engine arguments")
     return parser
-
-
-def _human_int(text: str) -> int:
-    """vLLM accepts 32k / 1M style sizes for --max-model-len."""
-    match = re.fullmatch(r"(\d+(?:\.\d+)?)([kKmMgG]?)", text.strip())
-    if not match:
-        raise ValueError(text)
-    scale = {"": 1, "k": 1000, "m": 1000**2, "g": 1000**3}[match.group(2).lower()]
-    if match.group(2).isupper():
-        scale = {"K": 1024, "M": 1024**2, "G": 1024**3}[match.group(2)]
-    return int(float(match.group(1)) * scale)
 
 
 def _vllm_normalise(argv: list[str]) -> tuple[list[str], dict[str, Any]]:
@@ -169,34 +119,7 @@ def parse_vllm(argv: list[str]) -> LaunchConfig:
 
 def sglang_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="launch_server.py")
-    parser.add_argument("--model-path", "--model", required=True)
-    parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=30000)
-    parser.add_argument("--tensor-parallel-size", "--tp-size", type=int, default=1)
-    parser.add_argument("--mem-fraction-static", type=float, default=None)
-    parser.add_argument("--context-length", type=int, default=None)
-    parser.add_argument("--enable-metrics", action="store_true")
-    parser.add_argument("--decode-log-interval", type=int, default=40)
-    parser.add_argument("--served-model-name", default=None)
-    parser.add_argument("--speculative-algorithm", choices=SGLANG_SPEC_ALGORITHMS, default=None)
-    parser.add_argument("--speculative-draft-model-path", "--speculative-draft-model")
-    parser.add_argument("--speculative-num-steps", type=int, default=None)
-    parser.add_argument("--speculative-eagle-topk", type=int, default=None)
-    parser.add_argument("--speculative-num-draft-tokens", type=int, default=None)
-    parser.add_argument("--attention-backend", default=None)
-    parser.add_argument("--page-size", type=int, default=None)
-    parser.add_argument("--api-key", default=None)
-    parser.add_argument("--random-seed", type=int, default=None)
-    parser.add_argument("--max-running-requests", type=int, default=None)
-    for name in SGLANG_VALUE_FLAGS:
-        if name != "max-running-requests":
-            parser.add_argument(f"--{name}")
-    for name in SGLANG_BOOL_FLAGS:
-        parser.add_argument(f"--{name}", action="store_true")
-    parser.add_argument("--cuda-graph-bs", type=int, nargs="+")
-    parser.add_argument("--pp-size", dest="pipeline_parallel_size")
-    parser.add_argument("--dp-size", dest="data_parallel_size")
-    parser.add_argument("--ep-size", dest="expert_parallel_size")
+    add_table(parser, SGLANG_LAUNCH_SERVER, SGLANG_ACTS_ON)
     return parser
 
 

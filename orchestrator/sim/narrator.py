@@ -29,13 +29,15 @@ class Narrator:
         self.vllm = cfg.engine == "vllm"
 
     def banner(self) -> None:
+        """The arguments as the engines print them: secrets included (vLLM's
+        ``'api_key': ['...']``, SGLang's ``api_key='...'``), for orch must hide them itself."""
         cfg = self.cfg
         if self.vllm:
             self.log.vllm(f"vLLM API server version {VLLM_VERSION}", source="api_server.py:1896")
-            shown = {k: v for k, v in cfg.args.items() if k not in ("subparser", "api_key")}
+            shown = {k: v for k, v in cfg.args.items() if k != "subparser"}
             self.log.vllm(f"non-default args: {shown}", source="utils.py:328")
         else:
-            args = ", ".join(f"{k}={v!r}" for k, v in cfg.args.items() if k != "api_key")
+            args = ", ".join(f"{k}={v!r}" for k, v in cfg.args.items())
             self.log.sglang(f"server_args=ServerArgs({args})", rank=False)
 
     def loading(self, plan: Plan) -> None:

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
+import io
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
-from orchestrator.sim.cli import parse_sglang, parse_vllm
+from orchestrator.engines.flags import SGLANG_LAUNCH_SERVER, TABLES, VLLM_SERVE, FlagTable
+from orchestrator.sim.cli import parse, parse_sglang, parse_vllm, sglang_parser, vllm_parser
+from orchestrator.sim.logs import EngineLog
+from orchestrator.sim.narrator import Narrator
 
 DFLASH = '{"method": "dflash", "model": "z-lab/Qwen3.6-27B-DFlash", "num_speculative_tokens": 15}'
 
@@ -97,3 +103,70 @@ def test_bad_command_lines_exit_2_with_argparse_message(
     assert message in done.stderr
     assert done.stderr.startswith("usage: ")
     assert done.stdout == ""
+
+
+def _option_strings(parser: argparse.ArgumentParser) -> set[str]:
+    return {option for action in parser._actions for option in action.option_strings}
+
+
+def _serve_parser() -> argparse.ArgumentParser:
+    sub = next(a for a in vllm_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices["serve"]
+
+
+@pytest.mark.parametrize(("table", "parser"), [(VLLM_SERVE, _serve_parser), (SGLANG_LAUNCH_SERVER, sglang_parser)])
+def test_simulator_takes_exactly_the_flags_orch_checks_against(table: FlagTable, parser: Any) -> None:
+    """One table: a flag the simulator took but orch's checks did not know (or the reverse)
+    would let an abbreviation through that the stand-in for the real CLI reads."""
+    expected = {option for flag in table.flags for option in flag.option_strings}
+    assert _option_strings(parser()) == expected
+    assert {"--host", "--port", "--api-key", "-h"} <= expected
+
+
+# The bypasses the adapters refuse, as the engine's parser reads them: an abbreviation is the flag
+@pytest.mark.parametrize(
+    ("engine", "extra", "flag", "field", "value"),
+    [
+        ("vllm", ["--hos", "0.0.0.0"], "--host", "host", "0.0.0.0"),
+        ("vllm", ["--hos=0.0.0.0"], "--host", "host", "0.0.0.0"),
+        ("vllm", ["--por", "9999"], "--port", "port", 9999),
+        ("vllm", ["-t", "4"], "--tensor-parallel-size", "tp", 4),
+        ("vllm", ["--api-k", "KEY"], "--api-key", "api_key", "KEY"),
+        ("vllm", ["--api_k", "KEY"], "--api-key", "api_key", "KEY"),
+        ("sglang", ["--ho", "0.0.0.0"], "--host", "host", "0.0.0.0"),
+        ("sglang", ["--po", "9999"], "--port", "port", 9999),
+        ("sglang", ["--tp", "4"], "--tensor-parallel-size", "tp", 4),
+        ("sglang", ["--api", "KEY"], "--api-key", "api_key", "KEY"),
+    ],
+)  # fmt: skip
+def test_abbreviations_reach_the_engine(engine: str, extra: list[str], flag: str, field: str,
+                                        value: Any) -> None:
+    cfg = parse_vllm(["serve", "m", *extra]) if engine == "vllm" else parse_sglang(["--model-path", "m", *extra])
+    assert getattr(cfg, field) == value
+    use = TABLES[engine].resolve(extra[0])  # and orch's checks read it the same way
+    assert use is not None and use.flag is not None and (use.flag.name, use.exact) == (flag, False)
+
+
+def test_ambiguous_abbreviation_is_refused_by_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit) as info:
+        parse_vllm(["serve", "m", "--po", "9999"])
+    assert info.value.code == 2
+    assert "ambiguous option: --po could match --port, --pooler-config" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("engine", "argv", "banner"),
+    [
+        ("vllm", ["serve", "m", "--api-key", "sk-sim-key", "--port", "8001"],
+         "non-default args: {'model_tag': 'm', 'port': 8001, 'api_key': ['sk-sim-key']}"),
+        ("sglang", ["--model-path", "m", "--api-key", "sk-sim-key"], "api_key='sk-sim-key'"),
+    ],
+)  # fmt: skip
+def test_banner_prints_the_api_key_as_the_real_engines_do(engine: str, argv: list[str], banner: str) -> None:
+    """Real vLLM logs its non-default args and SGLang its ServerArgs, the API key included: the
+    simulator must too, or orch's masking of the logs it records is never exercised."""
+    cfg = parse(engine, argv)
+    out = io.StringIO()
+    log = EngineLog(engine, cfg.tp, stream=out)
+    Narrator(cfg, {}, log, log).banner()
+    assert banner in out.getvalue()

@@ -12,7 +12,7 @@ import pytest
 from orchestrator.config import HostConfig, RunSpec, SpeculativeSpec, load_inventory, load_playbook
 from orchestrator.engines import ENGINES, adapter_for
 from orchestrator.engines.plan import plan_launches, to_json
-from orchestrator.errors import SpecError
+from orchestrator.errors import ConfigError, SpecError
 
 MODEL = "Qwen/Qwen3.6-27B"
 DFLASH = "z-lab/Qwen3.6-27B-DFlash"
@@ -178,7 +178,7 @@ REFUSALS = [
     ("vllm", None, {"extra_args": ["-tp", "4"]},
      "run 'r1': extra_args sets -tp, which orch sets from `tensor_parallel`"),
     ("sglang", None, {"extra_args": ["--tp", "4"]},
-     "run 'r1': extra_args sets --tp, which orch sets from `tensor_parallel`"),
+     "run 'r1': extra_args sets --tp (read as --tp-size), which orch sets from `tensor_parallel`"),
     ("sglang", None, {"extra_args": ["--tensor-parallel-size", "4"]},
      "run 'r1': extra_args sets --tensor-parallel-size, which orch sets from `tensor_parallel`"),
     ("vllm", None, {"extra_args": ["--served_model_name", "x"]},
@@ -196,6 +196,95 @@ REFUSALS = [
 @pytest.mark.parametrize(("engine", "speculative", "fields", "message"), REFUSALS)
 def test_refusals(engine: str, speculative: Any, fields: dict[str, Any], message: str) -> None:
     assert bad(engine, speculative, **fields) == message
+
+
+LOOPBACK_ONLY = "engines always bind 127.0.0.1 (orch reaches them through the host's loopback)"
+MTP_JSON = '{"method":"mtp","num_speculative_tokens":3}'
+
+# argparse reads any unique prefix of a flag as that flag (both engines keep allow_abbrev), so
+# every check applies to what the engine will read, not to how it was spelled
+ABBREVIATED = [
+    ("vllm", None, ["--hos", "0.0.0.0"], 0, f"extra_args sets --hos (read as --host) 0.0.0.0: {LOOPBACK_ONLY}"),
+    ("vllm", None, ["--max-num-seqs", "4", "--hos=0.0.0.0"], 2,
+     f"extra_args sets --hos (read as --host) 0.0.0.0: {LOOPBACK_ONLY}"),
+    ("sglang", None, ["--ho", "::"], 0, f"extra_args sets --ho (read as --host) ::: {LOOPBACK_ONLY}"),
+    ("vllm", None, ["--por", "9999"], 0, "extra_args sets --por (read as --port), which orch sets from `port`"),
+    ("sglang", None, ["--po", "9999"], 0, "extra_args sets --po (read as --port), which orch sets from `port`"),
+    ("vllm", None, ["-t", "4"], 0,
+     "extra_args sets -t (read as --tensor-parallel-size), which orch sets from `tensor_parallel`"),
+    ("vllm", None, ["--tensor_parallel", "4"], 0,
+     "extra_args sets --tensor_parallel (read as --tensor-parallel-size), which orch sets from `tensor_parallel`"),
+    ("sglang", None, ["--mem", "0.5"], 0, None),  # not emitted without gpu_memory_fraction: allowed
+    ("sglang", None, ["--served", "x"], 0,
+     "extra_args sets --served (read as --served-model-name), which orch sets from `served_name`"),
+    ("vllm", None, ["--disable-log-s"], 0,
+     "extra_args has --disable-log-s (read as --disable-log-stats): it turns off the stats lines orch "
+     "measures speculative decoding from"),
+    # ambiguous, and one of the flags it may stand for is orch's: refused, whatever argparse makes of it
+    ("vllm", None, ["--po", "9999"], 0,
+     "extra_args has --po, an abbreviation of --port, --pooler-config: orch cannot tell which one vllm will read"),
+    ("vllm", None, ["--hf", "hf_abc"], 0,
+     "extra_args has --hf, an abbreviation of --hf-token, --hf-config-path, --hf-overrides: orch cannot tell "
+     "which one vllm will read"),
+    ("sglang", None, ["--en"], 0,
+     "extra_args has --en, an abbreviation of --enable-metrics, 25 other flags: orch cannot tell which one "
+     "sglang will read"),
+    ("vllm", None, ["--mode", "x"], 0,
+     "extra_args has --mode, an abbreviation of --model, --model-impl, --model-loader-extra-config: orch "
+     "cannot tell which one vllm will read"),
+    # ambiguous among flags orch neither sets nor checks, or unknown: the engine's own business
+    ("vllm", None, ["--en"], 0, None),
+    ("vllm", None, ["--tp", "2"], 0, None),  # not a vLLM flag: vLLM exits 2, orch reports the death
+    ("vllm", None, ["--hos", "127.0.0.1"], 0, None),
+]
+
+
+@pytest.mark.parametrize(("engine", "speculative", "extra_args", "at", "message"), ABBREVIATED)
+def test_abbreviations_are_read_as_the_engine_reads_them(
+        engine: str, speculative: Any, extra_args: list[str], at: int, message: str | None) -> None:
+    spec = run(engine, speculative, extra_args=extra_args)
+    if message is None:
+        assert adapter_for(spec).argv(spec)[-len(extra_args):] == extra_args
+        return
+    with pytest.raises(SpecError) as info:
+        adapter_for(spec).argv(spec)
+    assert info.value.message == message
+    assert info.value.field == f"extra_args.{at}"  # the playbook line of the offending item
+
+
+# flags orch owns even in a run that does not emit them
+OWNED = [
+    ("vllm", None, ["--model", "other/model"], "extra_args sets --model, which orch sets from `model`"),
+    ("vllm", None, ["--model=other/model"], "extra_args sets --model, which orch sets from `model`"),
+    ("vllm", None, ["--speculative-config", MTP_JSON],
+     "extra_args sets --speculative-config, which orch sets from `speculative`"),
+    ("vllm", {"method": "none"}, ["-sc", MTP_JSON], "extra_args sets -sc, which orch sets from `speculative`"),
+    ("vllm", None, ["--speculative_config.method=mtp"],
+     "extra_args sets --speculative_config.method, which orch sets from `speculative`"),
+    ("vllm", None, ["--speculative-c", MTP_JSON],
+     "extra_args sets --speculative-c (read as --speculative-config), which orch sets from `speculative`"),
+    ("sglang", None, ["--speculative-algorithm", "EAGLE"],
+     "extra_args sets --speculative-algorithm, which orch sets from `speculative.method`"),
+    ("sglang", {"method": "none"}, ["--speculative-algo", "NEXTN"],
+     "extra_args sets --speculative-algo (read as --speculative-algorithm), which orch sets from "
+     "`speculative.method`"),
+]
+
+
+@pytest.mark.parametrize(("engine", "speculative", "extra_args", "message"), OWNED)
+def test_flags_orch_always_owns(engine: str, speculative: Any, extra_args: list[str], message: str) -> None:
+    spec = run(engine, speculative, extra_args=extra_args)
+    with pytest.raises(SpecError) as info:
+        adapter_for(spec).argv(spec)
+    assert info.value.message == message
+    assert "instead of passing" in (info.value.hint or "")
+
+
+def test_ambiguous_abbreviation_hint() -> None:
+    spec = run("vllm", extra_args=["--po", "9999"])
+    with pytest.raises(SpecError) as info:
+        adapter_for(spec).argv(spec)
+    assert info.value.hint == "write the flag in full (--port cannot be abbreviated)"
 
 
 def test_allowed_repeats() -> None:
@@ -221,8 +310,9 @@ def test_env_merges_host_then_run_and_masks_secrets() -> None:
                    "VLLM_LOG_STATS_INTERVAL": "2", "X": "url?k=zz9"}
     secrets = adapter.secrets(spec, host, environ=environ)
     assert secrets == {"hf_abc", "zz9", "sk-123"}
+    # a value holding a ${VAR} is masked whole: "zz9" is too short to be found in text by itself
     assert adapter.masked_env(env, secrets) == {"HF_TOKEN": "***", "HF_HOME": "/data/hf", "SHARED": "run",
-                                                "VLLM_LOG_STATS_INTERVAL": "2", "X": "url?k=***"}
+                                                "VLLM_LOG_STATS_INTERVAL": "2", "X": "***"}
     assert adapter.masked_argv(adapter.argv(spec), secrets)[-2:] == ["--api-key", "***"]
 
 
@@ -282,10 +372,10 @@ def test_plan_validates_every_run_before_anything(tmp_path: Path) -> None:
     broken = PLAYBOOK.replace("draft_model: z-lab/Qwen3.6-27B-DFlash, ", "").replace(
         "engine: vllm", "engine: sglang")
     hosts, play = write(tmp_path, INVENTORY, broken)
-    with pytest.raises(SpecError) as info:
+    with pytest.raises(ConfigError) as info:  # at the playbook line of the run's speculative
         plan_launches(load_playbook(play), load_inventory(hosts), environ={"TEST_TOKEN": "x"})
-    assert str(info.value) == ("run 'vllm-dflash': DFLASH on SGLang needs a draft model path: "
-                               "set speculative.draft_model")
+    assert str(info.value).endswith("play.yaml:13:18: runs[1].speculative: DFLASH on SGLang needs "
+                                    "a draft model path: set speculative.draft_model")
 
 
 @pytest.mark.parametrize(
@@ -294,6 +384,12 @@ def test_plan_validates_every_run_before_anything(tmp_path: Path) -> None:
         ("vllm", ["--api-key", "sk-1"], "sk-1"),
         ("sglang", ["--api-key=sk-2"], "sk-2"),
         ("vllm", ["--attention-backend", "flash_attn"], None),
+        # read as the engine reads them: abbreviated, underscored, several, repeated
+        ("vllm", ["--api-k", "sk-3"], "sk-3"),
+        ("sglang", ["--api", "sk-4"], "sk-4"),
+        ("vllm", ["--api_key=sk-5"], "sk-5"),
+        ("vllm", ["--api-key", "k1", "k2", "--seed", "1"], "k1"),
+        ("vllm", ["--api-key", "k1", "--api-key", "k2"], "k2"),
     ],
 )
 def test_api_key_is_read_from_extra_args(engine: str, extra_args: list[str], key: str | None) -> None:

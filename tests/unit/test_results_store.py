@@ -2,9 +2,12 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import signal
+import stat
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -151,3 +154,28 @@ def test_csv_has_no_exponent_for_large_and_small_values(tmp_path) -> None:
     assert row["client_lag_ms_p99"] == "0"
     assert row["loop_delay_ms_p99"] == "23.457"
     assert "e+" not in path.read_text() and "e-" not in path.read_text()
+
+
+@pytest.fixture
+def open_umask() -> Iterator[None]:
+    """umask 000: a file's mode is then exactly what its writer asked for."""
+    old = os.umask(0)
+    try:
+        yield
+    finally:
+        os.umask(old)
+
+
+@pytest.mark.parametrize(
+    ("name", "write"),
+    [
+        ("summary.json", lambda p: write_json(p, {"a": 1})),
+        ("metrics_after.txt", lambda p: write_text(p, "x 1\n")),
+        ("server.log", lambda p: AppendLog(p).close()),
+    ],
+)
+def test_result_files_are_for_their_owner_only(tmp_path: Path, open_umask: None, name: str,
+                                               write: Callable[[Path], object]) -> None:
+    """Results hold engine logs and settings: mode 0600, whatever the umask."""
+    write(tmp_path / name)
+    assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600
