@@ -34,11 +34,27 @@ _GRAPH_KEY = re.compile(r"(?P<backend>[a-z]+) graph")
 
 
 @dataclass(frozen=True, kw_only=True)
-class DecodeBatchEvent:
+class _SglangLine:
+    """What every SGLang metrics line carries besides its figures: its prefix and position."""
+
+    kind: str = field(default="", init=False)
+    line_no: int
+    iteration: int | None = None
+    time: str | None = None  # `%Y-%m-%d %H:%M:%S` as printed
+    dp_rank: int | None = None
+    pp_rank: int | None = None
+    tp_rank: int | None = None
+    ep_rank: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return jsonable(asdict(self))
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeBatchEvent(_SglangLine):
     """One ``Decode batch`` line (TP rank 0 only, every ``--decode-log-interval`` steps)."""
 
     kind: str = field(default="decode_batch", init=False)
-    line_no: int
     running_reqs: int | None = None
     num_tokens: int | None = None  # `#token` or, on hybrid models, `#full token`
     token_usage: float | None = None  # `token usage` or `full token usage` (0..1)
@@ -55,23 +71,13 @@ class DecodeBatchEvent:
     cap_length: float | None = None
     block_accept_length: float | None = None
     cached_tokens: int | None = None
-    iteration: int | None = None
-    time: str | None = None  # `%Y-%m-%d %H:%M:%S` as printed
-    dp_rank: int | None = None
-    pp_rank: int | None = None
-    tp_rank: int | None = None
-    ep_rank: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable(asdict(self))
 
 
 @dataclass(frozen=True, kw_only=True)
-class PrefillBatchEvent:
+class PrefillBatchEvent(_SglangLine):
     """One ``Prefill batch`` line (one per prefill step that admitted new sequences)."""
 
     kind: str = field(default="prefill_batch", init=False)
-    line_no: int
     new_seq: int | None = None
     new_tokens: int | None = None
     cached_tokens: int | None = None
@@ -83,15 +89,6 @@ class PrefillBatchEvent:
     graph_backend: str | None = None
     mamba_usage: float | None = None
     swa_token_usage: float | None = None
-    iteration: int | None = None
-    time: str | None = None
-    dp_rank: int | None = None
-    pp_rank: int | None = None
-    tp_rank: int | None = None
-    ep_rank: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable(asdict(self))
 
 
 SglangEvent = DecodeBatchEvent | PrefillBatchEvent
