@@ -16,7 +16,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from orchestrator.errors import ConfigError, EngineError, HostError, OrchError, SpecError
+from orchestrator.errors import ConfigError, EngineError, OrchError, SpecError
 
 
 # Progress and messages go to stderr so that `--json` output on stdout stays machine-readable.
@@ -116,10 +116,3 @@ def host_message(exc: OrchError, host: str) -> str:
     """The text of ``exc`` for a line that names ``host`` already."""
     return without_host(str(exc), host)
 
-
-def host_label(exc: Exception) -> str:
-    return exc.host if isinstance(exc, HostError) else ""
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").lower() in {"1", "true", "yes"}

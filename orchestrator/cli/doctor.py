@@ -30,6 +30,7 @@ from orchestrator.cli.common import (
 )
 from orchestrator.cli.session import open_pool
 from orchestrator.doctor import Finding, ModelConfig, has_errors, run_checks, to_json
+from orchestrator.doctor.findings import by_severity
 from orchestrator.doctor.reference import METHOD_ALIASES, NO_SPECULATION
 from orchestrator.errors import ConfigError
 from orchestrator.remote.modelfiles import read_model
@@ -79,8 +80,7 @@ def render_findings(findings: list[Finding], *, title: str = "orch doctor") -> N
     table.add_column("", no_wrap=True)
     table.add_column("check", no_wrap=True)
     table.add_column("finding")
-    order = {"error": 0, "warning": 1, "ok": 2}
-    for finding in sorted(findings, key=lambda f: order[f.severity]):
+    for finding in by_severity(findings):
         style = STYLES[finding.severity]
         table.add_row(f"[{style}]{finding.severity}[/]", finding.check, escape(finding.message))
     out.print(table)

@@ -12,12 +12,9 @@ import json
 import math
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from orchestrator.results.store import write_bytes
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 CSV_COLUMNS = [
     "run", "host", "engine", "method", "num_draft_tokens", "completed", "failed", "duration_s",
@@ -89,12 +86,6 @@ def summary_row(s: dict[str, Any]) -> dict[str, Any]:
         "collapse": bool(collapse),
         "error": (error.get("message") if isinstance(error, dict) else error) or "",
     }
-
-
-def summary_frame(summaries: Sequence[dict[str, Any]]) -> pd.DataFrame:
-    import pandas as pd  # heavy: only commands that write reports pay for it
-
-    return pd.DataFrame([summary_row(s) for s in summaries], columns=CSV_COLUMNS)
 
 
 def csv_value(column: str, value: Any) -> str:
