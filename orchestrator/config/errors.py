@@ -164,7 +164,7 @@ def _one(err: Any, doc: Document, model: type[BaseModel], node: Node, prefix: Lo
         if (kind == "extra_forbidden" or is_key) and full and key_node is not None
         else target
     )
-    path = (doc.path_of(anchor) if full else None) or format_path(prefix + loc) or None
+    at: str | None = (doc.path_of(anchor) if full else None) or format_path(prefix + loc) or None
     if kind == "extra_forbidden" and loc:
         message, hint = _unknown_key(str(loc[-1]), model_at(model, loc[:-1]))
     else:
@@ -175,7 +175,7 @@ def _one(err: Any, doc: Document, model: type[BaseModel], node: Node, prefix: Lo
             else None
         )
         message, hint = describe(kind, err, annotation, meta, typed=typed)
-    return doc.mark(anchor).error(message, path=path, hint=hint)
+    return doc.mark(anchor).error(message, path=at, hint=hint)
 
 
 def _unknown_key(key: str, owner: type[BaseModel] | None) -> tuple[str, str | None]:

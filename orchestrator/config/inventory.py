@@ -281,7 +281,7 @@ def load_inventory(path: str | Path) -> Inventory:
         if spec.defaults is not None:
             layers.append((("defaults",), spec.defaults, None))
         layers += [(("groups", g), group, g) for g, group in groups.items() if name in group.hosts]
-        layers.append((("hosts", name), fields or HostFields(), None))
+        layers.append((("hosts", name), fields or HostFields.model_validate({}), None))
         hosts[name] = _resolve(doc, name, layers)
     base = Path(path).resolve().parent
     return Inventory(

@@ -47,10 +47,9 @@ from orchestrator.config.yamlload import (
     replace_at,
     to_python,
 )
+from orchestrator.engines.methods import EngineName, SpeculativeMethod
 from orchestrator.errors import ConfigError
 
-Engine = Literal["vllm", "sglang"]
-Method = Literal["none", "dflash", "mtp", "eagle", "eagle3", "ngram"]
 Positive = Annotated[int, Field(ge=1)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 ArgList = Annotated[
@@ -61,7 +60,7 @@ ArgList = Annotated[
 class SpeculativeSpec(StrictModel):
     """Speculative decoding. ``num_draft_tokens`` means tokens drafted per step, whatever the engine calls it."""
 
-    method: Method = Field("none", description="none, dflash, mtp, eagle, eagle3 or ngram.")
+    method: SpeculativeMethod = Field("none", description="none, dflash, mtp, eagle, eagle3 or ngram.")
     draft_model: str | None = Field(
         None, description="Drafter model id or path (dflash, eagle, eagle3)."
     )
@@ -171,7 +170,7 @@ class RunSpec(StrictModel):
     name: Annotated[str, AfterValidator(name_check("run"))] = Field(
         description="Unique within the playbook; used in result folder names."
     )
-    engine: Engine = Field(description="vllm or sglang.")
+    engine: EngineName = Field(description="vllm or sglang.")
     model: str = Field(min_length=1, description="Target model id or path, e.g. Qwen/Qwen3.6-27B.")
     served_name: str | None = Field(
         None, description="Name the API serves the model under (default: model)."
@@ -246,7 +245,7 @@ def _partial(model: type[StrictModel], name: str, drop: tuple[str, ...]) -> type
     fields: dict[str, Any] = {}
     for f, info in model.model_fields.items():
         if f not in drop:
-            typ = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+            typ: Any = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
             fields[f] = (typ | None, Field(None, description=info.description))
     return create_model(
         name, __base__=StrictModel, __doc__="Run fields merged into every run.", **fields

@@ -14,20 +14,18 @@ from orchestrator.doctor.findings import Finding, error, ok, warning
 from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import (
     ARCHITECTURE_KEYWORDS,
-    DRAFTER_ARCHITECTURES,
     DRAFTER_METHODS,
-    ENGINE_LAYER_SHIFT,
     MODEL_FREE_METHODS,
     MTP_LAYER_FIELDS,
     NO_SPECULATION,
+    TokenizerFamily,
     canonical_method,
     families_using_mask_id,
     family_for_vocab,
     reference_layer_ids,
 )
 from orchestrator.doctor.tokenizers import TokenIdClass, classify_id, thinking_requested
-
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
+from orchestrator.engines import get_engine
 
 
 def run_checks(
@@ -126,11 +124,12 @@ def _layer_id_problems(ids: list[int], layers: int, engine: str) -> list[str]:
     outside = [i for i in ids if i < 0 or i >= layers]
     if outside:
         problems.append(f"{_join(outside)} outside the target's layers 0..{layers - 1}")
-    shift = ENGINE_LAYER_SHIFT.get(engine, 0)
+    found = get_engine(engine)
+    shift = found.doctor.layer_shift
     overflow = [i for i in ids if 0 <= i < layers and i + shift >= layers]
     if shift and overflow:
         problems.append(
-            f"{_join(overflow)} overflows on {ENGINE_NAMES.get(engine, engine)} (it reads layer id "
+            f"{_join(overflow)} overflows on {found.display_name} (it reads layer id "
             f"+ {shift}, past the last layer {layers - 1})"
         )
     return problems
@@ -230,7 +229,8 @@ def _expected_mask_text(length: int | None, vocab: int) -> str:
     return f"Expected an added special token{unused}"
 
 
-def _foreign_text(mask: int, foreign: list[Any], family: Any, vocab: int) -> str:
+def _foreign_text(mask: int, foreign: list[TokenizerFamily], family: TokenizerFamily | None,
+                  vocab: int) -> str:
     if not foreign:
         return ""
     names = " / ".join(f"{f.name} (vocab {f.vocab_size})" for f in foreign)
@@ -298,7 +298,8 @@ def check_architecture(drafter: ModelConfig, *, engine: str, method: str) -> Fin
     if method == "draft_model":
         return ok(name, f"a separate draft model ({_join(archs) or 'no architectures listed'}) "
                   "runs as an ordinary causal LM.", **details)
-    supported = DRAFTER_ARCHITECTURES.get((engine, method))
+    shown = get_engine(engine).display_name
+    supported = get_engine(engine).doctor.drafter_architectures.get(method)
     keywords = ARCHITECTURE_KEYWORDS.get(method)
     if supported is None and keywords is None:
         return ok(name, f"no architecture table for {engine} {method}: not checked.", **details)
@@ -321,9 +322,9 @@ def check_architecture(drafter: ModelConfig, *, engine: str, method: str) -> Fin
     if not matched:
         hint = f" This looks like a {guess} drafter: set speculative.method: {guess}." if guess else ""
         return error(name, f"the drafter's architectures {archs} are not one "
-                     f"{ENGINE_NAMES.get(engine, engine)} loads for method {method!r} (expected "
+                     f"{shown} loads for method {method!r} (expected "
                      f"{wanted}). Fix: use a {method} drafter checkpoint.{hint}", **details)
-    return ok(name, f"{matched[0]} is a {method} drafter {ENGINE_NAMES.get(engine, engine)} loads.",
+    return ok(name, f"{matched[0]} is a {method} drafter {shown} loads.",
               **details)
 
 

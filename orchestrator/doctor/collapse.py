@@ -7,7 +7,6 @@ block 16, MTP with 3 draft tokens 2.5-3.2; a collapsed drafter 1.0-1.2.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -16,6 +15,7 @@ from orchestrator.doctor.enginelog import engine_silent_changes
 from orchestrator.doctor.findings import Finding
 from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import MODEL_FREE_METHODS, NO_SPECULATION, canonical_method
+from orchestrator.engines import get_engine
 
 __all__ = ["Cause", "Collapse", "acceptance_floor", "detect_collapse", "engine_silent_changes",
            "rank_causes"]
@@ -143,10 +143,14 @@ def rank_causes(
     drafter: ModelConfig | None = None,
 ) -> list[Cause]:
     """Likely causes of a collapse, most likely first: the doctor's errors, then its warnings,
-    then configuration suspicions (attention backend, model runner, thinking, KV cache)."""
+    then configuration suspicions (attention backend, model runner, thinking, KV cache).
+
+    ``extra_args`` are read with the engine's flag reader (``Engine.flag_value``), the one the
+    launch and the doctor use, so an abbreviated flag counts here as it does there.
+    """
     causes: dict[str, Cause] = {}
     findings = list(findings)
-    engine = engine.strip().lower()
+    engine = get_engine(engine).name
     for severity in ("error", "warning"):
         for finding in sorted((f for f in findings if f.severity == severity and f.check in CHECK_CAUSES),
                               key=lambda f: _CHECK_ORDER.index(f.check)):
@@ -179,8 +183,9 @@ def _suspicions(
     drafter: ModelConfig | None,
 ) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
+    flags = get_engine(engine)
     dflash_on_vllm = engine == "vllm" and method in (None, "dflash")
-    backend = attention_backend or flag_value(extra_args, "--attention-backend") or env.get(
+    backend = attention_backend or flags.flag_value(extra_args, "--attention-backend") or env.get(
         "VLLM_ATTENTION_BACKEND")
     if dflash_on_vllm and (backend or "").lower() != "flash_attn":
         found.append(("attention_backend", f"vLLM's DFlash drafter is run with --attention-backend "
@@ -195,23 +200,9 @@ def _suspicions(
             drafter is not None and drafter.trained_with_thinking):
         found.append(("thinking_mode", "the workload does not set enable_thinking: false; a drafter "
                       "trained without thinking accepts far less on <think> text"))
-    kv = kv_cache_dtype or flag_value(extra_args, "--kv-cache-dtype")
+    kv = kv_cache_dtype or flags.flag_value(extra_args, "--kv-cache-dtype")
     if kv and kv.lower() not in ("auto", "bf16", "bfloat16", "fp16", "float16"):
         found.append(("kv_cache_quantization", f"the KV cache is quantized ({kv}): target and "
                       "drafter attend over approximated keys and values, which lowers acceptance"))
     return found
 
-
-_FLAG = re.compile(r"^(--[\w-]+)=(.*)$")
-
-
-def flag_value(argv: Sequence[str], flag: str) -> str | None:
-    """The value of ``flag`` in ``argv`` (``--flag value`` or ``--flag=value``); the last wins."""
-    value: str | None = None
-    for i, arg in enumerate(argv):
-        match = _FLAG.match(arg)
-        if match and match.group(1) == flag:
-            value = match.group(2)
-        elif arg == flag and i + 1 < len(argv):
-            value = argv[i + 1]
-    return value

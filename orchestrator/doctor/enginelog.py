@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
 
 from orchestrator.doctor.findings import Finding, warning
 
@@ -35,23 +34,11 @@ PAGE_SIZE_PATTERNS: tuple[re.Pattern[str], ...] = (
 DRAFT_TOKENS_PATTERN = re.compile(r"speculative_num_draft_tokens is adjusted to (?P<value>[\w +]+?) when")
 
 
-def log_text(item: Any) -> str | None:
-    """The text of a log line given as a string, a parsed event dict, or an event object."""
-    if isinstance(item, str):
-        return item
-    for key in ("line", "message", "raw", "text"):
-        value = item.get(key) if isinstance(item, Mapping) else getattr(item, key, None)
-        if isinstance(value, str):
-            return value
-    return None
-
-
-def chosen_settings(events_or_log_lines: Iterable[Any]) -> dict[str, tuple[str, str]]:
+def chosen_settings(log_lines: Iterable[str]) -> dict[str, tuple[str, str]]:
     """{setting: (value, log line)} for every setting the log says the engine chose; the last
     line about a setting wins, as it does in the engine."""
     chosen: dict[str, tuple[str, str]] = {}
-    for item in events_or_log_lines:
-        line = log_text(item)
+    for line in log_lines:
         if not line:
             continue
         for setting, patterns in (("attention_backend", ATTENTION_BACKEND_PATTERNS),
@@ -66,14 +53,15 @@ def chosen_settings(events_or_log_lines: Iterable[Any]) -> dict[str, tuple[str, 
     return chosen
 
 
-def engine_silent_changes(events_or_log_lines: Iterable[Any], requested: Mapping[str, Any]) -> list[Finding]:
+def engine_silent_changes(log_lines: Iterable[str],
+                          requested: Mapping[str, str | int | None]) -> list[Finding]:
     """Warnings for settings the log shows differ from the requested ones.
 
     ``requested`` holds what the run asked for: ``attention_backend`` (str), ``page_size``
     (int) and ``speculative_num_draft_tokens`` (int); a missing or None value was not asked
     for, so the engine's own choice is not a change. Returns only the changes.
     """
-    chosen = chosen_settings(events_or_log_lines)
+    chosen = chosen_settings(log_lines)
     findings: list[Finding] = []
     backend = requested.get("attention_backend")
     if backend is not None and "attention_backend" in chosen:

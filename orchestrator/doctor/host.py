@@ -1,7 +1,7 @@
 """Host checks from probe facts: GPUs, memory, engine version, driver, port -> findings.
 
-Pure: the facts come from the agent's ``probe`` verb (a dict) or any object with the same
-attribute names, so the same checks run on a probe done minutes ago or on test data.
+Pure: the facts come from the agent's ``probe`` verb (``ProbeResult``, the one parser of it),
+so the same checks run on a probe done minutes ago or on test data.
 """
 
 from __future__ import annotations
@@ -10,17 +10,17 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.doctor.checks import ENGINE_NAMES
 from orchestrator.doctor.findings import Finding, error, ok, warning
 from orchestrator.doctor.modelconfig import ModelConfig
-from orchestrator.doctor.reference import METHOD_SUPPORT, canonical_method, version_tuple
+from orchestrator.doctor.reference import canonical_method, version_tuple
+from orchestrator.engines import get_engine
+from orchestrator.remote.wire import ProbeResult
 
 GIB = 1024**3
 MIB = 1024**2
 # Leave this share of the engine's memory budget for KV cache and activations; weights above
 # it leave too little room to serve even short prompts.
 MAX_WEIGHT_SHARE = 0.8
-DEFAULT_MEMORY_FRACTION = {"vllm": 0.9, "sglang": 0.88}
 
 
 @dataclass(frozen=True)
@@ -48,26 +48,11 @@ class HostProbe:
     checked_ports: set[int] | None = None
 
     @classmethod
-    def from_probe(cls, probe: Mapping[str, Any] | Any) -> HostProbe:
-        """From the ``probe`` verb's result dict, or an object with the same attributes."""
-        get = probe.get if isinstance(probe, Mapping) else (lambda k, d=None: getattr(probe, k, d))
-        gpus = [_gpu(g) for g in get("gpus", None) or []]
-        engines = get("packages", None) or get("engines", None) or {}
-        ports = get("ports", None)
-        free = checked = None
-        if isinstance(ports, Mapping):
-            free = {int(p) for p in ports.get("free") or []}
-            checked = {int(p) for p in ports.get("checked") or []}
-        elif get("free_ports", None) is not None:
-            free = {int(p) for p in get("free_ports")}
-        return cls(gpus=gpus, driver_version=get("driver_version", None),
-                   engines=dict(engines), free_ports=free, checked_ports=checked)
-
-
-def _gpu(row: Mapping[str, Any] | Any) -> Gpu:
-    get = row.get if isinstance(row, Mapping) else (lambda k, d=None: getattr(row, k, d))
-    return Gpu(int(get("index", 0)), get("name", None), get("memory_total_mib", None),
-               get("memory_used_mib", None))
+    def from_probe(cls, probe: ProbeResult) -> HostProbe:
+        """From the ``probe`` verb's result, parsed once by the wire contract."""
+        gpus = [Gpu(g.index, g.name, g.memory_total_mib, g.memory_used_mib) for g in probe.gpus]
+        return cls(gpus=gpus, driver_version=probe.driver_version, engines=dict(probe.packages),
+                   free_ports=set(probe.ports.free), checked_ports=set(probe.ports.checked))
 
 
 def run_host_checks(
@@ -145,7 +130,7 @@ def check_gpu_memory(
     """Every GPU of the run must have ``fraction`` x total free (engines refuse to start
     otherwise) and the weights per GPU must leave room for KV cache within that budget."""
     name = "gpu_memory"
-    fraction = memory_fraction or DEFAULT_MEMORY_FRACTION.get(engine, 0.9)
+    fraction = memory_fraction or get_engine(engine).doctor.default_memory_fraction
     weights = sum(estimate_weight_bytes(m) or 0 for m in (target, drafter) if m is not None)
     per_gpu = weights / max(tensor_parallel, 1)
     details: dict[str, Any] = {"memory_fraction": fraction, "weights_gib": round(weights / GIB, 1),
@@ -198,7 +183,7 @@ def check_engine_version(host: HostProbe, *, engine: str, method: str | None) ->
         return error(name, f"{engine} is not installed for the host's Python. Fix: install it, or set "
                      "`python` in hosts.yaml to the interpreter of the engine's virtual environment.",
                      **details)
-    support = METHOD_SUPPORT.get((engine, canonical)) if canonical else None
+    support = get_engine(engine).doctor.method_support.get(canonical) if canonical else None
     if canonical is None or support is None:
         return ok(name, f"{engine} {version} installed.", **details)
     have = version_tuple(version)
@@ -218,7 +203,7 @@ def check_port(host: HostProbe, port: int | None, *, engine: str = "vllm", defau
     """The server's port must be free at doctor time: nothing of orch's own listens yet (the
     doctor runs before any server starts, and runs sharing a host reuse the port one after
     another), so a taken port means something else holds it and the launch would fail."""
-    label = ENGINE_NAMES.get(engine, engine)
+    label = get_engine(engine).display_name
     what = f"port {port} ({label}'s default: the run sets no `port`)" if default else f"port {port}"
     details = {"port": port, "default": default}
     if port is None:

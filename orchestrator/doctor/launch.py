@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from orchestrator.doctor.collapse import flag_value
 from orchestrator.doctor.findings import Finding, error, ok, warning
 from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import canonical_method
+from orchestrator.engines import Engine, get_engine
 
 ATTENTION_FLAG = "--attention-backend"
 ATTENTION_ENV = "VLLM_ATTENTION_BACKEND"  # older releases' spelling of the same choice
@@ -44,17 +44,21 @@ def launch_checks(
     model runner needs the drafter's layer types: with no drafter config it is not judged
     (the missing config is reported by its own finding).
     """
-    if engine.strip().lower() != "vllm" or canonical_method(method) != "dflash":
+    found = get_engine(engine)
+    if found.name != "vllm" or canonical_method(method) != "dflash":
         return []
-    findings = [check_attention_backend(extra_args, env)]
+    findings = [check_attention_backend(extra_args, env, engine=found)]
     if drafter is not None:
         findings.append(check_model_runner(drafter, env))
     return findings
 
 
-def check_attention_backend(extra_args: Sequence[str], env: Mapping[str, str]) -> Finding:
+def check_attention_backend(extra_args: Sequence[str], env: Mapping[str, str], *,
+                            engine: Engine) -> Finding:
+    """``extra_args`` are read by ``engine``'s flag reader: ``--attention-b flash_attn`` is the
+    backend the engine will use, so it is what the doctor judges."""
     name = "attention_backend"
-    flag = flag_value(list(extra_args), ATTENTION_FLAG)
+    flag = engine.flag_value(extra_args, ATTENTION_FLAG)
     chosen, source = (flag, f"extra_args {ATTENTION_FLAG}") if flag else (
         env.get(ATTENTION_ENV), f"env {ATTENTION_ENV}")
     details = {"found": chosen, "source": source if chosen else None, "expected": DFLASH_BACKEND}

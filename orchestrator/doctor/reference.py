@@ -1,5 +1,8 @@
-"""Published facts the checks compare against, kept in one place so they can be audited.
+"""Published facts the checks compare against that belong to no one engine (tokenizer
+families, method names, checkpoint conventions), kept in one place so they can be audited.
 
+What differs by engine (layer-id shift, releases per method, drafter architectures, memory
+default) is on the engine object: ``get_engine(name).doctor`` (``orchestrator.engines``).
 Every table says where its values come from. When an engine or a checkpoint disagrees with a
 value here, the engine/checkpoint wins: fix the table and add the case to the tests.
 """
@@ -7,6 +10,8 @@ value here, the engine/checkpoint wins: fix the table and add the case to the te
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from orchestrator.engines.methods import NEEDS_DRAFT_MODEL
 
 # --- DFlash target layer choice -----------------------------------------------------------------
 
@@ -25,11 +30,6 @@ def reference_layer_ids(num_target_layers: int, captures: int) -> list[int]:
     start, end = 1, num_target_layers - 3
     return [round(start + i * (end - start) / (captures - 1)) for i in range(captures)]
 
-
-# vLLM reads the hidden state *after* layer i at index i + 1 (index 0 is the embedding output),
-# so an id of L - 1 asks for a capture past the last layer. SGLang's hook also captures "before
-# layer i + 1" but handles the last layer; no overflow is checked for it.
-ENGINE_LAYER_SHIFT: dict[str, int] = {"vllm": 1, "sglang": 0}
 
 
 # --- Tokenizer families -------------------------------------------------------------------------
@@ -97,7 +97,7 @@ METHOD_ALIASES: dict[str, str] = {
 
 # Methods that need a separate drafter checkpoint, those with no model at all, and the
 # playbook's way of saying "no speculative decoding" (a plain run: nothing to check).
-DRAFTER_METHODS = frozenset({"dflash", "eagle", "eagle3", "draft_model", "dspark"})
+DRAFTER_METHODS: frozenset[str] = NEEDS_DRAFT_MODEL | {"draft_model", "dspark"}
 MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
 NO_SPECULATION = frozenset({"none"})
 
@@ -109,14 +109,10 @@ def canonical_method(method: str | None) -> str | None:
     return METHOD_ALIASES.get(key, key)
 
 
-# Drafter architectures each engine loads for a method. EAGLE-3 checkpoints name themselves
-# in several ways (LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM, Eagle3Qwen...), so any
-# architecture containing "eagle3" is accepted for eagle3; same idea for EAGLE-1/2.
-# DFlash2DraftModel is served by vLLM's "dflash" method from 0.28 on.
-DRAFTER_ARCHITECTURES: dict[tuple[str, str], frozenset[str]] = {
-    ("vllm", "dflash"): frozenset({"DFlashDraftModel", "DFlash2DraftModel"}),
-    ("sglang", "dflash"): frozenset({"DFlashDraftModel"}),
-}
+# Drafter architectures for methods whose checkpoints no engine lists by class name
+# (``Engine.doctor.drafter_architectures`` lists the others). EAGLE-3 checkpoints name
+# themselves in several ways (LlamaForCausalLMEagle3, Eagle3LlamaForCausalLM, Eagle3Qwen...),
+# so any architecture containing "eagle3" is accepted for eagle3; same idea for EAGLE-1/2.
 ARCHITECTURE_KEYWORDS: dict[str, tuple[str, ...]] = {
     "eagle3": ("eagle3",),
     "eagle": ("eagle",),
@@ -125,43 +121,6 @@ ARCHITECTURE_KEYWORDS: dict[str, tuple[str, ...]] = {
 # Fields that give a target's number of multi-token-prediction layers, by model family:
 # DeepSeek-V3 / GLM-4.5 / MiMo style and Qwen3-Next / Qwen3.5 / Qwen3.6 style.
 MTP_LAYER_FIELDS: tuple[str, ...] = ("num_nextn_predict_layers", "mtp_num_hidden_layers")
-
-
-@dataclass(frozen=True)
-class MethodSupport:
-    """Which engine releases run a method.
-
-    ``min_version``: first release known to have it (older ones are refused). When the first
-    release is not known, ``confirmed_version`` is a release known to have it: newer ones pass,
-    older ones get a warning rather than a guess.
-    """
-
-    min_version: str | None
-    confirmed_version: str | None
-    source: str
-
-
-# vLLM 0.33.0 / SGLang 0.5.23 are the releases shared/reference/engines.md was read from.
-METHOD_SUPPORT: dict[tuple[str, str], MethodSupport] = {
-    ("vllm", "dflash"): MethodSupport(
-        "0.20.0", "0.33.0", "vLLM has served method 'dflash' since 0.20 (NeMo Automodel #2913)"
-    ),
-    ("vllm", "mtp"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
-    ("vllm", "eagle"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
-    ("vllm", "eagle3"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
-    ("vllm", "draft_model"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
-    ("vllm", "ngram"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
-    ("vllm", "suffix"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
-    ("vllm", "dspark"): MethodSupport(None, "0.33.0", "engines.md (vLLM 0.33 method list)"),
-    ("sglang", "dflash"): MethodSupport(
-        None, "0.5.23", "DFLASH merged in SGLang in April 2026 (#22077); engines.md (0.5.23)"
-    ),
-    ("sglang", "mtp"): MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23, NEXTN)"),
-    ("sglang", "eagle"): MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23)"),
-    ("sglang", "eagle3"): MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23)"),
-    ("sglang", "draft_model"): MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23, STANDALONE)"),
-    ("sglang", "ngram"): MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23, NGRAM)"),
-}
 
 
 def version_tuple(version: str) -> tuple[int, ...]:

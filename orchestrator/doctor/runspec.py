@@ -1,9 +1,8 @@
 """The doctor for one playbook run: RunSpec + model configs + host facts -> findings.
 
-Duck-typed on the RunSpec (engine, speculative.method / draft_model / num_draft_tokens,
-workload.chat_template_kwargs, tensor_parallel, port, gpu_memory_fraction, extra_args, env), so
-this module works on any object or mapping with those fields. Only the engines' default ports
-come from ``orchestrator.engines``, so the port checked is the one the server will really use.
+The run's engine object (``orchestrator.engines``) supplies what differs by engine: the port
+its server will really use, and the flag reader ``extra_args`` are read with, the same one the
+launch uses, so ``--attention-b flash_attn`` counts as the attention backend here as there.
 """
 
 from __future__ import annotations
@@ -11,24 +10,25 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from orchestrator.config.playbook import RunSpec
 from orchestrator.doctor.checks import run_checks
-from orchestrator.doctor.collapse import Cause, flag_value, rank_causes
+from orchestrator.doctor.collapse import Cause, rank_causes
 from orchestrator.doctor.findings import Finding, error, warning
 from orchestrator.doctor.host import HostProbe, run_host_checks
 from orchestrator.doctor.launch import launch_checks
 from orchestrator.doctor.modelconfig import ModelConfig
-from orchestrator.engines import ENGINES
+from orchestrator.engines import engine_for
 
 
 def check_run(
-    run: Any,
+    run: RunSpec,
     *,
     target: ModelConfig | None,
     drafter: ModelConfig | None,
     host: HostProbe | None = None,
     expected_gpu: str | None = None,
     port: int | None = None,
-    env: Mapping[str, Any] | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> list[Finding]:
     """Model checks for the run's speculative settings, the launch settings that silently slow
     a drafter (vLLM DFlash), then host checks when facts are given.
@@ -36,66 +36,58 @@ def check_run(
     ``target``/``drafter`` None mean their files could not be read; the caller reports why
     (see ``model_from_agent``), so the model checks are skipped rather than guessed.
     ``port``: the port the server will listen on (``PlannedLaunch.port``); None -> the run's
-    ``port``, else the engine's default, exactly as the engine adapter picks it.
+    ``port``, else the engine's default, exactly as the engine object picks it.
     ``env``: the environment the engine will run with (``PlannedLaunch.env``: the host's env,
     then the run's); None -> the run's own ``env`` only.
     """
-    engine = _text(_get(run, "engine")) or "vllm"
-    spec = _get(run, "speculative")
-    method = _text(_get(spec, "method"))
-    num_draft_tokens = _get(spec, "num_draft_tokens")
-    kwargs = _get(_get(run, "workload"), "chat_template_kwargs")
+    engine = engine_for(run).name
+    spec = run.speculative
     findings: list[Finding] = []
-    if method and target is not None:
-        findings += run_checks(target=target, drafter=drafter, engine=engine, method=method,
-                               num_draft_tokens=num_draft_tokens, chat_template_kwargs=kwargs)
-    findings += launch_checks(engine=engine, method=method, drafter=drafter,
-                              extra_args=_extra_args(run), env=_env(run) if env is None else _strings(env))
+    if target is not None:
+        findings += run_checks(target=target, drafter=drafter, engine=engine, method=spec.method,
+                               num_draft_tokens=spec.num_draft_tokens,
+                               chat_template_kwargs=run.workload.chat_template_kwargs)
+    findings += launch_checks(engine=engine, method=spec.method, drafter=drafter,
+                              extra_args=_extra_args(run), env=_env(run, env))
     if host is not None:
-        chosen_port, is_default = planned_port(run, engine, port=port)
+        chosen_port, is_default = planned_port(run, port=port)
         findings += run_host_checks(
-            host=host, engine=engine, method=method, tensor_parallel=_get(run, "tensor_parallel") or 1,
-            port=chosen_port, default_port=is_default,
-            target=target, drafter=drafter, memory_fraction=_get(run, "gpu_memory_fraction"),
-            expected_gpu=expected_gpu,
+            host=host, engine=engine, method=spec.method, tensor_parallel=run.tensor_parallel,
+            port=chosen_port, default_port=is_default, target=target, drafter=drafter,
+            memory_fraction=run.gpu_memory_fraction, expected_gpu=expected_gpu,
         )
     return findings
 
 
-def planned_port(run: Any, engine: str, *, port: int | None = None) -> tuple[int | None, bool]:
+def planned_port(run: RunSpec, *, port: int | None = None) -> tuple[int, bool]:
     """The port the run's server will listen on, and whether it is the engine's default.
 
-    Same rule as ``EngineAdapter.port``: the run's ``port``, else the engine's default (vLLM
-    8000, SGLang 30000). orch never picks a free port itself, so a port taken by something
-    else at doctor time is a launch that will fail.
+    Same rule as ``Engine.port``: the run's ``port``, else the engine's default (vLLM 8000,
+    SGLang 30000), unless the plan gives ``port``. orch never picks a free port itself, so a
+    port taken by something else at doctor time is a launch that will fail.
     """
-    adapter = ENGINES.get(engine.strip().lower())
-    default = adapter.default_port if adapter is not None else None
-    explicit = _get(run, "port")
-    chosen = port if port is not None else (explicit or default)
-    if chosen is None:
-        return None, False
-    return int(chosen), not explicit and chosen == default
+    engine = engine_for(run)
+    chosen = port if port is not None else engine.port(run)
+    return chosen, run.port is None and chosen == engine.default_port
 
 
-def causes_for_run(run: Any, findings: list[Finding], *, drafter: ModelConfig | None = None,
-                   env: Mapping[str, Any] | None = None) -> list[Cause]:
+def causes_for_run(run: RunSpec, findings: list[Finding], *, drafter: ModelConfig | None = None,
+                   env: Mapping[str, str] | None = None) -> list[Cause]:
     """``rank_causes`` with the engine, env, extra args and kwargs taken from the run.
 
     ``env``: the environment the engine ran with (host's, then run's), as for ``check_run``;
     None -> the run's own ``env``.
     """
-    extra_args = _extra_args(run)
-    env = _env(run) if env is None else _strings(env)
+    engine = engine_for(run)
     return rank_causes(
         findings,
-        engine=_text(_get(run, "engine")) or "vllm",
-        attention_backend=flag_value(extra_args, "--attention-backend"),
-        env=env,
-        extra_args=extra_args,
-        chat_template_kwargs=_get(_get(run, "workload"), "chat_template_kwargs"),
-        kv_cache_dtype=flag_value(extra_args, "--kv-cache-dtype"),
-        method=_text(_get(_get(run, "speculative"), "method")),
+        engine=engine.name,
+        attention_backend=engine.run_flag(run, "--attention-backend"),
+        env=_env(run, env),
+        extra_args=_extra_args(run),
+        chat_template_kwargs=run.workload.chat_template_kwargs,
+        kv_cache_dtype=engine.run_flag(run, "--kv-cache-dtype"),
+        method=run.speculative.method,
         drafter=drafter,
     )
 
@@ -125,28 +117,10 @@ def model_from_agent(models: Mapping[str, Any], model_id: str, *, role: str) -> 
     return model, note
 
 
-def _extra_args(run: Any) -> list[str]:
-    return [str(a) for a in _get(run, "extra_args") or []]
+def _extra_args(run: RunSpec) -> list[str]:
+    return [str(a) for a in run.extra_args]
 
 
-def _env(run: Any) -> dict[str, str]:
-    return _strings(_get(run, "env") or {})
-
-
-def _strings(env: Mapping[str, Any]) -> dict[str, str]:
-    return {str(k): str(v) for k, v in env.items()}
-
-
-def _get(obj: Any, key: str) -> Any:
-    if obj is None:
-        return None
-    if isinstance(obj, Mapping):
-        return obj.get(key)
-    return getattr(obj, key, None)
-
-
-def _text(value: Any) -> str | None:
-    """Strings and str-valued enums alike."""
-    if value is None:
-        return None
-    return str(getattr(value, "value", value))
+def _env(run: RunSpec, env: Mapping[str, Any] | None) -> dict[str, str]:
+    """The env the engine runs with when the caller knows it, else the run's own."""
+    return {str(k): str(v) for k, v in (run.env if env is None else env).items()}

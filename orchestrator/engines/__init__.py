@@ -1,48 +1,73 @@
-"""Engine adapters, keyed by the name users write in playbooks (``engine: vllm``).
+"""The engines orch drives, one object each, keyed by the name users write (``engine: vllm``).
 
-The adapters load on first use: ``orchestrator.engines.flags`` (the engines' real flags) is also
-read by the simulator, which must not pay for the config models at every start.
+An ``Engine`` (``base.py``; ``VllmEngine``, ``SglangEngine``) is the one place that says what
+orch knows about that engine: its flags and the reader every module uses for them, its argv,
+readiness endpoints, log parser, Prometheus spec-decode delta, start-up failure classifier,
+stats interval, doctor facts, Python package name and speculative methods.
+
+The engine objects load on first use: ``orchestrator.engines.flags`` (the engines' real flags)
+is also read by the simulator, which must not pay for the config models at every start.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.errors import SpecError
 
 if TYPE_CHECKING:
-    from orchestrator.engines.base import EngineAdapter
+    from orchestrator.config.playbook import RunSpec
+    from orchestrator.engines.base import Engine
+
+    ENGINES: Mapping[str, Engine]  # loaded on first use (module __getattr__ below)
 
 
 @cache
-def _registry() -> dict[str, EngineAdapter]:
-    from orchestrator.engines.sglang import SglangAdapter
-    from orchestrator.engines.vllm import VllmAdapter
+def _registry() -> dict[str, Engine]:
+    from orchestrator.engines.sglang import SglangEngine
+    from orchestrator.engines.vllm import VllmEngine
 
-    return {VllmAdapter.name: VllmAdapter(), SglangAdapter.name: SglangAdapter()}
+    return {VllmEngine.name: VllmEngine(), SglangEngine.name: SglangEngine()}
 
 
-def adapter_for(run) -> EngineAdapter:  # type: ignore[no-untyped-def]
-    """The adapter of ``run.engine``; SpecError naming the run for an engine orch lacks."""
+def get_engine(name: str, *, run: str | None = None) -> Engine:
+    """The engine users call ``name`` (an enum of names works too); SpecError for one orch lacks,
+    naming ``run`` when there is one (its ``field`` is ``engine``)."""
     engines = _registry()
+    key = str(getattr(name, "value", name)).strip().lower()
     try:
-        return engines[run.engine]
+        return engines[key]
     except KeyError:
         raise SpecError(
-            f"engine {run.engine!r} is not supported (known: {', '.join(sorted(engines))})",
-            run=run.name,
+            f"engine {key!r} is not supported (known: {', '.join(sorted(engines))})",
+            run=run, field=("engine",),
         ) from None
+
+
+def engine_for(run: RunSpec) -> Engine:
+    """The engine of ``run``."""
+    return get_engine(run.engine, run=run.name)
+
+
+adapter_for = engine_for  # the name used before engines were objects (runner/ still calls it)
+
+
+def engine_packages() -> dict[str, str]:
+    """Engine name -> the Python package a host's probe reports its version of."""
+    return {name: engine.package for name, engine in _registry().items()}
 
 
 def __getattr__(name: str) -> Any:
     if name == "ENGINES":
-        return _registry()
-    if name == "EngineAdapter":
-        from orchestrator.engines.base import EngineAdapter
+        engines: Mapping[str, Engine] = _registry()
+        return engines
+    if name == "Engine":
+        from orchestrator.engines.base import Engine
 
-        return EngineAdapter
+        return Engine
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ENGINES", "EngineAdapter", "adapter_for"]
+__all__ = ["ENGINES", "Engine", "adapter_for", "engine_for", "engine_packages", "get_engine"]

@@ -77,9 +77,13 @@ CAUSES: tuple[Cause, ...] = (
 BY_NAME: dict[str, Cause] = {cause.name: cause for cause in CAUSES}
 
 
-def classify(log_lines: Sequence[str]) -> str | None:
-    """The first cause in table order that any line shows, or None when nothing is recognised."""
-    for cause in CAUSES:
+def classify(log_lines: Sequence[str], causes: Sequence[Cause] = CAUSES) -> str | None:
+    """The first cause in table order that any line shows, or None when nothing is recognised.
+
+    ``causes``: the engine's table (``Engine.failure_causes``); both engines share ``CAUSES``
+    today, since the symptoms come from the Python stack they share (torch, NCCL, argparse).
+    """
+    for cause in causes:
         if any(cause.pattern.search(line) for line in log_lines):
             return cause.name
     return None

@@ -117,6 +117,24 @@ class FlagTable:
         found = (self.resolve(str(item), i) for i, item in enumerate(args))
         return [use for use in found if use is not None]
 
+    def value(self, args: Sequence[str], option: str) -> str | None:
+        """The value the engine will read for ``option`` from ``args``: THE flag reader.
+
+        Every spelling the parser accepts counts (``--attention-b x``, ``--attention-backend=x``,
+        vLLM's ``--attention_backend x``); the last use wins, as in argparse. None when the flag
+        is not given (or given without a value), or when this engine has no such flag.
+        """
+        flag = self.get(option)
+        if flag is None:
+            return None
+        items = [str(a) for a in args]
+        found: str | None = None
+        for use in self.uses(items):
+            if use.flag == flag:
+                given = values_of(items, use)
+                found = given[0] if given else None
+        return found
+
 
 def values_of(args: Sequence[str], use: FlagUse) -> list[str]:
     """The value(s) given with ``use``: its ``=value``, else the items after it up to the next

@@ -10,20 +10,20 @@ inventory order, which is also the order each host executes its runs.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.config.hostconfig import HostConfig
-from orchestrator.config.playbook import SpeculativeSpec
-from orchestrator.engines import adapter_for
+from orchestrator.config.inventory import Inventory
+from orchestrator.config.playbook import Playbook, RunSpec
+from orchestrator.engines import engine_for
 from orchestrator.errors import SpecError
 
 
 @dataclass(frozen=True)
 class PlannedLaunch:
-    run: Any  # RunSpec
+    run: RunSpec
     host: HostConfig
     argv: list[str]  # secrets masked: safe to print
     env_masked: dict[str, str]
@@ -36,7 +36,7 @@ class PlannedLaunch:
         return str(self.run.name)
 
 
-def hosts_for(run: Any, playbook: Any, inventory: Any,
+def hosts_for(run: RunSpec, playbook: Playbook, inventory: Inventory,
               host_filter: Sequence[str] | None = None) -> list[HostConfig]:
     """The hosts ``run`` goes to: its own selector, else the playbook's, narrowed by the filter."""
     chosen = playbook.hosts_for(run, inventory)
@@ -46,54 +46,33 @@ def hosts_for(run: Any, playbook: Any, inventory: Any,
     return chosen
 
 
-_DOTTED = re.compile(r"\b(?:speculative(?:\.[\w-]+){1,2}|extra_args|tensor_parallel)\b")
-_FLAG = re.compile(r"extra_args (?:sets|has) (--?[\w.-]+)")
-_SPECULATIVE_FIELDS = tuple(f for f in SpeculativeSpec.model_fields if f != "options")
+def spec_fields(exc: SpecError) -> list[str]:
+    """Where in the run a SpecError points, as the dotted paths ``Playbook.error_at`` takes:
+    the ``field`` its raiser gave (the engine's validation always gives one), else none (the
+    error is then shown at the run itself)."""
+    dotted = exc.dotted_field
+    return [dotted] if dotted else []
 
 
-def spec_fields(exc: SpecError, run: Any) -> list[str]:
-    """Where in the run a SpecError points, most specific first (``Playbook.error_at`` takes
-    the first one written in the file).
-
-    ``exc.field`` when the adapter set it; else the settings its message names: dotted paths
-    first (``speculative.draft_model``, ``extra_args``), then bare speculative field names
-    (``method`` in "speculative method 'x' needs ..."). An extra_args error naming a flag
-    points at the item holding it.
-    """
-    found = [exc.field] if exc.field else []
-    found += [m.group(0) for m in _DOTTED.finditer(exc.message)]
-    bare = {m.start(): f"speculative.{name}" for name in _SPECULATIVE_FIELDS
-            for m in re.finditer(rf"\b{name}\b", exc.message)}
-    found += [bare[at] for at in sorted(bare)]  # in the order the message names them
-    flag = _FLAG.search(exc.message)
-    if flag and "extra_args" in found:
-        items = [str(a) for a in run.extra_args or []]
-        at = next((i for i, a in enumerate(items)
-                   if a == flag.group(1) or a.startswith(flag.group(1) + "=")), None)
-        if at is not None:
-            found.insert(found.index("extra_args"), f"extra_args.{at}")
-    return list(dict.fromkeys(found))
-
-
-def plan_launches(playbook: Any, inventory: Any, *, host_filter: Sequence[str] | None = None,
+def plan_launches(playbook: Playbook, inventory: Inventory, *, host_filter: Sequence[str] | None = None,
                   environ: Mapping[str, str] | None = None) -> list[PlannedLaunch]:
     runs = list(playbook.expand())  # matrix runs become one run per combination
     for run in runs:  # all of them first: no host is touched for a playbook with a bad run
         try:
-            adapter_for(run).validate(run)
+            engine_for(run).validate(run)
         except SpecError as exc:
-            raise playbook.error_at(run, spec_fields(exc, run), exc.message, hint=exc.hint) from exc
+            raise playbook.error_at(run, spec_fields(exc), exc.message, hint=exc.hint) from exc
     plans: list[PlannedLaunch] = []
     for run in runs:
-        adapter = adapter_for(run)
-        port = adapter.port(run)
-        argv = adapter.argv(run, port=port)
+        engine = engine_for(run)
+        port = engine.port(run)
+        argv = engine.argv(run, port=port)
         for host in hosts_for(run, playbook, inventory, host_filter):
-            env = adapter.env(run, host, environ=environ)
-            secrets = adapter.secrets(run, host, environ=environ)
+            env = engine.env(run, host, environ=environ)
+            secrets = engine.secrets(run, host, environ=environ)
             plans.append(PlannedLaunch(
-                run=run, host=host, argv=adapter.masked_argv(argv, secrets),
-                env_masked=adapter.masked_env(env, secrets), port=port, env=env, argv_real=argv,
+                run=run, host=host, argv=engine.masked_argv(argv, secrets),
+                env_masked=engine.masked_env(env, secrets), port=port, env=env, argv_real=argv,
             ))
     return plans
 

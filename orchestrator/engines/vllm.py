@@ -3,21 +3,48 @@
 The playbook's ``num_draft_tokens`` (tokens drafted per step) is vLLM's
 ``num_speculative_tokens`` as is. Method names are vLLM's own (``dflash``, ``mtp``, ``eagle``,
 ``eagle3``, ``ngram``), and the JSON is compact with keys in the order the reference shows, so
-the printed argv is stable and copy-pastable.
+the printed argv is stable and copy-pastable. The rest of what orch knows of vLLM (its log
+parser, Prometheus delta, stats interval, doctor facts) is on ``VllmEngine`` too.
 """
 
 from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from orchestrator.engines.base import LOOPBACK, EngineAdapter, compact_json
+from orchestrator.config.playbook import RunSpec, SpeculativeSpec
+from orchestrator.engines.base import LOOPBACK, Engine, compact_json
 from orchestrator.engines.flags import VLLM_SERVE, FlagTable
+from orchestrator.engines.methods import EngineName
+from orchestrator.engines.reference import DoctorFacts, MethodSupport, StatsInterval
+from orchestrator.metrics import vllm_log
+from orchestrator.metrics.logparse import LineParser
+from orchestrator.metrics.prom import Scrape, SpecDelta, vllm_spec_delta
+
+_LISTED = "engines.md (vLLM 0.33 method list)"
+
+# vLLM 0.33.0 is the release the engine reference (docs/) was read from.
+DOCTOR = DoctorFacts(
+    layer_shift=1,  # the hidden state after layer i is at index i + 1 (0: the embeddings)
+    default_memory_fraction=0.9,  # --gpu-memory-utilization's default
+    method_support={
+        "dflash": MethodSupport("0.20.0", "0.33.0",
+                                "vLLM has served method 'dflash' since 0.20 (NeMo Automodel #2913)"),
+        **{method: MethodSupport(None, "0.33.0", _LISTED)
+           for method in ("mtp", "eagle", "eagle3", "draft_model", "ngram", "suffix", "dspark")},
+    },
+    # DFlash2DraftModel is served by vLLM's "dflash" method from 0.28 on.
+    drafter_architectures={"dflash": frozenset({"DFlashDraftModel", "DFlash2DraftModel"})},
+)
 
 
-class VllmAdapter(EngineAdapter):
-    name = "vllm"
+class VllmEngine(Engine):
+    name: ClassVar[EngineName] = "vllm"
+    display_name = "vLLM"
+    package = "vllm"
     default_port = 8000
-    log_parser = "vllm"
+    log_parser = LineParser(vllm_log.ENGINE, vllm_log.KINDS, vllm_log.parse, vllm_log.is_signature)
+    stats_interval = StatsInterval("VLLM_LOG_STATS_INTERVAL", 10.0, "s", "env")
+    doctor = DOCTOR
     flags: ClassVar[FlagTable] = VLLM_SERVE
     ready_lines = ("Application startup complete.",)
     flag_fields: ClassVar[dict[str, str]] = {
@@ -34,9 +61,12 @@ class VllmAdapter(EngineAdapter):
     refused_flags: ClassVar[dict[str, str]] = {
         "--disable-log-stats": "it turns off the stats lines orch measures speculative decoding from",
     }
-    num_tokens_hint = "for vLLM it becomes num_speculative_tokens (DFlash: drafter block_size - 1)"
+    num_tokens_hint: ClassVar[str] = "for vLLM it becomes num_speculative_tokens (DFlash: drafter block_size - 1)"
 
-    def base_argv(self, run: Any, *, port: int) -> list[str]:
+    def spec_delta(self, before: Scrape, after: Scrape) -> SpecDelta:
+        return vllm_spec_delta(before, after)
+
+    def base_argv(self, run: RunSpec, *, port: int) -> list[str]:
         argv = ["vllm", "serve", run.model, "--host", LOOPBACK, "--port", str(port),
                 "--tensor-parallel-size", str(run.tensor_parallel or 1)]
         if run.max_model_len is not None:
@@ -45,9 +75,9 @@ class VllmAdapter(EngineAdapter):
             argv += ["--gpu-memory-utilization", str(run.gpu_memory_fraction)]
         return argv + ["--served-model-name", self.served_name(run)]
 
-    def speculative_config(self, run: Any) -> dict[str, Any] | None:
+    def speculative_config(self, run: RunSpec) -> dict[str, Any] | None:
         spec = run.speculative
-        if spec is None or spec.method == "none":
+        if spec.method == "none":
             return None
         config: dict[str, Any] = {"method": spec.method}
         reserved = {"method": "speculative.method",
@@ -56,30 +86,31 @@ class VllmAdapter(EngineAdapter):
             config["model"] = spec.draft_model
             reserved["model"] = "speculative.draft_model"
         config["num_speculative_tokens"] = spec.num_draft_tokens
-        draft_tp = getattr(spec, "draft_tensor_parallel", None)
-        if draft_tp is not None:
-            config["draft_tensor_parallel_size"] = draft_tp
+        if spec.draft_tensor_parallel is not None:
+            config["draft_tensor_parallel_size"] = spec.draft_tensor_parallel
             reserved["draft_tensor_parallel_size"] = "speculative.draft_tensor_parallel"
-        for key in ("prompt_lookup_min", "prompt_lookup_max"):
-            value = getattr(spec, key, None)
+        for key, value in (("prompt_lookup_min", spec.prompt_lookup_min),
+                           ("prompt_lookup_max", spec.prompt_lookup_max)):
             if value is not None:
                 config[key] = value
                 reserved[key] = f"speculative.{key}"
-        return self.merge_options(run, config, getattr(spec, "options", None), reserved_from=reserved)
+        return self.merge_options(run, config, spec.options, reserved_from=reserved)
 
-    def speculative_argv(self, run: Any) -> list[str]:
+    def speculative_argv(self, run: RunSpec) -> list[str]:
         config = self.speculative_config(run)
         return [] if config is None else ["--speculative-config", compact_json(config)]
 
-    def validate_speculative(self, run: Any, spec: Any) -> None:
+    def validate_speculative(self, run: RunSpec, spec: SpeculativeSpec) -> None:
         if spec.method == "mtp" and spec.draft_model:
             self.fail(run, "speculative method 'mtp' on vllm uses the target model's own MTP head: "
                       "remove speculative.draft_model",
-                      hint="for a separate drafter use method eagle, eagle3 or dflash")
-        if getattr(spec, "eagle_topk", None) is not None:
+                      hint="for a separate drafter use method eagle, eagle3 or dflash",
+                      field=("speculative", "draft_model"))
+        if spec.eagle_topk is not None:
             self.fail(run, "speculative.eagle_topk is an SGLang setting; vllm drafts one chain",
-                      hint="remove eagle_topk for vllm runs")
-        draft_tp = getattr(spec, "draft_tensor_parallel", None)
+                      hint="remove eagle_topk for vllm runs", field=("speculative", "eagle_topk"))
+        draft_tp = spec.draft_tensor_parallel
         if draft_tp is not None and (draft_tp < 1 or spec.method in ("none", "ngram", "mtp")):
             self.fail(run, f"speculative.draft_tensor_parallel ({draft_tp}) needs a positive value "
-                      "and a separate draft model (dflash, eagle, eagle3)")
+                      "and a separate draft model (dflash, eagle, eagle3)",
+                      field=("speculative", "draft_tensor_parallel"))

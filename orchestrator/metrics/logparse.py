@@ -1,20 +1,21 @@
 """Engine logs -> typed events and a summary: the registry, engine detection, aggregation.
 
-The per-engine line parsers live in ``vllm_log`` and ``sglang_log``; this module names them
-(``PARSERS``, keyed by the engine name users type), turns their ``ValueError`` into a counted
-``Malformed`` record, and aggregates events. Everything here is pure: the same code serves a
+The per-engine line parsers live in ``vllm_log`` and ``sglang_log``; which one applies to an
+engine is said by its engine object (``Engine.log_parser``, read through ``parsers()``). This
+module turns their ``ValueError`` into a counted ``Malformed`` record and aggregates events. Everything here is pure: the same code serves a
 saved file (``parse_log``, ``orch logs parse``) and the live tail (``LogFollower``), so the
 two can never disagree about a figure.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from functools import cache
 from typing import Any
 
 from orchestrator.errors import OrchError
-from orchestrator.metrics import sglang_log, vllm_log
+from orchestrator.metrics import sglang_log
 from orchestrator.metrics.sglang_log import DecodeBatchEvent, PrefillBatchEvent
 from orchestrator.metrics.vllm_log import EngineStatsEvent, SpecDecodeEvent
 
@@ -58,14 +59,12 @@ class LineParser:
             return Malformed(line_no=line_no, line=text, reason=str(exc))
 
 
-PARSERS: dict[str, LineParser] = {
-    vllm_log.ENGINE: LineParser(
-        vllm_log.ENGINE, vllm_log.KINDS, vllm_log.parse, vllm_log.is_signature
-    ),
-    sglang_log.ENGINE: LineParser(
-        sglang_log.ENGINE, sglang_log.KINDS, sglang_log.parse, sglang_log.is_signature
-    ),
-}
+@cache
+def parsers() -> Mapping[str, LineParser]:
+    """Engine name (as users type it) -> its line parser, as each engine object says."""
+    from orchestrator.engines import ENGINES  # the engines import this module: resolved late
+
+    return {name: engine.log_parser for name, engine in ENGINES.items()}
 
 
 def _last_segment(line: str) -> str:
@@ -77,11 +76,12 @@ def _last_segment(line: str) -> str:
 
 
 def parser_for(engine: str) -> LineParser:
+    known = parsers()
     try:
-        return PARSERS[engine]
+        return known[engine]
     except KeyError:
         raise OrchError(
-            f"unknown engine {engine!r}", hint=f"use one of: {', '.join(sorted(PARSERS))}"
+            f"unknown engine {engine!r}", hint=f"use one of: {', '.join(sorted(known))}"
         ) from None
 
 
@@ -91,7 +91,7 @@ def parse_line(engine: str, line: str, *, line_no: int = 0) -> Event | Malformed
 
 
 def _vote(line: str) -> str | None:
-    votes = [name for name, parser in PARSERS.items() if parser.is_signature(line)]
+    votes = [name for name, parser in parsers().items() if parser.is_signature(line)]
     return votes[0] if len(votes) == 1 else None
 
 
@@ -101,7 +101,7 @@ def detect_engine(lines: Iterable[str]) -> str | None:
     A majority rather than the first hit, so one quoted line of the other engine's output
     (a pasted error, a prompt) cannot flip the verdict.
     """
-    counts = dict.fromkeys(PARSERS, 0)
+    counts = dict.fromkeys(parsers(), 0)
     for line in lines:
         vote = _vote(line)
         if vote:
@@ -269,7 +269,7 @@ class LogFollower:
             )
 
     def summary(self) -> LogSummary:
-        kinds = PARSERS[self.engine].kinds if self.engine else ()
+        kinds = parser_for(self.engine).kinds if self.engine else ()
         counts = {kind: self._counts.get(kind, 0) for kind in kinds}
         gen = self._gen_sum / self._gen_n if self._gen_n else None
         if self.engine == sglang_log.ENGINE:
@@ -329,7 +329,7 @@ def other_engine_events(lines: Sequence[str], *, engine: str) -> tuple[str, dict
     if parse_log(lines, engine=engine).events:
         return None
     best: tuple[str, dict[str, int]] | None = None
-    for name in PARSERS:
+    for name in parsers():
         if name == parser_for(engine).engine:
             continue
         counts = {k: n for k, n in parse_log(lines, engine=name).summary.events.items() if n}

@@ -471,22 +471,20 @@ def test_simulator_broken_drafter_is_caught(engine: str) -> None:
 # --- host checks --------------------------------------------------------------------------------
 
 from orchestrator.doctor import HostProbe, estimate_parameters, run_host_checks  # noqa: E402
-from orchestrator.doctor.host import estimate_weight_bytes  # noqa: E402
+from orchestrator.doctor.host import Gpu, estimate_weight_bytes  # noqa: E402
 
 
 def probe(*, gpus: list[tuple[str, int, int]], driver: str | None = "570.124.06",
           vllm: str | None = "0.33.0", sglang: str | None = None,
           free: list[int] | None = None, checked: list[int] | None = None) -> HostProbe:
-    """A probe-verb result (the dict `probe` returns) with only the fields the checks read."""
-    return HostProbe.from_probe({
-        "gpus": [{"index": i, "name": name, "memory_total_mib": total, "memory_used_mib": used,
-                  "utilization_pct": 0, "uuid": f"GPU-{i}", "processes": []}
-                 for i, (name, total, used) in enumerate(gpus)],
-        "driver_version": driver,
-        "packages": {"vllm": vllm, "sglang": sglang, "torch": "2.9.0"},
-        "ports": {"checked": checked if checked is not None else [8000],
-                  "free": free if free is not None else [8000], "bind_host": "127.0.0.1"},
-    })
+    """The host facts the checks read (what HostProbe.from_probe makes of a probe result)."""
+    return HostProbe(
+        gpus=[Gpu(i, name, total, used) for i, (name, total, used) in enumerate(gpus)],
+        driver_version=driver,
+        engines={"vllm": vllm, "sglang": sglang, "torch": "2.9.0"},
+        checked_ports=set(checked if checked is not None else [8000]),
+        free_ports=set(free if free is not None else [8000]),
+    )
 
 
 H100 = ("NVIDIA H100 80GB HBM3", 81559, 1)
@@ -547,14 +545,9 @@ def test_host_memory_finding_gives_the_numbers() -> None:
                                        "budget_gib": 71.7}]
 
 
-def test_host_probe_from_attributes() -> None:
-    class Facts:
-        gpus = [type("G", (), {"index": 0, "name": "L4", "memory_total_mib": 23034,
-                               "memory_used_mib": 0})()]
-        driver_version = "550.54"
-        engines = {"vllm": "0.33.0"}
-
-    host = HostProbe.from_probe(Facts())
+def test_host_probe_free_memory_and_unprobed_ports() -> None:
+    host = HostProbe(gpus=[Gpu(0, "L4", 23034, 0)], driver_version="550.54",
+                     engines={"vllm": "0.33.0"})
     assert host.gpus[0].free_mib == 23034 and host.engines == {"vllm": "0.33.0"}
     assert host.free_ports is None
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from orchestrator.config import RunSpec
 from orchestrator.doctor import (
     Finding,
     HostProbe,
@@ -22,7 +22,8 @@ from orchestrator.doctor import (
     problems,
     rank_causes,
 )
-from orchestrator.doctor.collapse import flag_value
+from orchestrator.doctor.host import Gpu
+from orchestrator.engines import get_engine
 
 # Real per-position rates: the healthy one is engines.md's vLLM example line.
 HEALTHY = [0.863, 0.706, 0.588, 0.471, 0.314, 0.255, 0.176]
@@ -140,10 +141,20 @@ def test_rank_causes_for_mtp_on_sglang_has_no_drafter_suspicions() -> None:
     [(["--attention-backend", "flash_attn"], "--attention-backend", "flash_attn"),
      (["--attention-backend=triton_attn"], "--attention-backend", "triton_attn"),
      (["--attention-backend", "a", "--attention-backend=b"], "--attention-backend", "b"),
-     (["--kv-cache-dtype"], "--kv-cache-dtype", None), ([], "--x", None)],
+     (["--kv-cache-dtype"], "--kv-cache-dtype", None), ([], "--x", None),
+     # as the engine's argparse reads them: abbreviations, vLLM's underscores, `=`
+     (["--attention-b", "flash_attn"], "--attention-backend", "flash_attn"),
+     (["--attention_backend", "flash_attn"], "--attention-backend", "flash_attn"),
+     (["--kv-cache-d=fp8"], "--kv-cache-dtype", "fp8"),
+     (["--attention-b", "a", "--attention-backend", "b", "--attention-b=c"], "--attention-backend", "c"),
+     # ambiguous (--max-num-seqs, --max-num-batched-tokens ...): the engine reads no value
+     (["--max-num", "4"], "--max-num-seqs", None),
+     # a value that looks like the flag is a value, not a use
+     (["--served-model-name", "x", "--attention-backend", "--x"], "--attention-backend", None)],
 )
 def test_flag_value(argv: list[str], flag: str, value: str | None) -> None:
-    assert flag_value(argv, flag) == value
+    """The doctor reads flags with the engine's reader (the one the launch uses)."""
+    assert get_engine("vllm").flag_value(argv, flag) == value
 
 
 # --- SGLang's silent changes: real server_args.py log lines -------------------------------------
@@ -169,7 +180,7 @@ DRAFTS = ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1
         ([TRTLLM_PAGE], {"page_size": 1}, [("page_size", 1, 64)]),
         ([FLASHMLA_PAGE], {"page_size": 64}, []),
         ([TRTLLM_PAGE], {"page_size": None}, []),
-        ([{"line": FA3_FP8}, SimpleNamespace(message=TRTLLM_PAGE), 42],
+        (["", FA3_FP8, TRTLLM_PAGE],
          {"attention_backend": "FA3", "page_size": 16},
          [("attention_backend", "FA3", "triton"), ("page_size", 16, 64)]),
         ([DRAFTS], {"speculative_num_draft_tokens": 8},
@@ -199,16 +210,14 @@ DRAFTER = {"architectures": ["DFlashDraftModel"], "block_size": 16, "hidden_size
            "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]}}
 
 
-def _run(**overrides: Any) -> SimpleNamespace:
-    run = SimpleNamespace(
-        name="qwen3-dflash", engine="vllm", model="Qwen/Qwen3-8B", tensor_parallel=1, port=8000,
-        gpu_memory_fraction=0.9, extra_args=["--attention-backend", "flash_attn"], env={},
-        speculative=SimpleNamespace(method="dflash", draft_model="z-lab/Qwen3-8B-DFlash-b16",
-                                    num_draft_tokens=15, options={}),
-        workload=SimpleNamespace(chat_template_kwargs={"enable_thinking": False}))
-    for key, value in overrides.items():
-        setattr(run, key, value)
-    return run
+def _run(**overrides: Any) -> RunSpec:
+    data: dict[str, Any] = {
+        "name": "qwen3-dflash", "engine": "vllm", "model": "Qwen/Qwen3-8B", "tensor_parallel": 1,
+        "port": 8000, "gpu_memory_fraction": 0.9, "extra_args": ["--attention-backend", "flash_attn"],
+        "env": {}, "speculative": {"method": "dflash", "draft_model": "z-lab/Qwen3-8B-DFlash-b16",
+                                   "num_draft_tokens": 15},
+        "workload": {"chat_template_kwargs": {"enable_thinking": False}}}
+    return RunSpec.model_validate({**data, **overrides})
 
 
 def test_check_run_from_agent_results() -> None:
@@ -218,10 +227,9 @@ def test_check_run_from_agent_results() -> None:
     target, note = model_from_agent(models, "Qwen/Qwen3-8B", role="target")
     drafter, none = model_from_agent(models, "z-lab/Qwen3-8B-DFlash-b16", role="drafter")
     assert (note.check, note.severity) == ("model_files", "warning") and none is None
-    host = HostProbe.from_probe({"gpus": [{"index": 0, "name": "NVIDIA H100 80GB HBM3",
-                                           "memory_total_mib": 81559, "memory_used_mib": 1}],
-                                 "driver_version": "570.124.06", "packages": {"vllm": "0.33.0"},
-                                 "ports": {"checked": [8000], "free": [8000]}})
+    host = HostProbe(gpus=[Gpu(0, "NVIDIA H100 80GB HBM3", 81559, 1)],
+                     driver_version="570.124.06", engines={"vllm": "0.33.0"},
+                     checked_ports={8000}, free_ports={8000})
     findings = check_run(_run(), target=target, drafter=drafter, host=host)
     assert problems(findings) == []
     assert [f.check for f in findings] == [  # 8 model, 2 launch-setting and 6 host checks
@@ -284,7 +292,7 @@ def test_launch_settings(engine: str, method: str, drafter: dict[str, Any] | Non
                          extra_args: list[str], run_env: dict[str, str], env: dict[str, str] | None,
                          expected: list[tuple[str, str]]) -> None:
     run = _run(engine=engine, extra_args=extra_args, env=run_env,
-               speculative=SimpleNamespace(method=method, draft_model="d", num_draft_tokens=15))
+               speculative={"method": method, "draft_model": "d", "num_draft_tokens": 15})
     findings = check_run(run, target=None, drafter=ModelConfig.from_json(drafter) if drafter else None,
                          env=env)
     assert [(f.check, f.severity) for f in findings] == expected
@@ -320,9 +328,9 @@ def test_launch_setting_messages() -> None:
 # --- the port the server will really use ----------------------------------------------------------
 
 def _host(free: list[int], checked: list[int]) -> HostProbe:
-    return HostProbe.from_probe({"gpus": [], "driver_version": "570.124.06",
-                                 "packages": {"vllm": "0.33.0", "sglang": "0.5.23"},
-                                 "ports": {"checked": checked, "free": free}})
+    return HostProbe(gpus=[], driver_version="570.124.06",
+                     engines={"vllm": "0.33.0", "sglang": "0.5.23"},
+                     checked_ports=set(checked), free_ports=set(free))
 
 
 @pytest.mark.parametrize(
@@ -342,7 +350,7 @@ def test_port_checked_is_the_one_the_server_uses(engine: str, run_port: int | No
                                                  checked: list[int], severity: str, port: int,
                                                  default: bool) -> None:
     run = _run(engine=engine, port=run_port,
-               speculative=SimpleNamespace(method="none", draft_model=None, num_draft_tokens=None))
+               speculative={"method": "none"})
     findings = check_run(run, target=None, drafter=None, host=_host(free, checked), port=plan_port)
     (finding,) = [f for f in findings if f.check == "port"]
     assert (finding.severity, finding.details) == (severity, {"port": port, "default": default})
@@ -352,18 +360,18 @@ def test_port_checked_is_the_one_the_server_uses(engine: str, run_port: int | No
 def test_planned_port_matches_the_engine_adapter() -> None:
     """The doctor's port and the launch's port come from the same rule (a real playbook)."""
     from orchestrator.config import load_playbook
-    from orchestrator.engines import adapter_for
+    from orchestrator.engines import engine_for
 
     book = load_playbook(Path(__file__).parents[2] / "playbooks" / "qwen36-27b-spec.yaml")
-    got = [(run.engine, planned_port(run, str(run.engine))) for run in book.runs]
+    got = [(run.engine, planned_port(run)) for run in book.runs]
     assert got == [("sglang", (30000, True)), ("vllm", (8000, True))]
-    assert [adapter_for(run).port(run) for run in book.runs] == [30000, 8000]
+    assert [engine_for(run).port(run) for run in book.runs] == [30000, 8000]
 
 
 # --- a plain run and the demo playbook ------------------------------------------------------------
 
 def test_a_plain_run_gets_an_ok_method_finding() -> None:
-    run = _run(speculative=SimpleNamespace(method="none", draft_model=None, num_draft_tokens=None))
+    run = _run(speculative={"method": "none"})
     findings = check_run(run, target=ModelConfig.from_json(TARGET), drafter=None)
     assert [(f.check, f.severity) for f in findings] == [("method", "ok")]
 

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from orchestrator.config import HostConfig, RunSpec, SpeculativeSpec, load_inventory, load_playbook
-from orchestrator.engines import ENGINES, adapter_for
+from orchestrator.engines import ENGINES, engine_for
 from orchestrator.engines.plan import plan_launches, to_json
 from orchestrator.errors import ConfigError, SpecError
 
@@ -112,11 +112,11 @@ def test_issue_examples_with_common_options_and_extra_args() -> None:
     assert ENGINES["vllm"].argv(vllm, port=9000)[5:7] == ["--port", "9000"]
 
 
-def test_adapter_facts() -> None:
+def test_engine_facts() -> None:
     vllm, sglang = ENGINES["vllm"], ENGINES["sglang"]
     assert (vllm.default_port, vllm.health_path, vllm.models_path, vllm.metrics_path,
-            vllm.server_info_path, vllm.log_parser) == (8000, "/health", "/v1/models", "/metrics", None, "vllm")
-    assert (sglang.default_port, sglang.server_info_path, sglang.log_parser) == (30000, "/server_info", "sglang")
+            vllm.server_info_path, vllm.log_parser.engine) == (8000, "/health", "/v1/models", "/metrics", None, "vllm")
+    assert (sglang.default_port, sglang.server_info_path, sglang.log_parser.engine) == (30000, "/server_info", "sglang")
     assert vllm.ready_lines == ("Application startup complete.",)
     assert sglang.ready_lines == ("The server is fired up and ready to roll!",)
     assert vllm.gpus_needed(run("vllm")) == 2
@@ -127,7 +127,7 @@ def bad(engine: str, speculative: Any = None, **fields: Any) -> str:
     if isinstance(speculative, SpeculativeSpec):  # bypasses pydantic's own checks
         spec = spec.model_copy(update={"speculative": speculative})
     with pytest.raises(SpecError) as info:
-        adapter_for(spec).argv(spec)
+        engine_for(spec).argv(spec)
     assert info.value.run == "r1"
     return str(info.value)
 
@@ -244,12 +244,12 @@ def test_abbreviations_are_read_as_the_engine_reads_them(
         engine: str, speculative: Any, extra_args: list[str], at: int, message: str | None) -> None:
     spec = run(engine, speculative, extra_args=extra_args)
     if message is None:
-        assert adapter_for(spec).argv(spec)[-len(extra_args):] == extra_args
+        assert engine_for(spec).argv(spec)[-len(extra_args):] == extra_args
         return
     with pytest.raises(SpecError) as info:
-        adapter_for(spec).argv(spec)
+        engine_for(spec).argv(spec)
     assert info.value.message == message
-    assert info.value.field == f"extra_args.{at}"  # the playbook line of the offending item
+    assert info.value.field == ("extra_args", at)  # the playbook line of the offending item
 
 
 # flags orch owns even in a run that does not emit them
@@ -275,7 +275,7 @@ OWNED = [
 def test_flags_orch_always_owns(engine: str, speculative: Any, extra_args: list[str], message: str) -> None:
     spec = run(engine, speculative, extra_args=extra_args)
     with pytest.raises(SpecError) as info:
-        adapter_for(spec).argv(spec)
+        engine_for(spec).argv(spec)
     assert info.value.message == message
     assert "instead of passing" in (info.value.hint or "")
 
@@ -283,7 +283,7 @@ def test_flags_orch_always_owns(engine: str, speculative: Any, extra_args: list[
 def test_ambiguous_abbreviation_hint() -> None:
     spec = run("vllm", extra_args=["--po", "9999"])
     with pytest.raises(SpecError) as info:
-        adapter_for(spec).argv(spec)
+        engine_for(spec).argv(spec)
     assert info.value.hint == "write the flag in full (--port cannot be abbreviated)"
 
 
@@ -296,7 +296,7 @@ def test_allowed_repeats() -> None:
 def test_unknown_engine() -> None:
     spec = RunSpec.model_construct(name="r9", engine="trtllm", model=MODEL)
     with pytest.raises(SpecError, match=r"engine 'trtllm' is not supported \(known: sglang, vllm\)"):
-        adapter_for(spec)
+        engine_for(spec)
 
 
 def test_env_merges_host_then_run_and_masks_secrets() -> None:
@@ -394,4 +394,4 @@ def test_plan_validates_every_run_before_anything(tmp_path: Path) -> None:
 )
 def test_api_key_is_read_from_extra_args(engine: str, extra_args: list[str], key: str | None) -> None:
     spec = run(engine, extra_args=extra_args)
-    assert adapter_for(spec).api_key(spec) == key
+    assert engine_for(spec).api_key(spec) == key

@@ -12,7 +12,6 @@ import pytest
 
 from orchestrator.errors import OrchError
 from orchestrator.metrics.logparse import (
-    PARSERS,
     LogFollower,
     Malformed,
     detect_engine,
@@ -20,6 +19,8 @@ from orchestrator.metrics.logparse import (
     other_engine_events,
     parse_line,
     parse_log,
+    parser_for,
+    parsers,
 )
 from orchestrator.metrics.vllm_log import SpecDecodeEvent
 
@@ -513,7 +514,14 @@ def test_unknown_engine_is_a_clear_error() -> None:
         parse_line("trtllm", VLLM_SPEC_REF)
     assert info.value.message == "unknown engine 'trtllm'"
     assert info.value.hint == "use one of: sglang, vllm"
-    assert sorted(PARSERS) == ["sglang", "vllm"]
+    assert sorted(parsers()) == ["sglang", "vllm"]
+
+
+def test_each_engine_object_names_its_parser() -> None:
+    from orchestrator.engines import ENGINES
+
+    assert {name: parser_for(name).engine for name in ENGINES} == {"vllm": "vllm", "sglang": "sglang"}
+    assert all(parser_for(name) is engine.log_parser for name, engine in ENGINES.items())
 
 
 # ---- engine detection ----------------------------------------------------------------------

@@ -208,13 +208,18 @@ def test_hint_is_kept(tmp_path: Path) -> None:
     )
 
 
-def test_an_explicit_field_wins_over_the_message(tmp_path: Path) -> None:
+def test_the_field_is_data_not_read_from_the_message(tmp_path: Path) -> None:
+    told = SpecError("speculative.draft_model is missing", run="a", field=("engine",))
+    assert spec_fields(told) == ["engine"]
+    assert spec_fields(SpecError("speculative.draft_model is named here", run="a")) == []
+    item = SpecError("extra_args sets --port", run="a", field=("extra_args", 3))
+    assert spec_fields(item) == ["extra_args.3"]
     play = tmp_path / "play.yaml"
     play.write_text(HEAD + CASES[0][1])
-    run = load_playbook(play).expand()[1]
-    told = SpecError("speculative.draft_model is missing", run="a", field="engine")
-    assert spec_fields(told, run)[:2] == ["engine", "speculative.draft_model"]
-    assert spec_fields(SpecError("no field named here", run="a"), run) == []
+    book = load_playbook(play)
+    run = book.expand()[1]
+    err = book.error_at(run, spec_fields(told), told.message)
+    assert (err.line, err.path) == (8, "runs[1].engine")
 
 
 def test_programmatic_playbook_error_has_a_path(tmp_path: Path) -> None:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.engines import get_engine
 from orchestrator.errors import OrchError
 from orchestrator.metrics.prom import (
-    SPEC_DELTAS,
     Scrape,
     SpecDelta,
     counter_delta,
@@ -308,7 +308,11 @@ def test_sglang_without_speculation_says_so() -> None:
 
 
 def test_registry_and_generation_tokens_for_both_engines() -> None:
-    assert {"vllm": vllm_spec_delta, "sglang": sglang_spec_delta} == SPEC_DELTAS
+    vllm = (Scrape.parse(VLLM_BEFORE), Scrape.parse(VLLM_AFTER))
+    sglang = (Scrape.parse(SGLANG_BEFORE), Scrape.parse(SGLANG_AFTER))
+    assert get_engine("vllm").spec_delta(*vllm) == vllm_spec_delta(*vllm)
+    assert get_engine("sglang").spec_delta(*sglang) == sglang_spec_delta(*sglang)
+    assert get_engine("vllm").spec_delta(*vllm) != sglang_spec_delta(*vllm)
     assert (
         generation_tokens_delta(
             Scrape.parse(SGLANG_BEFORE), Scrape.parse(SGLANG_AFTER), engine="sglang"

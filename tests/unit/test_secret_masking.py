@@ -11,7 +11,7 @@ import pytest
 
 from orchestrator.config import RunSpec, load_inventory, load_playbook
 from orchestrator.config.hostconfig import HostConfig, Secrets, is_secret_key, mask
-from orchestrator.engines import adapter_for
+from orchestrator.engines import engine_for
 from orchestrator.engines.plan import plan_launches, to_json
 
 LONG = "hf_Zx81LongSecretValue"  # 8+ characters: hidden wherever it appears
@@ -89,7 +89,7 @@ ARGV_CASES = [
 def test_secret_flag_values_are_masked_by_position(engine: str, extra_args: list[str],
                                                    expected: list[str]) -> None:
     spec = run(engine, extra_args=extra_args, env={"P2P": "${P2P}"})
-    adapter = adapter_for(spec)
+    adapter = engine_for(spec)
     argv = adapter.argv(spec)
     secrets = adapter.secrets(spec, environ={"P2P": "1"})
     masked = adapter.masked_argv(argv, secrets)
@@ -101,7 +101,7 @@ def test_env_is_masked_whole_by_key_or_origin() -> None:
     host = HostConfig(name="h", env={"HF_TOKEN": "${HF}", "NCCL_P2P_DISABLE": "${P2P}",
                                      "TOKENIZERS_PARALLELISM": "false", "CACHE": "/data/${USER}"})
     spec = run("vllm", env={"MAX_TOKENS": "8192", "X_API_KEY": "k", "CACHE": "/fixed"})
-    adapter = adapter_for(spec)
+    adapter = engine_for(spec)
     environ = {"HF": LONG, "P2P": "1", "USER": "bob"}
     env = adapter.env(spec, host, environ=environ)
     masked = adapter.masked_env(env, adapter.secrets(spec, host, environ=environ))
