@@ -7,6 +7,10 @@ with the values involved) and a ``hint`` (what to do about it).
 
 from __future__ import annotations
 
+from typing import Any
+
+from orchestrator.remote.wire import ErrorKind
+
 
 class OrchError(Exception):
     """Base of every error a user can cause or fix."""
@@ -58,12 +62,15 @@ class ConfigError(OrchError):
         return f"{where}{at}{self.message}"
 
 
+FieldPath = tuple[str | int, ...]  # a setting inside a run: ("speculative", "draft_model")
+
+
 class SpecError(OrchError):
     """A run spec that parses but cannot be launched as asked (checked before any host is touched).
 
-    ``field`` is the dotted path of the offending setting inside the run
-    (``speculative.draft_model``, ``extra_args``), when the raiser knows it: the planner turns
-    the error into a ConfigError at that line of the playbook.
+    ``field`` is the path of the offending setting inside the run, as data
+    (``("speculative", "draft_model")``, ``("extra_args", 3)``), so the planner can turn the
+    error into a ConfigError at that line of the playbook without reading the message.
     """
 
     def __init__(
@@ -72,11 +79,16 @@ class SpecError(OrchError):
         *,
         run: str | None = None,
         hint: str | None = None,
-        field: str | None = None,
+        field: FieldPath | None = None,
     ) -> None:
         super().__init__(message, hint=hint)
         self.run = run
         self.field = field
+
+    @property
+    def dotted_field(self) -> str | None:
+        """``field`` as the playbook's dotted path: ``speculative.draft_model``, ``extra_args.3``."""
+        return ".".join(str(part) for part in self.field) if self.field else None
 
     def __str__(self) -> str:
         return f"run {self.run!r}: {self.message}" if self.run else self.message
@@ -125,8 +137,8 @@ class AgentError(HostError):
         host: str,
         message: str,
         *,
-        kind: str = "error",
-        details: dict | None = None,
+        kind: ErrorKind = ErrorKind.INTERNAL,
+        details: dict[str, Any] | None = None,
         hint: str | None = None,
     ) -> None:
         super().__init__(host, message, hint=hint)

@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 from orchestrator.agent import Agent
 from orchestrator.agent.facts import HostFacts
 from orchestrator.config import HostConfig
+from orchestrator.engines import ENGINES
 from orchestrator.errors import OrchError
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
 
-ENGINE_PACKAGES = ("vllm", "sglang")
 PhaseCallback = Callable[[str, str], None]
 
 
@@ -68,7 +68,7 @@ class HostReport:
                 for g in (facts.gpus if facts else [])
             ],
             "driver": facts.driver_version if facts else None,
-            "engines": {e: (facts.engines.get(e) if facts else None) for e in ENGINE_PACKAGES},
+            "engines": {e: (facts.engines.get(e) if facts else None) for e in ENGINES},
             "python": facts.python_version if facts else None,
             "agent_bytes_pushed": self.agent_bytes_pushed,
             "problems": self.problems,
@@ -76,7 +76,7 @@ class HostReport:
 
 
 def engine_warnings(host: HostConfig, facts: HostFacts) -> list[str]:
-    installed = [e for e in ENGINE_PACKAGES if facts.engines.get(e)]
+    installed = [e for e in ENGINES if facts.engines.get(e)]
     if installed:
         return []
     return [f"neither vllm nor sglang is installed for {host.python} (set `python` in hosts.yaml "
@@ -96,7 +96,7 @@ async def check_host(
         agent = Agent(conn, host)
         report.agent_bytes_pushed = await agent.ensure()
         phase(host.name, "probing")
-        facts = await agent.probe()
+        facts = HostFacts.from_probe(await agent.probe())
     except OrchError as exc:
         report.error, report.hint = exc.message, exc.hint
         phase(host.name, "failed")

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
+from orchestrator.remote.wire import CONTRACT_VERSION
+
 REMOTE_SOURCE = Path(__file__).resolve().parent.parent / "remote"
 PACKAGE = "orch_remote"
 SHEBANG = b"#!/usr/bin/env python3\n"
@@ -35,6 +37,7 @@ if sys.version_info < {MIN_PYTHON!r}:
         except OSError:
             pass
     sys.stdout.write(json.dumps({{
+        "v": {CONTRACT_VERSION},
         "event": "error",
         "kind": "python_too_old",
         "message": "the agent needs Python {MIN_PYTHON[0]}.{MIN_PYTHON[1]}+, "

@@ -3,6 +3,11 @@
 The only command ever sent is ``<python> <workdir>/agent-<hash>.pyz <verb> <spec path>``, all
 controller-owned paths; every user value (model names, flags, prompts, environment values)
 travels inside the spec file, which goes over SFTP, so no shell ever sees it.
+
+Each verb has a typed method taking its spec and returning its result as defined once in
+``orchestrator.remote.wire`` (the same module the agent runs); ``AgentClient`` is that
+interface, which the in-memory ``FakeAgent`` implements too. A line of another contract
+version is refused with a plain message, never guessed at.
 """
 
 from __future__ import annotations
@@ -13,14 +18,49 @@ import json
 import posixpath
 import re
 import uuid
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, Protocol, TypeVar
 
 from orchestrator.agent.bundle import AgentBundle, build_bundle
-from orchestrator.agent.facts import HostFacts
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.errors import AgentError, ConfigError, OrchError, RemoteCommandError
+from orchestrator.remote.wire import (
+    CONTRACT_VERSION,
+    ContractMismatch,
+    EchoResult,
+    EchoSpec,
+    ErrorEvent,
+    ErrorKind,
+    HttpResult,
+    HttpSpec,
+    LaunchResult,
+    LaunchSpec,
+    LoadgenEvent,
+    LoadgenResult,
+    LoadgenSpec,
+    PhaseEvent,
+    ProbeResult,
+    ProbeSpec,
+    ProgressEvent,
+    ReadModelConfigsResult,
+    ReadModelConfigsSpec,
+    RequestRecord,
+    StatusResult,
+    StatusSpec,
+    StopResult,
+    StopSpec,
+    TailEvent,
+    TailHeartbeat,
+    TailLine,
+    TailResult,
+    TailSpec,
+    Wire,
+    WireError,
+    spec_file,
+)
+from orchestrator.remote.wire import decode_line as decode_wire_line
 
 PROBE_PACKAGES = ("vllm", "sglang", "torch", "transformers")
 _VERB = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -29,29 +69,42 @@ PYTHON_HINT = (
     "is `python` in hosts.yaml a Python 3.9+ interpreter on that host? It is run as given "
     "(e.g. /opt/venvs/vllm/bin/python), without your login shell's PATH tweaks"
 )
+CONTRACT_HINT = (
+    "the agent on that host is not the one this orch ships: run the same orch version that "
+    "pushed it, or delete the agent-*.pyz files in the host's workdir so this one is pushed"
+)
+R = TypeVar("R", bound=Wire)
 
 
 class _Completed(Protocol):
-    returncode: int
-    stdout: str
-    stderr: str
+    @property
+    def returncode(self) -> int: ...
+    @property
+    def stdout(self) -> str: ...
+    @property
+    def stderr(self) -> str: ...
 
 
 class _RemoteStream(Protocol):
-    returncode: int | None
-
+    @property
+    def returncode(self) -> int | None: ...
     @property
     def stderr(self) -> str: ...
     async def __aenter__(self) -> _RemoteStream: ...
-    async def __aexit__(self, *exc_info: object) -> None: ...
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
     def __aiter__(self) -> AsyncIterator[str]: ...
 
 
 class AgentConnection(Protocol):
     """What the agent needs from ``orchestrator.transport.Connection``."""
 
-    host: str
-
+    @property
+    def host(self) -> str: ...
     async def run(
         self, argv: Sequence[str], *, timeout: float | None = None, check: bool = False
     ) -> _Completed: ...
@@ -63,6 +116,29 @@ class AgentConnection(Protocol):
     async def remove(self, remote_path: str) -> bool: ...
     async def makedirs(self, remote_path: str) -> None: ...
     async def home(self) -> str: ...
+
+
+class AgentClient(Protocol):
+    """The agent on one host, one typed method per verb (``Agent`` over SSH, ``FakeAgent``)."""
+
+    @property
+    def host(self) -> HostConfig: ...
+    @property
+    def bundle(self) -> AgentBundle: ...
+    async def workdir(self) -> str: ...
+    async def echo(
+        self, spec: EchoSpec, *, keep_spec: bool = False, timeout: float | None = None
+    ) -> EchoResult: ...
+    async def probe(
+        self, *, ports: Sequence[int] = (), packages: Sequence[str] = PROBE_PACKAGES
+    ) -> ProbeResult: ...
+    async def launch(self, spec: LaunchSpec) -> LaunchResult: ...
+    async def status(self, spec: StatusSpec, *, timeout: float | None = None) -> StatusResult: ...
+    def tail(self, spec: TailSpec) -> AsyncGenerator[TailEvent, None]: ...
+    async def stop(self, spec: StopSpec, *, timeout: float | None = None) -> StopResult: ...
+    async def http(self, spec: HttpSpec, *, timeout: float | None = None) -> HttpResult: ...
+    def loadgen(self, spec: LoadgenSpec) -> AsyncGenerator[LoadgenEvent, None]: ...
+    async def read_model_configs(self, spec: ReadModelConfigsSpec) -> ReadModelConfigsResult: ...
 
 
 @dataclass(frozen=True)
@@ -153,28 +229,72 @@ class Agent:
             self._ready = True
             return sent
 
-    async def _command(self, verb: str, spec: dict[str, Any]) -> list[str]:
+    async def _command(self, verb: str, spec: Wire, *, keep_spec: bool = False) -> list[str]:
         """Push the spec file and return the argv that runs the verb on it."""
         if not _VERB.match(verb):
             raise ValueError(f"not a verb name: {verb!r}")
         if not self._ready:
             await self.ensure()
-        data = json.dumps(spec, ensure_ascii=True).encode("ascii")
+        data = json.dumps(spec_file(spec, keep_spec=keep_spec), ensure_ascii=True).encode("ascii")
         spec_path = posixpath.join(await self.workdir(), "specs", f"{verb}-{uuid.uuid4().hex}.json")
         await self.conn.put_bytes(data, spec_path, mode=0o600)
         return [self.host.python, await self.pyz_path(), verb, spec_path]
 
-    async def call(
-        self, verb: str, spec: dict[str, Any], *, timeout: float | None = None
-    ) -> dict[str, Any]:
-        """Run ``verb`` to completion and return its result data.
+    # -- the verbs ---------------------------------------------------------------------------
+    async def echo(
+        self, spec: EchoSpec, *, keep_spec: bool = False, timeout: float | None = None
+    ) -> EchoResult:
+        return _typed(
+            await self._call("echo", spec, timeout=timeout, keep_spec=keep_spec), EchoResult
+        )
+
+    async def probe(
+        self, *, ports: Sequence[int] = (), packages: Sequence[str] = PROBE_PACKAGES
+    ) -> ProbeResult:
+        spec = ProbeSpec(workdir=await self.workdir(), ports=list(ports), packages=list(packages))
+        return _typed(await self._call("probe", spec), ProbeResult)
+
+    async def launch(self, spec: LaunchSpec) -> LaunchResult:
+        return _typed(await self._call("launch", spec), LaunchResult)
+
+    async def status(self, spec: StatusSpec, *, timeout: float | None = None) -> StatusResult:
+        return _typed(await self._call("status", spec, timeout=timeout), StatusResult)
+
+    async def tail(self, spec: TailSpec) -> AsyncGenerator[TailEvent, None]:
+        """Log lines (and heartbeats) as they come, then the TailResult."""
+        async with contextlib.aclosing(self._stream("tail", spec)) as events:
+            async for event in events:
+                if isinstance(event, TailLine | TailHeartbeat | TailResult):
+                    yield event
+
+    async def stop(self, spec: StopSpec, *, timeout: float | None = None) -> StopResult:
+        return _typed(await self._call("stop", spec, timeout=timeout), StopResult)
+
+    async def http(self, spec: HttpSpec, *, timeout: float | None = None) -> HttpResult:
+        return _typed(await self._call("http", spec, timeout=timeout), HttpResult)
+
+    async def loadgen(self, spec: LoadgenSpec) -> AsyncGenerator[LoadgenEvent, None]:
+        """Phases, request records and progress as they come, then the LoadgenResult."""
+        async with contextlib.aclosing(self._stream("loadgen", spec)) as events:
+            async for event in events:
+                if isinstance(event, PhaseEvent | ProgressEvent | RequestRecord | LoadgenResult):
+                    yield event
+
+    async def read_model_configs(self, spec: ReadModelConfigsSpec) -> ReadModelConfigsResult:
+        return _typed(await self._call("read_model_configs", spec), ReadModelConfigsResult)
+
+    # -- the protocol ------------------------------------------------------------------------
+    async def _call(
+        self, verb: str, spec: Wire, *, timeout: float | None = None, keep_spec: bool = False
+    ) -> Wire:
+        """Run ``verb`` to completion and return its typed result.
 
         An error event -> AgentError (its kind and details kept); no final event ->
         RemoteCommandError with the remote stderr's tail, and the spec file deleted (the agent
         may never have read it). Lines that are not events (a chatty login script, say) are
         tolerated when a final event follows.
         """
-        argv = await self._command(verb, spec)
+        argv = await self._command(verb, spec, keep_spec=keep_spec)
         try:
             proc = await self.conn.run(argv, timeout=timeout, check=False)
         except OrchError:
@@ -182,17 +302,18 @@ class Agent:
             raise
         decoded = decode_output(proc.stdout)
         final = decoded.final
-        if final is not None and final["event"] == "error":
-            raise self._agent_error(verb, final)
         if final is not None:
-            return final.get("data") or {}
+            name, value = self._decode(verb, final)
+            if isinstance(value, ErrorEvent):
+                raise self._agent_error(verb, value)
+            return value
         await self._discard(argv[-1])
         raise self._no_result(verb, proc.returncode, decoded.noise, proc.stderr)
 
-    async def stream(
-        self, verb: str, spec: dict[str, Any], *, timeout: float | None = None
-    ) -> AsyncIterator[dict[str, Any]]:
-        """Yield every event as it arrives, the final ``result`` included (AgentError on error).
+    async def _stream(
+        self, verb: str, spec: Wire, *, timeout: float | None = None
+    ) -> AsyncGenerator[Wire, None]:
+        """Yield every event as it arrives, the final result included (AgentError on error).
 
         Closing the iterator early stops the remote agent (the transport sends it SIGTERM).
         """
@@ -202,22 +323,43 @@ class Agent:
         try:
             async with self.conn.open_stream(argv, timeout=timeout, check=False) as remote:
                 async for line in remote:
-                    event = decode_line(line)
-                    if event is None:
+                    obj = decode_line(line)
+                    if obj is None:
                         if line.strip():
                             noise.append(line)
                         continue
-                    if event["event"] == "error":
+                    name, value = self._decode(verb, obj)
+                    if isinstance(value, ErrorEvent):
                         finished = True
-                        raise self._agent_error(verb, event)
-                    finished = finished or event["event"] == "result"
-                    yield event
+                        raise self._agent_error(verb, value)
+                    finished = finished or name == "result"
+                    yield value
                 if not finished:
                     raise self._no_result(verb, remote.returncode, noise, remote.stderr)
         except OrchError:
             if not finished:
                 await self._discard(argv[-1])
             raise
+
+    def _decode(self, verb: str, obj: dict[str, Any]) -> tuple[str, Wire]:
+        """One line's object -> its typed value; another contract version is said plainly."""
+        try:
+            return decode_wire_line(verb, obj)
+        except ContractMismatch as exc:
+            theirs = "no contract version" if exc.theirs is None else f"contract v{exc.theirs}"
+            raise RemoteCommandError(
+                self.host.name,
+                f"the agent on host {self.host.name} speaks {theirs}, this orch speaks "
+                f"v{CONTRACT_VERSION}: its {verb} answer (event {obj.get('event')!r}) was not "
+                "read",
+                hint=CONTRACT_HINT,
+            ) from exc
+        except WireError as exc:
+            raise RemoteCommandError(
+                self.host.name,
+                f"{verb}: the agent's answer does not fit the contract: {exc}",
+                hint=CONTRACT_HINT,
+            ) from exc
 
     async def _discard(self, spec_path: str) -> None:
         """Delete a spec file no agent reported reading (e.g. ``python`` not found: exit 127).
@@ -229,32 +371,18 @@ class Agent:
         with contextlib.suppress(OrchError):
             await self.conn.remove(spec_path)
 
-    async def probe(self, *, ports: Sequence[int] = ()) -> HostFacts:
-        spec = {
-            "workdir": await self.workdir(),
-            "ports": list(ports),
-            "packages": list(PROBE_PACKAGES),
-        }
-        data = await self.call("probe", spec)
-        try:
-            return HostFacts.from_probe(data)
-        except (KeyError, TypeError, ValueError, AttributeError) as exc:
-            raise RemoteCommandError(
-                self.host.name,
-                f"the agent's probe result is malformed ({type(exc).__name__}: {exc})",
-            ) from exc
-
-    def _agent_error(self, verb: str, event: dict[str, Any]) -> AgentError:
-        kind = str(event.get("kind") or "error")
-        details = event.get("details") if isinstance(event.get("details"), dict) else {}
-        message = str(event.get("message") or f"agent verb {verb!r} failed")
+    def _agent_error(self, verb: str, event: ErrorEvent) -> AgentError:
         hint = None
-        if kind == "internal":
+        if event.kind is ErrorKind.INTERNAL:
             hint = "this is a bug in orch's agent: please report it with the traceback from the error details"
-        elif kind == "python_too_old":
+        elif event.kind is ErrorKind.PYTHON_TOO_OLD:
             hint = PYTHON_HINT
         return AgentError(
-            self.host.name, f"{verb}: {message}", kind=kind, details=details, hint=hint
+            self.host.name,
+            f"{verb}: {event.message}",
+            kind=event.kind,
+            details=dict(event.details),
+            hint=hint,
         )
 
     def _no_result(
@@ -279,3 +407,10 @@ class Agent:
         if tail:
             message += f"; remote output:\n{tail}"
         return RemoteCommandError(self.host.name, message, hint=hint)
+
+
+def _typed(value: Wire, cls: type[R]) -> R:
+    """``value`` as the result type its verb's contract names (decode_line built it so)."""
+    if not isinstance(value, cls):
+        raise TypeError(f"expected a {cls.__name__}, got {type(value).__name__}")
+    return value

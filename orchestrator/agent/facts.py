@@ -1,7 +1,8 @@
-"""Typed host facts built from the agent's ``probe`` result, and the GPU check against hosts.yaml.
+"""Host facts for people and the GPU check against hosts.yaml, built from the probe result.
 
-Everything here is pure: the probe result is plain JSON, the comparison only looks at values,
-so both are tested with tables and reused by ``orch hosts check`` and the doctor.
+The probe's answer is parsed once, by ``ProbeResult.from_json`` (the wire contract); this module
+only derives from that typed value, so ``orch hosts check`` and the doctor (``HostProbe``) read
+the same facts. Everything here is pure and tested with tables.
 """
 
 from __future__ import annotations
@@ -9,33 +10,19 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from orchestrator.config.hostconfig import GpuSpec
+from orchestrator.engines import engine_packages
+from orchestrator.remote.wire import GpuInfo, GpuProcess, OsInfo, ProbeResult
 
-ENGINE_PACKAGES = ("vllm", "sglang")
-
-
-@dataclass(frozen=True)
-class GpuProcess:
-    pid: int | None
-    process_name: str | None
-    used_memory_mib: int | None
-
-
-@dataclass(frozen=True)
-class GpuInfo:
-    index: int
-    name: str | None
-    memory_total_mib: int | None
-    memory_used_mib: int | None
-    utilization_pct: int | None
-    uuid: str | None
-    processes: list[GpuProcess] = field(default_factory=list)
+__all__ = ["GpuInfo", "GpuProcess", "HostFacts", "compare_gpus", "gpu_warnings", "model_matches"]
 
 
 @dataclass(frozen=True)
 class HostFacts:
+    """The probe result with the few values people read about a host worked out once."""
+
+    probe: ProbeResult
     python_version: str
     os: str  # "Ubuntu 22.04.4 LTS (Linux 5.15.0-105-generic)"
     cpu_count: int | None
@@ -54,57 +41,42 @@ class HostFacts:
     warnings: list[str] = field(default_factory=list)
 
     @classmethod
-    def from_probe(cls, data: dict[str, Any]) -> HostFacts:
-        """Build from the probe verb's result data (KeyError/TypeError when it is not one)."""
-        smi = data["nvidia_smi"]
-        packages = dict(data["packages"])
-        memory = data.get("memory") or {}
-        ports = data.get("ports") or {}
+    def from_probe(cls, probe: ProbeResult) -> HostFacts:
+        smi = probe.nvidia_smi
         return cls(
-            python_version=data["python"]["version"],
-            python_executable=data["python"].get("executable"),
-            os=_describe_os(data.get("os") or {}),
-            hostname=data.get("hostname"),
-            cpu_count=data.get("cpu_count"),
-            memory_total_mib=memory.get("total_mib"),
-            memory_available_mib=memory.get("available_mib"),
-            disk_free_gib=(data.get("disk") or {}).get("free_gib"),
-            driver_version=data.get("driver_version"),
-            gpus=[_gpu(g) for g in data["gpus"]],
-            engines={name: packages.get(name) for name in ENGINE_PACKAGES},
-            packages=packages,
-            free_ports=list(ports.get("free", [])),
-            checked_ports=list(ports.get("checked", [])),
-            nvidia_smi_error=None if smi.get("available") else (smi.get("error") or "unavailable"),
-            warnings=list(smi.get("warnings") or []),
+            probe=probe,
+            python_version=probe.python.version,
+            python_executable=probe.python.executable,
+            os=_describe_os(probe.os),
+            hostname=probe.hostname,
+            cpu_count=probe.cpu_count,
+            memory_total_mib=probe.memory.total_mib,
+            memory_available_mib=probe.memory.available_mib,
+            disk_free_gib=probe.disk.free_gib,
+            driver_version=probe.driver_version,
+            gpus=list(probe.gpus),
+            engines={
+                name: probe.packages.get(package) for name, package in engine_packages().items()
+            },
+            packages=dict(probe.packages),
+            free_ports=list(probe.ports.free),
+            checked_ports=list(probe.ports.checked),
+            nvidia_smi_error=None if smi.available else (smi.error or "unavailable"),
+            warnings=list(smi.warnings),
         )
 
     def gpu_problems(self, declared: GpuSpec | None) -> list[str]:
         return compare_gpus(declared, self.gpus, nvidia_smi_error=self.nvidia_smi_error)
 
     def gpu_warnings(self, declared: GpuSpec | None) -> list[str]:
-        return gpu_warnings(declared, nvidia_smi_error=self.nvidia_smi_error,
-                            smi_warnings=self.warnings)
+        return gpu_warnings(
+            declared, nvidia_smi_error=self.nvidia_smi_error, smi_warnings=self.warnings
+        )
 
 
-def _gpu(raw: dict[str, Any]) -> GpuInfo:
-    return GpuInfo(
-        index=raw["index"],
-        name=raw.get("name"),
-        memory_total_mib=raw.get("memory_total_mib"),
-        memory_used_mib=raw.get("memory_used_mib"),
-        utilization_pct=raw.get("utilization_pct"),
-        uuid=raw.get("uuid"),
-        processes=[
-            GpuProcess(p.get("pid"), p.get("process_name"), p.get("used_memory_mib"))
-            for p in raw.get("processes") or []
-        ],
-    )
-
-
-def _describe_os(raw: dict[str, Any]) -> str:
-    distro = raw.get("distro")
-    kernel = " ".join(x for x in (raw.get("system"), raw.get("kernel")) if x)
+def _describe_os(raw: OsInfo) -> str:
+    distro = raw.distro
+    kernel = " ".join(x for x in (raw.system, raw.kernel) if x)
     if distro and kernel:
         return f"{distro} ({kernel})"
     return distro or kernel or "unknown"
@@ -162,8 +134,11 @@ def gpu_warnings(
     it is reported as such instead (issue 2). With GPUs declared ``compare_gpus`` already
     names it, as a problem; saying it twice would only be noise.
     """
-    found = [] if nvidia_smi_error is None or declared is not None else [
-        f"no GPU information: {nvidia_smi_error}"]
+    found = (
+        []
+        if nvidia_smi_error is None or declared is not None
+        else [f"no GPU information: {nvidia_smi_error}"]
+    )
     return [*found, *smi_warnings]
 
 

@@ -47,15 +47,15 @@ def load_local_model(directory: Path | str, *, option: str) -> ModelConfig:
     """A ModelConfig from a local checkpoint directory; ConfigError naming the file otherwise."""
     path = Path(directory).expanduser()
     entry = read_model(str(path), str(path), [])
-    if not entry["found"]:
+    if not entry.found:
         raise ConfigError("no such directory", file=str(path), path=option,
                           hint="give the model's directory (the one holding config.json)")
-    if entry["config"] is None:
-        raise ConfigError(f"config.json could not be read: {entry['error']}",
+    if entry.config is None:
+        raise ConfigError(f"config.json could not be read: {entry.error}",
                           file=str(path / "config.json"), path=option,
                           hint="point at a Hugging Face checkpoint directory with a valid config.json")
-    return ModelConfig.from_json(entry["config"], entry["tokenizer_config"], name=str(path),
-                                 chat_template=entry["chat_template"])
+    return ModelConfig.from_json(entry.config, entry.tokenizer_config, name=str(path),
+                                 chat_template=entry.chat_template)
 
 
 def doctor_local(

@@ -34,14 +34,16 @@ from orchestrator.cli.common import (
 from orchestrator.cli.session import load_hosts, open_pool
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.errors import AgentError, OrchError
+from orchestrator.remote.wire import ErrorKind, ServerState, StatusSpec, StopOutcome, StopSpec
 
 
 @dataclass
 class HostServers:
-    """One host's answer: its servers (status records), or why it could not be asked."""
+    """One host's answer: its servers (``ps``) or what was stopped, or why it could not be asked."""
 
     host: str
-    servers: list[dict[str, Any]] = field(default_factory=list)
+    servers: list[ServerState] = field(default_factory=list)
+    stopped: list[StopOutcome] = field(default_factory=list)
     error: str | None = None  # without the host's name: every line that shows it names the host
     hint: str | None = None
 
@@ -65,8 +67,8 @@ async def _each(hosts: list[HostConfig], job: Any) -> list[HostServers]:
 async def list_servers(pool: Any, hosts: list[HostConfig]) -> list[HostServers]:
     async def job(host: HostConfig) -> HostServers:
         agent = await _agent(pool, host)
-        data = await agent.call("status", {"all": True, "workdir": await agent.workdir()})
-        return HostServers(host.name, servers=list(data.get("servers", [])))
+        data = await agent.status(StatusSpec(all=True, workdir=await agent.workdir()))
+        return HostServers(host.name, servers=list(data.servers))
 
     return await _each(hosts, job)
 
@@ -77,15 +79,15 @@ async def stop_servers(pool: Any, hosts: list[HostConfig], *, run_id: str | None
 
     async def job(host: HostConfig) -> HostServers:
         agent = await _agent(pool, host)
-        spec: dict[str, Any] = {"workdir": await agent.workdir(), "timeout_s": timeout_s}
-        spec.update({"run_id": run_id} if run_id else {"all": True})
+        spec = StopSpec(workdir=await agent.workdir(), timeout_s=timeout_s, run_id=run_id,
+                        all=run_id is None)
         try:
-            data = await agent.call("stop", spec, timeout=timeout_s + 120)
+            data = await agent.stop(spec, timeout=timeout_s + 120)
         except AgentError as exc:
-            if exc.kind == "not_found":
+            if exc.kind is ErrorKind.NOT_FOUND:
                 return HostServers(host.name)
             raise
-        return HostServers(host.name, servers=list(data.get("stopped", [])))
+        return HostServers(host.name, stopped=list(data.stopped))
 
     return await _each(hosts, job)
 
@@ -93,13 +95,13 @@ async def stop_servers(pool: Any, hosts: list[HostConfig], *, run_id: str | None
 # -- rendering --------------------------------------------------------------------------------
 
 
-def state_text(server: dict[str, Any]) -> str:
-    if server.get("alive"):
+def state_text(server: ServerState) -> str:
+    if server.alive:
         return "running"
-    if server.get("group_pids"):
+    if server.group_pids:
         return "exiting"
-    code = server.get("returncode")
-    signal = (server.get("exit") or {}).get("signal")
+    code = server.returncode
+    signal = server.exit.signal if server.exit else None
     if signal:
         return f"stopped ({signal})"
     return f"exited ({code})" if code is not None else "gone"
@@ -123,9 +125,8 @@ def ps_table(results: list[HostServers]) -> Table:
         for s in result.servers:
             state = state_text(s)
             color = "green" if state == "running" else "dim"
-            table.add_row(escape(result.host), escape(str(s.get("run_id"))), f"[{color}]{state}[/]",
-                          str(s.get("pid", "")), str(s.get("port", "")), uptime_text(s.get("uptime_s")),
-                          escape(str(s.get("log", ""))))
+            table.add_row(escape(result.host), escape(s.run_id), f"[{color}]{state}[/]",
+                          str(s.pid), str(s.port), uptime_text(s.uptime_s), escape(s.log))
     return table
 
 
@@ -144,10 +145,10 @@ def print_host_errors(results: list[HostServers]) -> None:
 def ps_json(results: list[HostServers]) -> dict[str, Any]:
     now = time.time()
     servers = [
-        {"host": r.host, "run_id": s.get("run_id"), "alive": bool(s.get("alive")),
-         "state": state_text(s), "pid": s.get("pid"), "port": s.get("port"),
-         "started_at": s.get("started_at"), "uptime_s": s.get("uptime_s"),
-         "returncode": s.get("returncode"), "log": s.get("log"), "checked_at": now}
+        {"host": r.host, "run_id": s.run_id, "alive": s.alive,
+         "state": state_text(s), "pid": s.pid, "port": s.port,
+         "started_at": s.started_at, "uptime_s": s.uptime_s,
+         "returncode": s.returncode, "log": s.log, "checked_at": now}
         for r in results for s in r.servers
     ]
     return {"servers": servers, "errors": host_errors(results)}
@@ -204,21 +205,21 @@ def stop(
             return await stop_servers(pool, hosts, run_id=run_id, timeout_s=timeout)
 
     results = asyncio.run(go())
-    stopped = [(r.host, s) for r in results for s in r.servers if s.get("was_running")]
+    stopped = [(r.host, s) for r in results for s in r.stopped if s.was_running]
     if as_json:
-        print_json({"stopped": [dict(s, host=h) for h, s in stopped],
+        print_json({"stopped": [dict(s.to_json(), host=h) for h, s in stopped],
                     "errors": host_errors(results)})
     else:
         for host, s in stopped:
             gpu = {True: "GPU memory released", False: "GPU memory NOT released",
-                   None: "no nvidia-smi"}[s.get("gpu_released")]
-            out.print(f"{escape(host)}: stopped {escape(str(s.get('run_id')))} "
-                      f"(pid {s.get('pid')}, {'+'.join(s.get('signals') or [])}; {gpu})")
+                   None: "no nvidia-smi"}[s.gpu_released]
+            out.print(f"{escape(host)}: stopped {escape(str(s.run_id))} "
+                      f"(pid {s.pid}, {'+'.join(s.signals)}; {gpu})")
         if not stopped:
             out.print("nothing was running" + (f" for run {escape(run_id)}" if run_id else "")
                       + (" on the hosts that answered" if any(r.error for r in results) else ""))
         print_host_errors(results)
-    known = any(r.servers for r in results)
+    known = any(r.stopped for r in results)
     if run_id and not known and not any(r.error for r in results):
         err.print(f"[red]no server was launched for run {escape(run_id)} on "
                   f"{', '.join(h.name for h in hosts)}[/] (see `orch ps`)")

@@ -14,6 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .protocol import AgentFailure
 from .util import nvidia_smi
+from .wire import ErrorKind, GpuCheck, GpuInfo, NvidiaSmiStatus
 
 GPU_QUERY = [
     "--query-gpu=index,name,memory.total,memory.used,utilization.gpu",
@@ -183,54 +184,63 @@ def _query(
     return rows
 
 
-def gpu_facts() -> Dict[str, Any]:
+class GpuFacts:
+    """What nvidia-smi says: the GPUs (rows as ``merge_gpus`` makes them), driver, status."""
+
+    def __init__(self, rows: List[Row], status: NvidiaSmiStatus) -> None:
+        self.rows = rows
+        self.status = status
+        drivers = [g["driver_version"] for g in rows if g["driver_version"]]
+        self.driver_version: Optional[str] = drivers[0] if drivers else None
+
+    @property
+    def gpus(self) -> List[GpuInfo]:
+        return [GpuInfo.from_json(row) for row in self.rows]
+
+
+def gpu_facts() -> GpuFacts:
     """GPUs and the nvidia-smi status; a missing or broken nvidia-smi is reported, not raised."""
     result = nvidia_smi(GPU_QUERY)
     if not result.ok:
-        return {
-            "gpus": [],
-            "driver_version": None,
-            "nvidia_smi": {"available": False, "error": result.error},
-        }
+        return GpuFacts([], NvidiaSmiStatus(available=False, error=result.error))
     gpus, bad = parse_gpu_csv(result.stdout)
     warnings = [f"unparsed nvidia-smi line: {line!r}" for line in bad]
     ids = _query(GPU_ID_QUERY, parse_gpu_id_csv, "uuid/driver", warnings)
     apps = _query(APPS_QUERY, parse_compute_apps_csv, "compute-apps", warnings)
     merged = merge_gpus(gpus, ids, apps)
-    drivers = [g["driver_version"] for g in merged if g["driver_version"]]
-    return {
-        "gpus": merged,
-        "driver_version": drivers[0] if drivers else None,
-        "nvidia_smi": {"available": True, "error": None, "warnings": warnings},
-    }
+    return GpuFacts(merged, NvidiaSmiStatus(available=True, error=None, warnings=warnings))
 
 
-def check_gpus(count: Any, env: Dict[str, str], *, threshold_mib: Any) -> Dict[str, Any]:
+def check_gpus(count: int, env: Dict[str, str], *, threshold_mib: int) -> GpuCheck:
     """Refuse a launch whose GPUs are missing or hold more than ``threshold_mib`` already.
 
     Without nvidia-smi nothing can be checked, which is said in the result rather than raised.
     """
-    if not isinstance(count, int) or count <= 0:
-        return {"checked": False, "reason": "no GPUs requested"}
+    if count <= 0:
+        return GpuCheck(checked=False, reason="no GPUs requested")
     facts = gpu_facts()
-    if not facts["nvidia_smi"]["available"]:
-        return {"checked": False, "reason": facts["nvidia_smi"]["error"]}
-    gpus = needed_gpu_indices(count, env, facts["gpus"])
+    if not facts.status.available:
+        return GpuCheck(checked=False, reason=facts.status.error)
+    gpus = needed_gpu_indices(count, env, facts.rows)
     if len(gpus) < count:
         raise AgentFailure(
-            "not_enough_gpus",
+            ErrorKind.NOT_ENOUGH_GPUS,
             f"the run needs {count} GPU(s) but only {len(gpus)} are available"
-            + (f" in CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}" if env.get("CUDA_VISIBLE_DEVICES") else ""),
+            + (
+                f" in CUDA_VISIBLE_DEVICES={env['CUDA_VISIBLE_DEVICES']}"
+                if env.get("CUDA_VISIBLE_DEVICES")
+                else ""
+            ),
             {"needed": count, "available": len(gpus)},
         )
     busy = [g for g in gpus if (g.get("memory_used_mib") or 0) > threshold_mib]
     if busy:
         raise AgentFailure(
-            "gpu_busy",
+            ErrorKind.GPU_BUSY,
             "; ".join(_busy_text(gpu) for gpu in busy) + f" (more than {threshold_mib} MiB)",
             {"gpus": busy, "threshold_mib": threshold_mib},
         )
-    return {"checked": True, "gpus": [g["index"] for g in gpus]}
+    return GpuCheck(checked=True, gpus=[g["index"] for g in gpus])
 
 
 def _busy_text(gpu: Row) -> str:
@@ -238,7 +248,9 @@ def _busy_text(gpu: Row) -> str:
         f"pid {p['pid']} {p.get('process_name') or '?'} ({p.get('used_memory_mib')} MiB)"
         for p in gpu["processes"]
     )
-    return f"GPU {gpu['index']} has {gpu['memory_used_mib']} MiB in use" + (f" by {apps}" if apps else "")
+    return f"GPU {gpu['index']} has {gpu['memory_used_mib']} MiB in use" + (
+        f" by {apps}" if apps else ""
+    )
 
 
 def wait_gpu_released(pids: List[int], timeout: float) -> Optional[bool]:

@@ -13,8 +13,8 @@ import urllib.error
 import urllib.request
 from typing import Any, Dict, Optional
 
-from .protocol import AgentFailure, Emit
-from .util import is_str_map, require
+from .protocol import AgentFailure, Emit, parse_spec
+from .wire import ErrorKind, HttpResult, HttpSpec
 
 METHODS = ("GET", "POST", "HEAD", "DELETE", "PUT")
 MAX_BODY = 32 * 1024 * 1024
@@ -30,38 +30,38 @@ class _NoRedirect(urllib.request.HTTPRedirectHandler):
 _OPENER = urllib.request.build_opener(_NoRedirect, urllib.request.ProxyHandler({}))
 
 
-def build_request(spec: Dict[str, Any]) -> urllib.request.Request:
-    method = str(spec.get("method", "GET")).upper()
-    port = require(spec, "port", int)
-    path = require(spec, "path", str)
-    headers = spec.get("headers") or {}
+def build_request(spec: HttpSpec) -> urllib.request.Request:
+    method = spec.method.upper()
+    path = spec.path
     if method not in METHODS:
-        raise AgentFailure("bad_spec", f"http: method {method!r} is not one of {', '.join(METHODS)}")
-    if not 0 < port < 65536:
-        raise AgentFailure("bad_spec", f"http: port {port} is outside 1-65535")
+        raise AgentFailure(
+            ErrorKind.BAD_SPEC, f"http: method {method!r} is not one of {', '.join(METHODS)}"
+        )
+    if not 0 < spec.port < 65536:
+        raise AgentFailure(ErrorKind.BAD_SPEC, f"http: port {spec.port} is outside 1-65535")
     if not path.startswith("/") or any(c in path for c in "\r\n "):
-        raise AgentFailure("bad_spec", f"http: path {path!r} must start with '/' and hold no spaces")
-    if not is_str_map(headers):
-        raise AgentFailure("bad_spec", "http: 'headers' must map strings to strings")
-    body = spec.get("body")
+        raise AgentFailure(
+            ErrorKind.BAD_SPEC, f"http: path {path!r} must start with '/' and hold no spaces"
+        )
+    body = spec.body
     data: Optional[bytes] = None
-    headers = dict(headers)
+    headers = dict(spec.headers)
     if isinstance(body, (dict, list)):
         data = json.dumps(body).encode("utf-8")
         headers.setdefault("Content-Type", "application/json")
     elif isinstance(body, str):
         data = body.encode("utf-8")
     elif body is not None:
-        raise AgentFailure("bad_spec", "http: 'body' must be a string or a JSON object")
-    url = "http://127.0.0.1:%d%s" % (port, path)
+        raise AgentFailure(ErrorKind.BAD_SPEC, "http: 'body' must be a string or a JSON object")
+    url = "http://127.0.0.1:%d%s" % (spec.port, path)
     return urllib.request.Request(url, data=data, headers=headers, method=method)
 
 
-def run(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
+def run(raw: Dict[str, Any], emit: Emit) -> HttpResult:
+    spec = parse_spec(HttpSpec, raw)
     request = build_request(spec)
-    timeout = float(spec.get("timeout_s", 10.0))
     try:
-        with _OPENER.open(request, timeout=timeout) as response:
+        with _OPENER.open(request, timeout=spec.timeout_s) as response:
             return _answer(response.status, response.headers, response.read(MAX_BODY))
     except urllib.error.HTTPError as exc:
         body = exc.read(MAX_BODY) if exc.fp is not None else b""
@@ -72,16 +72,16 @@ def run(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
         return _failed(exc)
 
 
-def _answer(status: int, headers: Any, body: bytes) -> Dict[str, Any]:
-    return {
-        "status": status,
-        "headers": {k.lower(): v for k, v in (headers.items() if headers is not None else [])},
-        "body": body.decode("utf-8", errors="replace"),
-        "error": None,
-    }
+def _answer(status: int, headers: Any, body: bytes) -> HttpResult:
+    return HttpResult(
+        status=status,
+        headers={k.lower(): v for k, v in (headers.items() if headers is not None else [])},
+        body=body.decode("utf-8", errors="replace"),
+        error=None,
+    )
 
 
-def _failed(reason: Any) -> Dict[str, Any]:
+def _failed(reason: Any) -> HttpResult:
     if isinstance(reason, ConnectionRefusedError):
         text = "connection refused"
     elif isinstance(reason, (socket.timeout, TimeoutError)):
@@ -90,4 +90,4 @@ def _failed(reason: Any) -> Dict[str, Any]:
         text = "connection reset"
     else:
         text = str(reason)
-    return {"status": None, "headers": {}, "body": "", "error": text}
+    return HttpResult(status=None, headers={}, body="", error=text)

@@ -24,6 +24,7 @@ only when both still match (``procs``). GPU checks and waits run nvidia-smi thro
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import re
@@ -32,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .gpus import check_gpus, wait_gpu_released
 from .procs import (
@@ -45,15 +46,24 @@ from .procs import (
     start_ticks,
     wait_group_gone,
 )
-from .protocol import AgentFailure, Emit
-from .util import (
-    atomic_write_json,
-    is_str_list,
-    is_str_map,
-    port_is_free,
-    read_text,
-    require,
-    wait_until,
+from .protocol import AgentFailure, Emit, parse_spec
+from .util import atomic_write_json, port_is_free, read_text, wait_until
+from .wire import (
+    ErrorKind,
+    ExitRecord,
+    LaunchResult,
+    LaunchSpec,
+    ServerRecord,
+    ServerState,
+    StatusResult,
+    StatusSpec,
+    StopOutcome,
+    StopResult,
+    StopSpec,
+    TailHeartbeat,
+    TailLine,
+    TailResult,
+    TailSpec,
 )
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -81,7 +91,9 @@ _BOOT = (
 
 def run_dir(workdir: str, run_id: str) -> str:
     if not RUN_ID.match(run_id):
-        raise AgentFailure("bad_spec", f"run id {run_id!r} must be letters, digits, '.', '_' or '-'")
+        raise AgentFailure(
+            ErrorKind.BAD_SPEC, f"run id {run_id!r} must be letters, digits, '.', '_' or '-'"
+        )
     return os.path.join(os.path.expanduser(workdir), "runs", run_id)
 
 
@@ -96,30 +108,37 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
     return value if isinstance(value, dict) else None
 
 
-def server_state(directory: str) -> Optional[Dict[str, Any]]:
-    """server.json merged with liveness and exit facts, or None when no server was launched here."""
-    record = read_json(os.path.join(directory, SERVER_JSON))
-    if record is None:
+def read_exit(directory: str) -> Optional[ExitRecord]:
+    raw = read_json(os.path.join(directory, EXIT_JSON))
+    return ExitRecord.from_json(raw) if raw is not None else None
+
+
+def record_fields(record: ServerRecord) -> Dict[str, Any]:
+    """The server.json fields of ``record``, to build the results that extend it."""
+    return {f.name: getattr(record, f.name) for f in dataclasses.fields(ServerRecord)}
+
+
+def server_state(directory: str) -> Optional[ServerState]:
+    """server.json with liveness and exit facts, or None when no server was launched here."""
+    raw = read_json(os.path.join(directory, SERVER_JSON))
+    if raw is None:
         return None
-    exit_record = read_json(os.path.join(directory, EXIT_JSON))
-    alive = same_process(record) and exit_record is None
-    members = group_members(record) if record.get("pgid") else []
-    log = record.get("log") or os.path.join(directory, SERVER_LOG)
+    record = ServerRecord.from_json(raw)
+    exit_record = read_exit(directory)
+    alive = same_process(raw) and exit_record is None
     try:
-        log_size: Optional[int] = os.path.getsize(log)
+        log_size: Optional[int] = os.path.getsize(record.log)
     except OSError:
         log_size = None
-    state = dict(record)
-    state.update(
+    return ServerState(
+        **record_fields(record),
         alive=alive,
-        group_pids=members,
+        group_pids=group_members(raw),
         exit=exit_record,
-        returncode=exit_record.get("returncode") if exit_record else None,
+        returncode=exit_record.returncode if exit_record else None,
         log_size=log_size,
-        uptime_s=round(time.time() - float(record.get("started_at", 0)), 1) if alive else None,
+        uptime_s=round(time.time() - record.started_at, 1) if alive else None,
     )
-    state.pop("env", None)
-    return state
 
 
 def all_run_dirs(workdir: str) -> List[str]:
@@ -128,57 +147,50 @@ def all_run_dirs(workdir: str) -> List[str]:
         names = sorted(os.listdir(root))
     except OSError:
         return []
-    return [os.path.join(root, n) for n in names if os.path.isfile(os.path.join(root, n, SERVER_JSON))]
+    return [
+        os.path.join(root, n) for n in names if os.path.isfile(os.path.join(root, n, SERVER_JSON))
+    ]
 
 
 # ---------------------------------------------------------------------------------------------
 # launch
 
 
-def launch(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
-    run_id = require(spec, "run_id", str)
-    workdir = require(spec, "workdir", str)
-    argv = require(spec, "argv", list)
-    env = spec.get("env") or {}
-    port = require(spec, "port", int)
-    if not argv or not is_str_list(argv):
-        raise AgentFailure("bad_spec", "launch: 'argv' must be a non-empty list of strings")
-    if not is_str_map(env):
-        raise AgentFailure("bad_spec", "launch: 'env' must map strings to strings")
-    directory = run_dir(workdir, run_id)
+def launch(raw: Dict[str, Any], emit: Emit) -> LaunchResult:
+    spec = parse_spec(LaunchSpec, raw)
+    if not spec.argv:
+        raise AgentFailure(ErrorKind.BAD_SPEC, "launch: 'argv' must be a non-empty list of strings")
+    directory = run_dir(spec.workdir, spec.run_id)
     previous = server_state(directory)
-    if previous is not None and (previous["alive"] or previous["group_pids"]):
+    if previous is not None and (previous.alive or previous.group_pids):
         raise AgentFailure(
-            "already_running",
-            f"run {run_id} already has a live server (pid {previous['pid']})",
-            {"pid": previous["pid"], "run_id": run_id},
+            ErrorKind.ALREADY_RUNNING,
+            f"run {spec.run_id} already has a live server (pid {previous.pid})",
+            {"pid": previous.pid, "run_id": spec.run_id},
         )
-    check_port(workdir, port)
+    check_port(spec.workdir, spec.port)
     merged_env = dict(os.environ)
-    merged_env.update(env)
-    gpu_check = check_gpus(spec.get("gpus_needed") or 0, merged_env,
-                           threshold_mib=spec.get("gpu_busy_threshold_mib", 1024))
-    resolved = resolve_argv(argv, merged_env)
+    merged_env.update(spec.env)
+    gpu_check = check_gpus(spec.gpus_needed, merged_env, threshold_mib=spec.gpu_busy_threshold_mib)
+    resolved = resolve_argv(spec.argv, merged_env)
     os.makedirs(directory, exist_ok=True)
     for stale in (EXIT_JSON, SERVER_JSON):
         with contextlib.suppress(FileNotFoundError):
             os.unlink(os.path.join(directory, stale))
     log = os.path.join(directory, SERVER_LOG)
     log_offset = os.path.getsize(log) if os.path.exists(log) else 0
-    cwd = os.path.expanduser(spec.get("cwd") or directory)
     config = {
-        "run_id": run_id,
+        "run_id": spec.run_id,
         "dir": directory,
         "argv": resolved,
-        "requested_argv": argv,
-        "env": env,
-        "port": port,
-        "cwd": cwd,
+        "requested_argv": spec.argv,
+        "env": spec.env,
+        "port": spec.port,
+        "cwd": os.path.expanduser(spec.cwd or directory),
         "log": log,
     }
     record = start_supervisor(config)
-    record.update(log_offset=log_offset, gpu_check=gpu_check)
-    return record
+    return LaunchResult(**record_fields(record), log_offset=log_offset, gpu_check=gpu_check)
 
 
 def resolve_argv(argv: List[str], env: Dict[str, str]) -> List[str]:
@@ -198,7 +210,7 @@ def resolve_argv(argv: List[str], env: Dict[str, str]) -> List[str]:
         found = shutil.which(head, path=env.get("PATH", os.defpath))
         if found is None:
             raise AgentFailure(
-                "engine_not_found",
+                ErrorKind.ENGINE_NOT_FOUND,
                 f"{head} is neither next to {sys.executable} nor on PATH",
                 {"argv0": head, "python": sys.executable},
             )
@@ -208,23 +220,28 @@ def resolve_argv(argv: List[str], env: Dict[str, str]) -> List[str]:
 
 def check_port(workdir: str, port: int) -> None:
     if not 0 < port < 65536:
-        raise AgentFailure("bad_spec", f"launch: port {port} is outside 1-65535")
+        raise AgentFailure(ErrorKind.BAD_SPEC, f"launch: port {port} is outside 1-65535")
     if port_is_free(port, "127.0.0.1"):
         return
     holders = port_holders(port)
     runs = [
-        state["run_id"]
+        state.run_id
         for state in (server_state(d) for d in all_run_dirs(workdir))
-        if state and state.get("port") == port and (state["alive"] or state["group_pids"])
+        if state and state.port == port and (state.alive or state.group_pids)
     ]
-    named = "; ".join(f"pid {h['pid']} ({h['cmdline']})" for h in holders) or "a process this user cannot see"
+    named = (
+        "; ".join(f"pid {h['pid']} ({h['cmdline']})" for h in holders)
+        or "a process this user cannot see"
+    )
     message = f"port {port} on 127.0.0.1 is already in use by {named}"
     if runs:
         message += f" — orch run {runs[0]!r}, stop it with `orch stop {runs[0]}`"
-    raise AgentFailure("port_in_use", message, {"port": port, "holders": holders, "runs": runs})
+    raise AgentFailure(
+        ErrorKind.PORT_IN_USE, message, {"port": port, "holders": holders, "runs": runs}
+    )
 
 
-def start_supervisor(config: Dict[str, Any]) -> Dict[str, Any]:
+def start_supervisor(config: Dict[str, Any]) -> ServerRecord:
     """Start the supervisor, hand it the config on stdin (env may hold secrets: never on disk)."""
     root = package_root()
     package = __name__.rsplit(".", 1)[0]
@@ -247,12 +264,21 @@ def start_supervisor(config: Dict[str, Any]) -> Dict[str, Any]:
     except ValueError:
         report = None
     if not isinstance(report, dict):
-        errors = (read_text(os.path.join(config["dir"], SUPERVISOR_LOG)) or "").strip().splitlines()[-20:]
-        raise AgentFailure("launch_failed", "the server supervisor did not start", {"stderr": errors})
+        errors = (
+            (read_text(os.path.join(config["dir"], SUPERVISOR_LOG)) or "")
+            .strip()
+            .splitlines()[-20:]
+        )
+        raise AgentFailure(
+            ErrorKind.LAUNCH_FAILED, "the server supervisor did not start", {"stderr": errors}
+        )
     if not report.get("ok"):
-        raise AgentFailure("launch_failed", f"cannot start {config['argv'][0]}: {report.get('error')}",
-                           {"argv0": config["argv"][0]})
-    return report["record"]
+        raise AgentFailure(
+            ErrorKind.LAUNCH_FAILED,
+            f"cannot start {config['argv'][0]}: {report.get('error')}",
+            {"argv0": config["argv"][0]},
+        )
+    return ServerRecord.from_json(report["record"])
 
 
 def _readline_with_timeout(proc: subprocess.Popen, timeout: float) -> bytes:
@@ -287,41 +313,45 @@ def supervise() -> None:
     log_fd = open_log(config["log"])
     try:
         engine = subprocess.Popen(
-            config["argv"], env=env, cwd=config["cwd"], stdin=subprocess.DEVNULL,
-            stdout=log_fd, stderr=subprocess.STDOUT, start_new_session=True, close_fds=True,
+            config["argv"],
+            env=env,
+            cwd=config["cwd"],
+            stdin=subprocess.DEVNULL,
+            stdout=log_fd,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            close_fds=True,
         )
     except OSError as exc:
         _report({"ok": False, "error": f"{exc.strerror or exc} ({config['argv'][0]})"}, devnull)
         return
     finally:
         os.close(log_fd)
-    record = {
-        "run_id": config["run_id"],
-        "pid": engine.pid,
-        "pgid": engine.pid,
-        "supervisor_pid": os.getpid(),
-        "argv": config["argv"],
-        "requested_argv": config["requested_argv"],
-        "env_keys": sorted(config["env"]),
-        "port": config["port"],
-        "cwd": config["cwd"],
-        "log": config["log"],
-        "started_at": time.time(),
-        "start_ticks": start_ticks(engine.pid),
-        "boot_id": boot_id(),
-    }
+    record = ServerRecord(
+        run_id=config["run_id"],
+        pid=engine.pid,
+        pgid=engine.pid,
+        supervisor_pid=os.getpid(),
+        argv=config["argv"],
+        requested_argv=config["requested_argv"],
+        env_keys=sorted(config["env"]),
+        port=config["port"],
+        cwd=config["cwd"],
+        log=config["log"],
+        started_at=time.time(),
+        start_ticks=start_ticks(engine.pid),
+        boot_id=boot_id(),
+    ).to_json()
     atomic_write_json(os.path.join(config["dir"], SERVER_JSON), record)
     _report({"ok": True, "record": record}, devnull)
     returncode = engine.wait()
-    atomic_write_json(
-        os.path.join(config["dir"], EXIT_JSON),
-        {
-            "pid": engine.pid,
-            "returncode": returncode,
-            "signal": signal.Signals(-returncode).name if returncode < 0 else None,
-            "ended_at": time.time(),
-        },
+    ended = ExitRecord(
+        pid=engine.pid,
+        returncode=returncode,
+        signal=signal.Signals(-returncode).name if returncode < 0 else None,
+        ended_at=time.time(),
     )
+    atomic_write_json(os.path.join(config["dir"], EXIT_JSON), ended.to_json())
 
 
 def open_log(path: str) -> int:
@@ -343,47 +373,58 @@ def _report(obj: Dict[str, Any], devnull: int) -> None:
 # status
 
 
-def status(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
-    workdir = require(spec, "workdir", str)
-    if spec.get("all"):
-        states = [server_state(d) for d in all_run_dirs(workdir)]
-        return {"servers": [s for s in states if s is not None]}
-    run_id = require(spec, "run_id", str)
-    state = server_state(run_dir(workdir, run_id))
+def status(raw: Dict[str, Any], emit: Emit) -> StatusResult:
+    spec = parse_spec(StatusSpec, raw)
+    if spec.all:
+        states = [server_state(d) for d in all_run_dirs(spec.workdir)]
+        return StatusResult(servers=[s for s in states if s is not None])
+    run_id = _run_id(spec.run_id, "status")
+    state = server_state(run_dir(spec.workdir, run_id))
     if state is None:
-        raise AgentFailure("not_found", f"no server was launched for run {run_id} in {workdir}", {"run_id": run_id})
-    return {"servers": [state]}
+        raise AgentFailure(
+            ErrorKind.NOT_FOUND,
+            f"no server was launched for run {run_id} in {spec.workdir}",
+            {"run_id": run_id},
+        )
+    return StatusResult(servers=[state])
+
+
+def _run_id(run_id: Optional[str], verb: str) -> str:
+    if run_id is None:
+        raise AgentFailure(ErrorKind.BAD_SPEC, f"{verb}: give 'run_id' or 'all'")
+    return run_id
 
 
 # ---------------------------------------------------------------------------------------------
 # tail
 
 
-def tail(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
+def tail(raw: Dict[str, Any], emit: Emit) -> TailResult:
     """Stream complete log lines from a byte offset; each line carries where it starts and ends.
 
     A controller that lost its connection calls again with the last ``next`` it received and gets
     exactly the following line. A final line without a newline is only sent once the server has
     exited (it may still be being written before that).
     """
-    workdir = require(spec, "workdir", str)
-    run_id = require(spec, "run_id", str)
-    offset = spec.get("offset", 0)
-    follow = bool(spec.get("follow", False))
-    until_exit = bool(spec.get("until_exit", False))
-    idle_timeout = spec.get("idle_timeout_s")
-    poll = float(spec.get("poll_interval_s", 0.1))
-    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
-        raise AgentFailure("bad_spec", "tail: 'offset' must be a byte offset >= 0")
-    directory = run_dir(workdir, run_id)
+    spec = parse_spec(TailSpec, raw)
+    run_id, offset, follow, until_exit = spec.run_id, spec.offset, spec.follow, spec.until_exit
+    idle_timeout, poll = spec.idle_timeout_s, spec.poll_interval_s
+    if offset < 0:
+        raise AgentFailure(ErrorKind.BAD_SPEC, "tail: 'offset' must be a byte offset >= 0")
+    directory = run_dir(spec.workdir, run_id)
     record = read_json(os.path.join(directory, SERVER_JSON))
     log = (record or {}).get("log") or os.path.join(directory, SERVER_LOG)
     if not os.path.exists(log):
-        raise AgentFailure("not_found", f"no log for run {run_id} at {log}", {"run_id": run_id})
+        raise AgentFailure(
+            ErrorKind.NOT_FOUND, f"no log for run {run_id} at {log}", {"run_id": run_id}
+        )
     size = os.path.getsize(log)
     if offset > size:
-        raise AgentFailure("bad_offset", f"offset {offset} is past the end of {log} ({size} bytes)",
-                           {"size": size})
+        raise AgentFailure(
+            ErrorKind.BAD_OFFSET,
+            f"offset {offset} is past the end of {log} ({size} bytes)",
+            {"size": size},
+        )
     parent = os.getppid()
     with open(log, "rb") as handle:
         handle.seek(offset)
@@ -406,17 +447,17 @@ def tail(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
                     return _tail_result(offset, "exited", directory)
                 if not follow:
                     return _tail_result(offset, "eof", directory)
-            if idle_timeout is not None and now - last_data >= float(idle_timeout):
+            if idle_timeout is not None and now - last_data >= idle_timeout:
                 return _tail_result(offset, "idle_timeout", directory)
             if os.getppid() != parent:
                 return _tail_result(offset, "orphaned", directory)  # our SSH session is gone
             if now - last_emit >= HEARTBEAT_S:
-                emit({"event": "heartbeat", "offset": offset})  # a dead channel fails this write
+                emit(TailHeartbeat(offset=offset))  # a dead channel fails this write
                 last_emit = now
             time.sleep(poll)
 
 
-def _emit_lines(data: bytes, offset: int, emit: Emit):
+def _emit_lines(data: bytes, offset: int, emit: Emit) -> Tuple[bytes, int]:
     """Emit every complete line in ``data`` (which starts at ``offset``); return the rest."""
     start = 0
     while True:
@@ -431,7 +472,7 @@ def _emit_lines(data: bytes, offset: int, emit: Emit):
 
 def _emit_line(line: bytes, offset: int, emit: Emit) -> None:
     text = line.decode("utf-8", errors="replace").rstrip("\n").rstrip("\r")
-    emit({"event": "line", "offset": offset, "next": offset + len(line), "text": text})
+    emit(TailLine(offset=offset, next=offset + len(line), text=text))
 
 
 def _has_exited(directory: str, record: Optional[Dict[str, Any]]) -> bool:
@@ -444,41 +485,49 @@ def _has_exited(directory: str, record: Optional[Dict[str, Any]]) -> bool:
     return not same_process(record) and not group_members(record)
 
 
-def _tail_result(offset: int, reason: str, directory: str) -> Dict[str, Any]:
-    return {"offset": offset, "reason": reason, "exit": read_json(os.path.join(directory, EXIT_JSON))}
+def _tail_result(offset: int, reason: str, directory: str) -> TailResult:
+    return TailResult(offset=offset, reason=reason, exit=read_exit(directory))
 
 
 # ---------------------------------------------------------------------------------------------
 # stop
 
 
-def stop(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
-    workdir = require(spec, "workdir", str)
-    timeout = float(spec.get("timeout_s", 30.0))
-    gpu_timeout = float(spec.get("gpu_timeout_s", 60.0))
-    if spec.get("all"):
-        directories = all_run_dirs(workdir)
+def stop(raw: Dict[str, Any], emit: Emit) -> StopResult:
+    spec = parse_spec(StopSpec, raw)
+    if spec.all:
+        directories = all_run_dirs(spec.workdir)
     else:
-        run_id = require(spec, "run_id", str)
-        directories = [run_dir(workdir, run_id)]
+        run_id = _run_id(spec.run_id, "stop")
+        directories = [run_dir(spec.workdir, run_id)]
         if not os.path.isfile(os.path.join(directories[0], SERVER_JSON)):
-            raise AgentFailure("not_found", f"no server was launched for run {run_id} in {workdir}",
-                               {"run_id": run_id})
+            raise AgentFailure(
+                ErrorKind.NOT_FOUND,
+                f"no server was launched for run {run_id} in {spec.workdir}",
+                {"run_id": run_id},
+            )
     results = []
     for directory in directories:
         record = read_json(os.path.join(directory, SERVER_JSON))
         if record is not None:
-            results.append(stop_one(directory, record, timeout=timeout, gpu_timeout=gpu_timeout))
-    failed = [r for r in results if r["remaining_pids"] or r["gpu_released"] is False]
-    if failed and not spec.get("all"):
+            results.append(
+                stop_one(directory, record, timeout=spec.timeout_s, gpu_timeout=spec.gpu_timeout_s)
+            )
+    failed = [r for r in results if r.remaining_pids or r.gpu_released is False]
+    if failed and not spec.all:
         r = failed[0]
-        what = (f"processes {r['remaining_pids']} survived SIGKILL" if r["remaining_pids"]
-                else f"GPU memory of pids {r['gpu_pids']} was not released within {gpu_timeout:g} s")
-        raise AgentFailure("stop_failed", f"run {r['run_id']}: {what}", r)
-    return {"stopped": results}
+        what = (
+            f"processes {r.remaining_pids} survived SIGKILL"
+            if r.remaining_pids
+            else f"GPU memory of pids {r.gpu_pids} was not released within {spec.gpu_timeout_s:g} s"
+        )
+        raise AgentFailure(ErrorKind.STOP_FAILED, f"run {r.run_id}: {what}", r.to_json())
+    return StopResult(stopped=results)
 
 
-def stop_one(directory: str, record: Dict[str, Any], *, timeout: float, gpu_timeout: float) -> Dict[str, Any]:
+def stop_one(
+    directory: str, record: Dict[str, Any], *, timeout: float, gpu_timeout: float
+) -> StopOutcome:
     """SIGTERM the group, wait, SIGKILL what is left, then wait for the GPUs to let go."""
     started = time.monotonic()
     pids = set(group_members(record))
@@ -497,18 +546,18 @@ def stop_one(directory: str, record: Dict[str, Any], *, timeout: float, gpu_time
     remaining = group_members(record)
     gpu_released = wait_gpu_released(sorted(pids), gpu_timeout) if pids else True
     _wait_for_exit_record(directory, 5.0 if pids else 0.0)
-    return {
-        "run_id": record.get("run_id"),
-        "pid": record.get("pid"),
-        "was_running": bool(pids),
-        "signals": signals,
-        "killed_pids": sorted(pids),
-        "remaining_pids": remaining,
-        "gpu_pids": sorted(pids),
-        "gpu_released": gpu_released,
-        "exit": read_json(os.path.join(directory, EXIT_JSON)),
-        "waited_s": round(time.monotonic() - started, 2),
-    }
+    return StopOutcome(
+        run_id=record.get("run_id"),
+        pid=record.get("pid"),
+        was_running=bool(pids),
+        signals=signals,
+        killed_pids=sorted(pids),
+        remaining_pids=remaining,
+        gpu_pids=sorted(pids),
+        gpu_released=gpu_released,
+        exit=read_exit(directory),
+        waited_s=round(time.monotonic() - started, 2),
+    )
 
 
 def _wait_for_exit_record(directory: str, timeout: float) -> None:

@@ -7,7 +7,7 @@ concurrency serves every request; request bodies are serialised once per prompt.
 measures its own lag, so a saturated client shows up in the results instead of inflating
 latencies silently.
 
-Spec (JSON object; ``?`` marks optional keys, defaults in brackets)::
+Spec (``wire.LoadgenSpec``; ``?`` marks optional keys, defaults in brackets)::
 
     base_url | port          "http://127.0.0.1:8000" | 8000 (then http://127.0.0.1:<port>)
     api?                     "chat" | "completions"                         ["chat"]
@@ -36,19 +36,14 @@ Request ``k`` (0-based, warm-up first) uses ``items[k % len(items)]`` and, unles
 is 0 (greedy: nothing to seed), carries ``"seed": request_seed(seed, k)`` in its body (vLLM and
 SGLang take a per-request ``seed``), so a sampled run is reproduced by the same seed. Warm-up
 requests are sent the same way (closed or open loop) and all finish before the measured ones
-start. Events:
+start. Events (``wire``):
 
-- ``{"event": "phase", "phase": "warmup" | "measure"}`` when a phase starts;
-- ``{"event": "record", "index", "warmup", "due", "start", "start_wall", "end", "status",
-  "ttft", "e2el", "chunks": [[t, tokens], ...], "output_tokens", "usage_reported",
-  "prompt_tokens", "token_count_method", "error"}`` per finished request, failed ones too
-  (``status`` null when no HTTP response came; ``error`` null when it completed). Seconds:
-  ``due``/``start``/``end`` from the run's start (monotonic), ``start_wall`` epoch,
-  ``ttft``/``e2el``/chunk times from the request's own start; only chunks that carry tokens;
-- ``{"event": "progress", "phase", "done", "failed", "in_flight", "tok_s", "elapsed_s"}``
-  every ``progress_interval_s`` (``tok_s``: tokens streamed over the last interval).
+- ``PhaseEvent`` when a phase (warmup, measure) starts;
+- ``RequestRecord`` per finished request, failed ones too; only chunks that carry tokens;
+- ``ProgressEvent`` every ``progress_interval_s`` (``tok_s``: tokens streamed over the last
+  interval).
 
-Result: ``requests``/``completed``/``failed`` (measured), ``warmup``, ``output_tokens``,
+Result (``wire.LoadgenResult``): ``requests``/``completed``/``failed`` (measured), ``warmup``, ``output_tokens``,
 ``mode``, ``concurrency``, ``request_rate``, ``burstiness``, ``started_at``/``ended_at`` (epoch
 s) and ``duration_s`` (first measured request sent -> last measured response ended),
 ``client_lag`` (``send_lag_ms`` and ``loop_delay_ms``: n, mean, p50, p99, max),
@@ -71,6 +66,7 @@ usage total and the number of chunks).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import math
@@ -78,9 +74,23 @@ import random
 import time
 from typing import Any, Dict, Iterator, List, Optional
 
-from .protocol import AgentFailure, Emit
+from .protocol import AgentFailure, Emit, parse_spec
 from .sse import StreamParser
+from .stats import percentile
 from .tokens import load_tokenizer, random_prompts
+from .wire import (
+    Chunk,
+    ClientLag,
+    ErrorKind,
+    LagStats,
+    LoadgenResult,
+    LoadgenSpec,
+    PhaseEvent,
+    ProgressEvent,
+    RequestRecord,
+)
+
+__all__ = ["StreamParser", "percentile", "run"]
 
 DEFAULT_TIMEOUT_S = 600.0
 TICK_S = 0.02  # event-loop ticker period: fine enough to see a stalled loop, cheap enough
@@ -106,27 +116,16 @@ def arrival_offsets(rate: float, burstiness: float, rng: random.Random) -> Itera
         due += rng.gammavariate(burstiness, scale)
 
 
-def percentile(values: List[float], p: float) -> Optional[float]:
-    """Linear interpolation between closest ranks (numpy's default), None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    h = (len(xs) - 1) * p / 100.0
-    lo = int(math.floor(h))
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
-
-
-def lag_stats_ms(values_s: List[float]) -> Dict[str, Any]:
+def lag_stats_ms(values_s: List[float]) -> LagStats:
     """p50/p99/max/mean in milliseconds of lags given in seconds (None when there are none)."""
     ms = [v * 1000.0 for v in values_s]
-    return {
-        "n": len(ms),
-        "mean": (sum(ms) / len(ms)) if ms else None,
-        "p50": percentile(ms, 50),
-        "p99": percentile(ms, 99),
-        "max": max(ms) if ms else None,
-    }
+    return LagStats(
+        n=len(ms),
+        mean=(sum(ms) / len(ms)) if ms else None,
+        p50=percentile(ms, 50),
+        p99=percentile(ms, 99),
+        max=max(ms) if ms else None,
+    )
 
 
 def request_seed(seed: Any, index: int) -> int:
@@ -180,40 +179,53 @@ def _flatten(messages: List[Dict[str, Any]]) -> str:
 
 
 class LoadSpec:
-    """The validated spec; every problem is one ``bad_spec`` failure naming the key."""
+    """The spec checked beyond its types (one ``bad_spec`` failure naming the key), plus what a
+    run changes on the way (``continuous_usage_stats`` falls back on an older server)."""
 
-    def __init__(self, spec: Dict[str, Any]) -> None:
-        def num(key: str, kind: type = float, default: Any = None, minimum: float = 0) -> Any:
-            value = spec.get(key, default)
-            if value is None:
-                return None
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
-                raise AgentFailure("bad_spec", f"loadgen: {key!r} must be a number, got {value!r}")
-            if value < minimum or (kind is int and value != int(value)):
+    def __init__(self, spec: LoadgenSpec) -> None:
+        def at_least(key: str, minimum: float) -> None:
+            value = getattr(spec, key)
+            if value is not None and value < minimum:
                 raise AgentFailure(
-                    "bad_spec", f"loadgen: {key!r} must be >= {minimum}, got {value!r}"
+                    ErrorKind.BAD_SPEC, f"loadgen: {key!r} must be >= {minimum}, got {value!r}"
                 )
-            return kind(value)
 
-        port = num("port", int, minimum=1)
-        self.base_url = str(spec.get("base_url") or (f"http://127.0.0.1:{port}" if port else ""))
+        for key, minimum in (
+            ("port", 1),
+            ("num_prompts", 1),
+            ("duration_s", 0),
+            ("request_rate", 1e-9),
+            ("concurrency", 1),
+            ("burstiness", 1e-9),
+            ("max_tokens", 1),
+            ("temperature", 0),
+            ("warmup", 0),
+            ("timeout_s", 1e-3),
+            ("progress_interval_s", 0.05),
+        ):
+            at_least(key, minimum)
+        port = spec.port
+        self.base_url = (spec.base_url or (f"http://127.0.0.1:{port}" if port else "")).rstrip("/")
         if not self.base_url:
-            raise AgentFailure("bad_spec", "loadgen: give 'base_url' or 'port'")
-        self.base_url = self.base_url.rstrip("/")
-        self.api = spec.get("api", "chat")
+            raise AgentFailure(ErrorKind.BAD_SPEC, "loadgen: give 'base_url' or 'port'")
+        self.api = spec.api
         if self.api not in ("chat", "completions"):
             raise AgentFailure(
-                "bad_spec", f"loadgen: 'api' must be chat or completions, got {self.api!r}"
+                ErrorKind.BAD_SPEC, f"loadgen: 'api' must be chat or completions, got {self.api!r}"
             )
-        self.model = spec.get("model")
-        if not isinstance(self.model, str) or not self.model:
-            raise AgentFailure("bad_spec", "loadgen: 'model' (the served model name) is required")
-        self.num_prompts = num("num_prompts", int, minimum=1)
-        self.duration_s = num("duration_s", minimum=0)
+        self.model = spec.model
+        if not self.model:
+            raise AgentFailure(
+                ErrorKind.BAD_SPEC, "loadgen: 'model' (the served model name) is required"
+            )
+        self.num_prompts = spec.num_prompts
+        self.duration_s = spec.duration_s
         if self.num_prompts is None and self.duration_s is None:
-            raise AgentFailure("bad_spec", "loadgen: give 'num_prompts' or 'duration_s' (or both)")
-        self.request_rate = num("request_rate", minimum=1e-9)
-        self.concurrency = num("concurrency", int, minimum=1)
+            raise AgentFailure(
+                ErrorKind.BAD_SPEC, "loadgen: give 'num_prompts' or 'duration_s' (or both)"
+            )
+        self.request_rate = spec.request_rate
+        self.concurrency = spec.concurrency
         if self.request_rate is None and self.concurrency is None:
             self.concurrency = 1
         if (
@@ -221,28 +233,34 @@ class LoadSpec:
             and math.isinf(self.request_rate)
             and self.num_prompts is None
         ):
-            raise AgentFailure("bad_spec", "loadgen: an infinite request_rate needs 'num_prompts'")
-        self.burstiness = num("burstiness", default=1.0, minimum=1e-9)
-        self.max_tokens = num("max_tokens", int, minimum=1)
-        self.temperature = num("temperature")
-        self.ignore_eos = bool(spec.get("ignore_eos", False))
-        self.chat_template_kwargs = spec.get("chat_template_kwargs") or None
-        self.warmup = num("warmup", int, default=0)
-        self.seed = spec.get("seed", 0)
+            raise AgentFailure(
+                ErrorKind.BAD_SPEC, "loadgen: an infinite request_rate needs 'num_prompts'"
+            )
+        self.burstiness = spec.burstiness
+        self.max_tokens = spec.max_tokens
+        self.temperature = spec.temperature
+        self.ignore_eos = spec.ignore_eos
+        self.chat_template_kwargs = spec.chat_template_kwargs or None
+        self.warmup = spec.warmup
+        self.seed = spec.seed
         # greedy ignores a seed; unset, the server's default (the model's generation config,
         # often 0.6-1.0) may well sample, so only an explicit 0 goes without one
         self.request_seeds = self.temperature != 0
-        self.timeout_s = num("timeout_s", default=DEFAULT_TIMEOUT_S, minimum=1e-3)
-        self.api_key = spec.get("api_key")
-        self.continuous_usage_stats = bool(spec.get("continuous_usage_stats", True))
-        self.metrics_path = spec.get("metrics_path")
-        self.progress_interval_s = num("progress_interval_s", default=2.0, minimum=0.05)
-        self.prompts = spec.get("prompts")
-        if not isinstance(self.prompts, dict) or self.prompts.get("kind") not in ("list", "random"):
+        self.timeout_s = spec.timeout_s
+        self.api_key = spec.api_key
+        self.continuous_usage_stats = spec.continuous_usage_stats
+        self.metrics_path = spec.metrics_path
+        self.progress_interval_s = spec.progress_interval_s
+        self.prompts = spec.prompts
+        if self.prompts.kind not in ("list", "random"):
             raise AgentFailure(
-                "bad_spec", "loadgen: 'prompts' must be {'kind': 'list'|'random', ...}"
+                ErrorKind.BAD_SPEC, "loadgen: 'prompts' must be {'kind': 'list'|'random', ...}"
             )
-        self.tokenizer = spec.get("tokenizer") or self.prompts.get("tokenizer")
+        self.tokenizer = spec.tokenizer or self.prompts.tokenizer
+
+    @classmethod
+    def parse(cls, raw: Dict[str, Any]) -> "LoadSpec":
+        return cls(parse_spec(LoadgenSpec, raw))
 
     @property
     def open_loop(self) -> bool:
@@ -252,35 +270,35 @@ class LoadSpec:
 # ---------------------------------------------------------------- the run (I/O)
 
 
-def run(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
-    cfg = LoadSpec(spec)
+def run(raw: Dict[str, Any], emit: Emit) -> LoadgenResult:
+    cfg = LoadSpec.parse(raw)
     try:
         import aiohttp
     except ImportError as exc:
         raise AgentFailure(
-            "missing_dependency",
+            ErrorKind.MISSING_DEPENDENCY,
             "loadgen needs aiohttp in the agent's interpreter (vLLM and SGLang ship it)",
             {"error": str(exc)},
         ) from exc
     tokenizer = load_tokenizer(cfg.tokenizer)
-    if cfg.prompts["kind"] == "random":
+    if cfg.prompts.kind == "random":
         items, source, exact = random_prompts(cfg.prompts, tokenizer, cfg.seed)
     else:
-        items, source, exact = list(cfg.prompts.get("items") or []), "list", 0
+        items, source, exact = list(cfg.prompts.items), "list", 0
         if not all(
             isinstance(i, str) or (isinstance(i, dict) and isinstance(i.get("messages"), list))
             for i in items
         ):
             raise AgentFailure(
-                "bad_spec", "loadgen: prompt items must be strings or {'messages': [...]}"
+                ErrorKind.BAD_SPEC, "loadgen: prompt items must be strings or {'messages': [...]}"
             )
     if not items:
-        raise AgentFailure("bad_spec", "loadgen: the prompt list is empty")
+        raise AgentFailure(ErrorKind.BAD_SPEC, "loadgen: the prompt list is empty")
     runner = _Runner(cfg, items, tokenizer, emit, aiohttp)
     result = asyncio.run(runner.main())
-    result.update(prompt_fields(source, len(items), exact))
-    result["request_seeds"] = cfg.request_seeds
-    return result
+    return dataclasses.replace(
+        result, request_seeds=cfg.request_seeds, **prompt_fields(source, len(items), exact)
+    )
 
 
 def prompt_fields(source: str, count: int, exact: int) -> Dict[str, Any]:
@@ -321,7 +339,7 @@ class _Runner:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    async def main(self) -> Dict[str, Any]:
+    async def main(self) -> LoadgenResult:
         cfg, aiohttp = self.cfg, self.aiohttp
         headers = {"Content-Type": "application/json"}
         if cfg.api_key:
@@ -338,11 +356,11 @@ class _Runner:
             ]
             try:
                 if cfg.warmup:
-                    self.emit({"event": "phase", "phase": "warmup"})
+                    self.emit(PhaseEvent(phase="warmup"))
                     await self._phase(first=0, count=cfg.warmup, duration=None, warmup=True)
                 metrics_before = await self._scrape()
                 self.phase = "measure"
-                self.emit({"event": "phase", "phase": "measure"})
+                self.emit(PhaseEvent(phase="measure"))
                 await self._phase(
                     first=cfg.warmup, count=cfg.num_prompts, duration=cfg.duration_s, warmup=False
                 )
@@ -354,43 +372,41 @@ class _Runner:
                 await asyncio.gather(*helpers, return_exceptions=True)
         return self._result(metrics_before, metrics_after)
 
-    def _result(self, before: Optional[str], after: Optional[str]) -> Dict[str, Any]:
+    def _result(self, before: Optional[str], after: Optional[str]) -> LoadgenResult:
         cfg = self.cfg
         start, end = self.measure_start, self.measure_end
         methods = sorted(self.methods)
-        result = {
-            "requests": self.sent,
-            "completed": self.done,
-            "failed": self.failed,
-            "warmup": self.warmup_sent,
-            "output_tokens": self.output_tokens,
-            "mode": "open" if cfg.open_loop else "closed",
-            "concurrency": cfg.concurrency,
-            "request_rate": cfg.request_rate,
-            "burstiness": cfg.burstiness if cfg.open_loop else None,
-            "started_at": self.wall0 + start if start is not None else None,
-            "ended_at": self.wall0 + end if end is not None else None,
-            "duration_s": (end - start) if start is not None and end is not None else 0.0,
-            "client_lag": {
-                "send_lag_ms": lag_stats_ms(self.send_lags),
-                "loop_delay_ms": lag_stats_ms(self.loop_delays),
-                "loop_tick_ms": TICK_S * 1000.0,
-            },
-            "token_count_method": methods[0]
-            if len(methods) == 1
-            else ("mixed" if methods else None),
-            "token_count_methods": dict(self.methods),
-        }
-        if cfg.metrics_path:
-            result["metrics_before"], result["metrics_after"] = before, after
-        return result
+        return LoadgenResult(
+            requests=self.sent,
+            completed=self.done,
+            failed=self.failed,
+            warmup=self.warmup_sent,
+            output_tokens=self.output_tokens,
+            mode="open" if cfg.open_loop else "closed",
+            concurrency=cfg.concurrency,
+            request_rate=cfg.request_rate,
+            burstiness=cfg.burstiness if cfg.open_loop else None,
+            started_at=self.wall0 + start if start is not None else None,
+            ended_at=self.wall0 + end if end is not None else None,
+            duration_s=(end - start) if start is not None and end is not None else 0.0,
+            client_lag=ClientLag(
+                send_lag_ms=lag_stats_ms(self.send_lags),
+                loop_delay_ms=lag_stats_ms(self.loop_delays),
+                loop_tick_ms=TICK_S * 1000.0,
+            ),
+            token_count_method=methods[0] if len(methods) == 1 else ("mixed" if methods else None),
+            token_count_methods=dict(self.methods),
+            metrics_before=before,
+            metrics_after=after,
+        )
 
     async def _phase(
         self, *, first: int, count: Optional[int], duration: Optional[float], warmup: bool
     ) -> None:
         """Send one phase's requests and wait for all of them to finish."""
         start = self.now()
-        if not self.cfg.open_loop:
+        rate = self.cfg.request_rate
+        if rate is None:  # closed loop
             claimed = [0]
 
             async def worker() -> None:
@@ -401,14 +417,12 @@ class _Runner:
                     claimed[0] += 1
                     await self._request(k, self.now(), warmup)
 
-            await asyncio.gather(*(worker() for _ in range(self.cfg.concurrency)))
+            await asyncio.gather(*(worker() for _ in range(self.cfg.concurrency or 1)))
             return
         rng = random.Random(f"{self.cfg.seed}:arrivals:{'warmup' if warmup else 'measure'}")
         cap = asyncio.Semaphore(self.cfg.concurrency) if self.cfg.concurrency else None
         tasks = []
-        for i, offset in enumerate(
-            arrival_offsets(self.cfg.request_rate, self.cfg.burstiness, rng)
-        ):
+        for i, offset in enumerate(arrival_offsets(rate, self.cfg.burstiness, rng)):
             if (count is not None and i >= count) or (duration is not None and offset >= duration):
                 break
             # sleep until due; when behind, still yield so the requests already due get sent
@@ -476,33 +490,39 @@ class _Runner:
             await self._request(k, due, warmup, retried=True)
             return
         fields = parser.finish(error=error)
-        record = {
-            "event": "record",
-            "index": k,
-            "warmup": warmup,
-            "due": round(due, 6),
-            "start": round(start, 6),
-            "start_wall": round(self.wall0 + start, 6),
-            "end": round(end, 6),
-            "status": status,
-        }
-        record.update(fields)
+        record = RequestRecord(
+            index=k,
+            warmup=warmup,
+            due=round(due, 6),
+            start=round(start, 6),
+            start_wall=round(self.wall0 + start, 6),
+            end=round(end, 6),
+            status=status,
+            ttft=fields["ttft"],
+            e2el=fields["e2el"],
+            chunks=tuple(Chunk(t, n) for t, n in fields["chunks"]),
+            output_tokens=fields["output_tokens"],
+            usage_reported=fields["usage_reported"],
+            prompt_tokens=fields["prompt_tokens"],
+            token_count_method=fields["token_count_method"],
+            error=fields["error"],
+        )
         self._account(record, warmup, start - due, end)
         self.emit(record)
 
-    def _account(self, record: Dict[str, Any], warmup: bool, lag: float, end: float) -> None:
+    def _account(self, record: RequestRecord, warmup: bool, lag: float, end: float) -> None:
         if warmup:
             self.warmup_sent += 1
             return
         self.sent += 1
         self.send_lags.append(max(0.0, lag))
         self.measure_end = end if self.measure_end is None else max(self.measure_end, end)
-        if record["error"] is None:
+        if record.error is None:
             self.done += 1
-            self.output_tokens += record["output_tokens"] or 0
+            self.output_tokens += record.output_tokens or 0
         else:
             self.failed += 1
-        method = record["token_count_method"]
+        method = record.token_count_method
         if method:
             self.methods[method] = self.methods.get(method, 0) + 1
 
@@ -521,15 +541,14 @@ class _Runner:
             now = self.now()
             tokens = self.streamed_tokens
             self.emit(
-                {
-                    "event": "progress",
-                    "phase": self.phase,
-                    "done": self.done,
-                    "failed": self.failed,
-                    "in_flight": self.in_flight,
-                    "tok_s": round((tokens - last_tokens) / max(now - last_t, 1e-9), 2),
-                    "elapsed_s": round(now, 3),
-                }
+                ProgressEvent(
+                    phase=self.phase,
+                    done=self.done,
+                    failed=self.failed,
+                    in_flight=self.in_flight,
+                    tok_s=round((tokens - last_tokens) / max(now - last_t, 1e-9), 2),
+                    elapsed_s=round(now, 3),
+                )
             )
             last_tokens, last_t = tokens, now
 

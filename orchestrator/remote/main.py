@@ -3,7 +3,9 @@
 Verbs are looked up in ``VERBS`` and their modules imported only when called, so a verb written
 later plugs in by adding its module (and, if new, one line here) and a broken verb module cannot
 stop the others from working. The spec file is deleted as soon as it is read because it may
-hold secrets (tokens in engine environments), unless it says ``"keep_spec": true``.
+hold secrets (tokens in engine environments), unless it says ``"keep_spec": true``. What the
+lines and the spec hold is the contract in ``wire``; a spec of another contract version is
+refused rather than misread.
 """
 
 from __future__ import annotations
@@ -18,8 +20,18 @@ import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 from .protocol import AgentFailure, Emit, write_event
+from .wire import (
+    CONTRACT,
+    CONTRACT_VERSION,
+    ErrorEvent,
+    ErrorKind,
+    Wire,
+    error_line,
+    event_line,
+    result_line,
+)
 
-Handler = Callable[[Dict[str, Any], Emit], Dict[str, Any]]
+Handler = Callable[[Dict[str, Any], Emit], Wire]
 
 # verb -> "module:function" (relative to this package), or a handler itself.
 VERBS: Dict[str, Union[str, Handler]] = {
@@ -34,7 +46,6 @@ VERBS: Dict[str, Union[str, Handler]] = {
     "read_model_configs": "modelfiles:run",
 }
 
-_RESERVED_EVENTS = ("result", "error")
 USAGE = "usage: agent.pyz <verb> <spec.json>"
 
 
@@ -43,7 +54,7 @@ def resolve(verb: str) -> Handler:
     target = VERBS.get(verb)
     if target is None:
         raise AgentFailure(
-            "unknown_verb", f"unknown verb {verb!r}", {"verb": verb, "known": sorted(VERBS)}
+            ErrorKind.UNKNOWN_VERB, f"unknown verb {verb!r}", {"verb": verb, "known": sorted(VERBS)}
         )
     if callable(target):
         return target
@@ -55,7 +66,7 @@ def resolve(verb: str) -> Handler:
         if exc.name != qualified:
             raise
         raise AgentFailure(
-            "unknown_verb",
+            ErrorKind.UNKNOWN_VERB,
             f"verb {verb!r} is registered but its module {module_name!r} is not in this agent",
             {"verb": verb, "known": sorted(VERBS)},
         ) from exc
@@ -69,24 +80,31 @@ def load_spec(path: str) -> Dict[str, Any]:
             raw = handle.read()
     except OSError as exc:
         raise AgentFailure(
-            "bad_spec", f"cannot read spec file {path}: {exc.strerror}", {"path": path}
+            ErrorKind.BAD_SPEC, f"cannot read spec file {path}: {exc.strerror}", {"path": path}
         ) from exc
     try:
         spec = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         _remove(path)
         raise AgentFailure(
-            "bad_spec", f"spec file {path} is not valid JSON: {exc}", {"path": path}
+            ErrorKind.BAD_SPEC, f"spec file {path} is not valid JSON: {exc}", {"path": path}
         ) from exc
     if not isinstance(spec, dict):
         _remove(path)
         raise AgentFailure(
-            "bad_spec",
+            ErrorKind.BAD_SPEC,
             f"spec file {path} holds a {type(spec).__name__}, not an object",
             {"path": path},
         )
-    if spec.get("keep_spec") is not True:
+    if spec.pop("keep_spec", None) is not True:
         _remove(path)
+    version = spec.pop("v", CONTRACT_VERSION)  # hand-written specs (tests) may leave it out
+    if version != CONTRACT_VERSION:
+        raise AgentFailure(
+            ErrorKind.CONTRACT_MISMATCH,
+            f"the spec is of contract v{version}, this agent speaks v{CONTRACT_VERSION}",
+            {"theirs": version, "ours": CONTRACT_VERSION},
+        )
     return spec
 
 
@@ -96,57 +114,53 @@ def _remove(path: str) -> None:
 
 
 def make_emit(out: Any) -> Emit:
-    """An ``emit`` that refuses objects that would break the protocol for the controller."""
+    """An ``emit`` that writes a streamed event of the contract, and refuses anything else."""
 
-    def emit(obj: Dict[str, Any]) -> None:
-        event = obj.get("event") if isinstance(obj, dict) else None
-        if not isinstance(event, str) or event in _RESERVED_EVENTS:
-            raise ValueError(
-                f"emit() needs a dict with an 'event' other than result/error, got {obj!r}"
-            )
-        write_event(obj, out)
+    def emit(event: Wire) -> None:
+        if not isinstance(event, Wire):
+            raise TypeError(f"emit() needs a wire event, got {event!r}")
+        write_event(event_line(event), out)
 
     return emit
-
-
-def error_event(
-    kind: str, message: str, details: Optional[Dict[str, Any]] = None
-) -> Dict[str, Any]:
-    return {"event": "error", "kind": kind, "message": message, "details": details or {}}
 
 
 def run_verb(argv: List[str], out: Any) -> int:
     """Dispatch one invocation, writing events to ``out``; returns the exit status."""
     try:
         if len(argv) != 2:
-            raise AgentFailure("bad_usage", USAGE, {"argv": list(argv)})
+            raise AgentFailure(ErrorKind.BAD_USAGE, USAGE, {"argv": list(argv)})
         verb, spec_path = argv
         spec, spec_failure = _load_quietly(spec_path)
         handler = resolve(verb)  # an unknown verb wins over a bad spec: it is the bigger mistake
         if spec_failure is not None:
             raise spec_failure
         data = handler(spec, make_emit(out))
-        if not isinstance(data, dict):
-            raise TypeError(f"verb {verb!r} returned {type(data).__name__}, not a dict")
-        write_event({"event": "result", "data": data}, out)
+        contract = CONTRACT.get(verb)
+        expected = contract.result if contract is not None else Wire
+        if not isinstance(data, expected):
+            raise TypeError(
+                f"verb {verb!r} returned {type(data).__name__}, not {expected.__name__}"
+            )
+        write_event(result_line(data), out)
         return 0
     except AgentFailure as failure:
         _write_failure(failure, out)
     except Exception as exc:  # noqa: BLE001 - any bug must still end as one error event
         details = {"type": type(exc).__name__, "traceback": traceback.format_exc()}
-        write_event(
-            error_event("internal", f"agent failed: {type(exc).__name__}: {exc}", details), out
-        )
+        message = f"agent failed: {type(exc).__name__}: {exc}"
+        write_event(error_line(ErrorEvent(ErrorKind.INTERNAL, message, details)), out)
     return 1
 
 
 def _write_failure(failure: AgentFailure, out: Any) -> None:
     try:
-        write_event(error_event(failure.kind, failure.message, failure.details), out)
+        line = error_line(ErrorEvent(failure.kind, failure.message, failure.details))
+        json.dumps(line)
     except (TypeError, ValueError):  # details a verb filled with something JSON cannot hold
-        write_event(
-            error_event(failure.kind, failure.message, {"repr": repr(failure.details)}), out
+        line = error_line(
+            ErrorEvent(failure.kind, failure.message, {"repr": repr(failure.details)})
         )
+    write_event(line, out)
 
 
 def _load_quietly(path: str) -> Tuple[Dict[str, Any], Optional[AgentFailure]]:

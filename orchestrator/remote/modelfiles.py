@@ -16,7 +16,8 @@ import json
 import os
 from typing import Any, Dict, List, Optional, Tuple
 
-from .protocol import AgentFailure, Emit
+from .protocol import AgentFailure, Emit, parse_spec
+from .wire import ErrorKind, ModelFiles, ReadModelConfigsResult, ReadModelConfigsSpec
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 JSON_FILES = {
@@ -27,28 +28,25 @@ JSON_FILES = {
 TEMPLATE_FILE = "chat_template.jinja"
 
 
-def run(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
-    models, hf_home = _parse_spec(spec)
-    hubs = hub_dirs(hf_home, os.environ)
-    return {"models": {m["id"]: read_model(m["id"], m.get("path"), hubs) for m in models}}
-
-
-def _parse_spec(spec: Dict[str, Any]) -> Tuple[List[Dict[str, Any]], Optional[str]]:
-    models = spec.get("models")
-    if not isinstance(models, list) or not models:
-        raise AgentFailure("bad_spec", "read_model_configs: 'models' must be a non-empty list of "
-                           "{'id': str, 'path': str or null}")
-    for index, model in enumerate(models):
-        if not isinstance(model, dict) or not isinstance(model.get("id"), str) or not model["id"]:
-            raise AgentFailure("bad_spec", f"read_model_configs: models[{index}] needs a non-empty "
-                               "string 'id'", {"index": index})
-        if model.get("path") is not None and not isinstance(model["path"], str):
-            raise AgentFailure("bad_spec", f"read_model_configs: models[{index}].path must be a "
-                               "string or null", {"index": index})
-    hf_home = spec.get("hf_home")
-    if hf_home is not None and not isinstance(hf_home, str):
-        raise AgentFailure("bad_spec", "read_model_configs: 'hf_home' must be a string or null")
-    return models, hf_home
+def run(raw: Dict[str, Any], emit: Emit) -> ReadModelConfigsResult:
+    spec = parse_spec(ReadModelConfigsSpec, raw)
+    if not spec.models:
+        raise AgentFailure(
+            ErrorKind.BAD_SPEC,
+            "read_model_configs: 'models' must be a non-empty "
+            "list of {'id': str, 'path': str or null}",
+        )
+    for index, model in enumerate(spec.models):
+        if not model.id:
+            raise AgentFailure(
+                ErrorKind.BAD_SPEC,
+                f"read_model_configs: models[{index}] needs a non-empty string 'id'",
+                {"index": index},
+            )
+    hubs = hub_dirs(spec.hf_home, dict(os.environ))
+    return ReadModelConfigsResult(
+        models={m.id: read_model(m.id, m.path, hubs) for m in spec.models}
+    )
 
 
 def hub_dirs(hf_home: Optional[str], environ: Dict[str, str]) -> List[str]:
@@ -90,7 +88,9 @@ def snapshot_dir(repo_dir: str) -> Optional[str]:
         return None
     if not names:
         return None
-    return os.path.join(snapshots, max(names, key=lambda n: os.path.getmtime(os.path.join(snapshots, n))))
+    return os.path.join(
+        snapshots, max(names, key=lambda n: os.path.getmtime(os.path.join(snapshots, n)))
+    )
 
 
 def locate(model_id: str, path: Optional[str], hubs: List[str]) -> Tuple[Optional[str], str]:
@@ -109,14 +109,20 @@ def locate(model_id: str, path: Optional[str], hubs: List[str]) -> Tuple[Optiona
     return None, "Hugging Face cache " + ", ".join(os.path.join(h, folder) for h in hubs)
 
 
-def read_model(model_id: str, path: Optional[str], hubs: List[str]) -> Dict[str, Any]:
+def read_model(model_id: str, path: Optional[str], hubs: List[str]) -> ModelFiles:
     directory, searched = locate(model_id, path, hubs)
-    entry: Dict[str, Any] = {"id": model_id, "path": directory, "found": directory is not None,
-                             "config": None, "tokenizer_config": None, "generation_config": None,
-                             "chat_template": None, "error": None}
     if directory is None:
-        entry["error"] = f"not found (looked in {searched})"
-        return entry
+        return ModelFiles(
+            id=model_id,
+            path=None,
+            found=False,
+            config=None,
+            tokenizer_config=None,
+            generation_config=None,
+            chat_template=None,
+            error=f"not found (looked in {searched})",
+        )
+    entry: Dict[str, Any] = {"config": None, "tokenizer_config": None, "generation_config": None}
     errors: List[str] = []
     for key, filename in JSON_FILES.items():
         text, problem = read_small(os.path.join(directory, filename))
@@ -134,12 +140,16 @@ def read_model(model_id: str, path: Optional[str], hubs: List[str]) -> Dict[str,
         else:
             errors.append(f"{filename}: holds a {type(value).__name__}, not an object")
     template, problem = read_small(os.path.join(directory, TEMPLATE_FILE))
-    if template is not None:
-        entry["chat_template"] = template
-    elif problem and "missing" not in problem:
+    if template is None and problem and "missing" not in problem:
         errors.append(f"{TEMPLATE_FILE}: {problem}")
-    entry["error"] = "; ".join(errors) or None
-    return entry
+    return ModelFiles(
+        id=model_id,
+        path=directory,
+        found=True,
+        chat_template=template,
+        error="; ".join(errors) or None,
+        **entry,
+    )
 
 
 def read_small(path: str) -> Tuple[Optional[str], Optional[str]]:

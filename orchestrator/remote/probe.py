@@ -16,10 +16,18 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from .gpus import gpu_facts
-from .protocol import AgentFailure, Emit
-from .util import existing_parent, is_str_list, port_is_free, read_text
-
-DEFAULT_PACKAGES = ("vllm", "sglang", "torch", "transformers")
+from .protocol import AgentFailure, Emit, parse_spec
+from .util import existing_parent, port_is_free, read_text
+from .wire import (
+    DiskInfo,
+    ErrorKind,
+    MemoryInfo,
+    OsInfo,
+    PortsInfo,
+    ProbeResult,
+    ProbeSpec,
+    PythonInfo,
+)
 
 
 def parse_meminfo(text: str) -> Dict[str, Optional[int]]:
@@ -76,73 +84,62 @@ def package_versions(names: List[str]) -> Dict[str, Optional[str]]:
     return out
 
 
-def disk_facts(workdir: str) -> Dict[str, Any]:
+def disk_facts(workdir: str) -> DiskInfo:
     path = existing_parent(workdir)
     try:
         usage = shutil.disk_usage(path)
     except OSError as exc:
-        return {"path": path, "free_gib": None, "total_gib": None, "error": str(exc)}
+        return DiskInfo(path=path, free_gib=None, total_gib=None, error=str(exc))
     gib = 1024.0**3
-    return {
-        "path": path,
-        "free_gib": round(usage.free / gib, 2),
-        "total_gib": round(usage.total / gib, 2),
-        "error": None,
-    }
+    return DiskInfo(
+        path=path,
+        free_gib=round(usage.free / gib, 2),
+        total_gib=round(usage.total / gib, 2),
+        error=None,
+    )
 
 
-def os_facts() -> Dict[str, Any]:
+def os_facts() -> OsInfo:
     release = parse_os_release(read_text("/etc/os-release") or "")
-    return {
-        "system": platform.system(),
-        "kernel": platform.release(),
-        "machine": platform.machine(),
-        "platform": platform.platform(),
-        "distro": release.get("PRETTY_NAME") or release.get("NAME"),
-        "distro_id": release.get("ID"),
-        "distro_version": release.get("VERSION_ID"),
-    }
+    return OsInfo(
+        system=platform.system(),
+        kernel=platform.release(),
+        machine=platform.machine(),
+        platform=platform.platform(),
+        distro=release.get("PRETTY_NAME") or release.get("NAME"),
+        distro_id=release.get("ID"),
+        distro_version=release.get("VERSION_ID"),
+    )
 
 
-def _ports(spec: Dict[str, Any]) -> List[int]:
-    ports = spec.get("ports", [])
-    if not isinstance(ports, list) or not all(
-        isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536 for p in ports
-    ):
-        raise AgentFailure("bad_spec", "probe: 'ports' must be a list of port numbers (1-65535)")
-    return ports
-
-
-def run(spec: Dict[str, Any], emit: Emit) -> Dict[str, Any]:
-    workdir = spec.get("workdir", "~")
-    packages = spec.get("packages", list(DEFAULT_PACKAGES))
-    bind_host = spec.get("bind_host", "127.0.0.1")
-    if not isinstance(workdir, str) or not isinstance(bind_host, str):
-        raise AgentFailure("bad_spec", "probe: 'workdir' and 'bind_host' must be strings")
-    if not is_str_list(packages):
-        raise AgentFailure("bad_spec", "probe: 'packages' must be a list of names")
-    ports = _ports(spec)
+def run(raw: Dict[str, Any], emit: Emit) -> ProbeResult:
+    spec = parse_spec(ProbeSpec, raw)
+    if not all(0 < p < 65536 for p in spec.ports):
+        raise AgentFailure(
+            ErrorKind.BAD_SPEC, "probe: 'ports' must be a list of port numbers (1-65535)"
+        )
     gpu = gpu_facts()
     try:
-        free = [port for port in ports if port_is_free(port, bind_host)]
+        free = [port for port in spec.ports if port_is_free(port, spec.bind_host)]
     except OSError as exc:
         raise AgentFailure(
-            "bad_spec", f"probe: cannot check ports on {bind_host!r}: {exc}"
+            ErrorKind.BAD_SPEC, f"probe: cannot check ports on {spec.bind_host!r}: {exc}"
         ) from exc
-    return {
-        "python": {
-            "version": platform.python_version(),
-            "executable": sys.executable,
-            "implementation": platform.python_implementation(),
-        },
-        "os": os_facts(),
-        "hostname": socket.gethostname(),
-        "cpu_count": os.cpu_count(),
-        "memory": parse_meminfo(read_text("/proc/meminfo") or ""),
-        "disk": disk_facts(workdir),
-        "gpus": gpu["gpus"],
-        "driver_version": gpu["driver_version"],
-        "nvidia_smi": gpu["nvidia_smi"],
-        "packages": package_versions(packages),
-        "ports": {"checked": ports, "free": free, "bind_host": bind_host},
-    }
+    memory = parse_meminfo(read_text("/proc/meminfo") or "")
+    return ProbeResult(
+        python=PythonInfo(
+            version=platform.python_version(),
+            executable=sys.executable,
+            implementation=platform.python_implementation(),
+        ),
+        os=os_facts(),
+        hostname=socket.gethostname(),
+        cpu_count=os.cpu_count(),
+        memory=MemoryInfo(total_mib=memory["total_mib"], available_mib=memory["available_mib"]),
+        disk=disk_facts(spec.workdir),
+        gpus=gpu.gpus,
+        driver_version=gpu.driver_version,
+        nvidia_smi=gpu.status,
+        packages=package_versions(spec.packages),
+        ports=PortsInfo(checked=list(spec.ports), free=free, bind_host=spec.bind_host),
+    )

@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Optional
 
 from .protocol import AgentFailure
 from .util import read_text, wait_until
+from .wire import ErrorKind
 
 
 def _stat_fields(pid: int) -> Optional[List[str]]:
@@ -81,7 +82,9 @@ def signal_group(record: Dict[str, Any], sig: int) -> None:
     except ProcessLookupError:
         pass
     except PermissionError as exc:
-        raise AgentFailure("stop_failed", f"not allowed to signal process group {record['pgid']}: {exc}") from exc
+        raise AgentFailure(
+            ErrorKind.STOP_FAILED, f"not allowed to signal process group {record['pgid']}: {exc}"
+        ) from exc
 
 
 def wait_group_gone(record: Dict[str, Any], timeout: float) -> bool:

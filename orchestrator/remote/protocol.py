@@ -1,29 +1,42 @@
-"""The agent's wire protocol: JSON lines on stdout, the last one a result or an error.
+"""The agent's side of the wire: events written as JSON lines on stdout, failures as errors.
 
-Standard library only, Python 3.9+: this module runs on the GPU hosts.
+Standard library only, Python 3.9+: this module runs on the GPU hosts. What each line holds is
+defined in ``wire``; this module only writes them.
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Dict, Optional, Type, TypeVar
 
-Emit = Callable[[Dict[str, Any]], None]
+from .wire import ErrorKind, Wire, WireError
+
+Emit = Callable[[Wire], None]
+S = TypeVar("S", bound=Wire)
 
 
 class AgentFailure(Exception):
     """Raised by a verb handler for a failure the controller should show to a person.
 
-    ``kind`` is a stable snake_case name the controller can branch on (``port_in_use``,
-    ``gpu_busy``, ``not_found``, ``bad_spec`` ...).
+    ``kind`` is what the controller branches on; ``details`` are JSON values for the record.
     """
 
-    def __init__(self, kind: str, message: str, details: Optional[Dict[str, Any]] = None) -> None:
+    def __init__(
+        self, kind: ErrorKind, message: str, details: Optional[Dict[str, Any]] = None
+    ) -> None:
         super().__init__(message)
         self.kind = kind
         self.message = message
         self.details = details or {}
+
+
+def parse_spec(spec_type: Type[S], raw: Dict[str, Any]) -> S:
+    """The verb's typed spec; a spec that does not fit the contract is a ``bad_spec`` failure."""
+    try:
+        return spec_type.from_json(raw)
+    except WireError as exc:
+        raise AgentFailure(ErrorKind.BAD_SPEC, f"bad spec: {exc}") from exc
 
 
 def write_event(obj: Dict[str, Any], stream: Any = None) -> None:

@@ -8,9 +8,10 @@ standard library only); without one, random prompts are counted in words and say
 from __future__ import annotations
 
 import random
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from .protocol import AgentFailure
+from .wire import ErrorKind, PromptSource
 
 _WORD_TEXT = (
     "time year people way day man thing woman life child world school state family student "
@@ -54,23 +55,19 @@ def load_tokenizer(name: Optional[str]) -> Optional[HostTokenizer]:
         return None
 
 
-def random_prompts(spec: Dict[str, Any], tokenizer: Any, seed: Any) -> Tuple[List[str], str, int]:
+def random_prompts(spec: PromptSource, tokenizer: Any, seed: Any) -> Tuple[List[str], str, int]:
     """``num`` random prompts of ``input_len`` tokens (±range_ratio): (items, source, n_exact).
 
     With a tokenizer the text is random token ids decoded and re-encoded until its length in
     tokens is exact (decode/encode round trips can merge or split tokens); without one the
     length is in words, and the source says so.
     """
-    try:
-        n, length = int(spec["num"]), int(spec["input_len"])
-        ratio = float(spec.get("range_ratio") or 0.0)
-    except (KeyError, TypeError, ValueError) as exc:
-        raise AgentFailure(
-            "bad_spec", f"loadgen: random prompts need 'num' and 'input_len': {exc}"
-        ) from exc
+    n, length, ratio = spec.num, spec.input_len, spec.range_ratio
+    if n is None or length is None:
+        raise AgentFailure(ErrorKind.BAD_SPEC, "loadgen: random prompts need 'num' and 'input_len'")
     if n < 1 or length < 1 or not 0 <= ratio < 1:
         raise AgentFailure(
-            "bad_spec",
+            ErrorKind.BAD_SPEC,
             "loadgen: random prompts need num >= 1, input_len >= 1, 0 <= range_ratio < 1",
         )
     rng = random.Random(f"{seed}:prompts")

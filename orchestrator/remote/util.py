@@ -17,9 +17,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, List, Optional, Sequence
-
-from .protocol import AgentFailure
+from typing import Any, Callable, List, Optional, Sequence
 
 NVIDIA_SMI = "nvidia-smi"
 NVIDIA_SMI_TIMEOUT_S = 20.0
@@ -146,33 +144,6 @@ def nvidia_smi(args: Sequence[str], *, timeout: float = NVIDIA_SMI_TIMEOUT_S) ->
             [NVIDIA_SMI, *args], None, "", "", error=f"{NVIDIA_SMI} not found on PATH"
         )
     return run_command([path, *args], timeout=timeout)
-
-
-def require(spec: Dict[str, Any], key: str, kind: type, *, default: Any = None) -> Any:
-    """``spec[key]`` checked against ``kind``; a wrong or missing value is a ``bad_spec`` failure."""
-    if key not in spec:
-        if default is not None:
-            return default
-        raise AgentFailure("bad_spec", f"spec is missing {key!r}", {"key": key})
-    value = spec[key]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise AgentFailure(
-            "bad_spec",
-            f"spec {key!r} must be {kind.__name__}, got {type(value).__name__}",
-            {"key": key},
-        )
-    return value
-
-
-def is_str_list(value: Any) -> bool:
-    return isinstance(value, list) and all(isinstance(item, str) for item in value)
-
-
-def is_str_map(value: Any) -> bool:
-    """A dict of strings to strings: what an environment or a set of headers must be."""
-    return isinstance(value, dict) and all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    )
 
 
 def wait_until(ready: Callable[[], bool], timeout: float, *, interval: float) -> bool:

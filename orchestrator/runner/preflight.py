@@ -13,12 +13,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.agent import Agent
+from orchestrator.agent.client import AgentClient
 from orchestrator.agent.facts import HostFacts
 from orchestrator.config import HostConfig
 from orchestrator.doctor import HostProbe, check_run, model_from_agent
 from orchestrator.doctor.findings import Finding
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import OrchError
+from orchestrator.remote.wire import ModelRef, ReadModelConfigsSpec
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
@@ -29,7 +31,7 @@ class HostSession:
     """One host's connection, agent and facts for the whole playbook run (or why it has none)."""
 
     host: HostConfig
-    agent: Agent | None = None
+    agent: AgentClient | None = None
     facts: HostFacts | None = None
     error: OrchError | None = None
 
@@ -49,9 +51,10 @@ async def open_host(pool: ConnectionPool, host: HostConfig, ports: Sequence[int]
     session = HostSession(host)
     try:
         conn = await pool.get(host)
-        session.agent = Agent(conn, host)
-        await session.agent.ensure()
-        session.facts = await session.agent.probe(ports=sorted(set(ports)))
+        agent = Agent(conn, host)
+        await agent.ensure()
+        session.agent = agent
+        session.facts = HostFacts.from_probe(await agent.probe(ports=sorted(set(ports))))
     except OrchError as exc:
         session.error = exc
     return session
@@ -73,12 +76,11 @@ async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
     run = plan.run
     if session.agent is None:
         return DoctorResult()
-    models = [{"id": run.model}]
     draft = run.speculative.draft_model
-    if draft:
-        models.append({"id": draft})
-    data = await session.agent.call("read_model_configs", {"models": models})
-    found = data.get("models") or {}
+    models = [ModelRef(id=run.model)] + ([ModelRef(id=draft)] if draft else [])
+    answer = await session.agent.read_model_configs(ReadModelConfigsSpec(models=models))
+    # the doctor reads the entries as JSON objects (its model tests build them as such)
+    found = {model_id: files.to_json() for model_id, files in answer.models.items()}
     result = DoctorResult()
     result.target, note = model_from_agent(found, run.model, role="target")
     notes = [note]
@@ -90,7 +92,7 @@ async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
         run,
         target=result.target,
         drafter=result.drafter,
-        host=HostProbe.from_probe(session.facts) if session.facts else None,
+        host=HostProbe.from_probe(session.facts.probe) if session.facts else None,
         expected_gpu=gpus.model if gpus else None,
         port=plan.port,
         env=plan.env,  # host env + run env: what the engine will really see

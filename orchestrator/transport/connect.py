@@ -245,7 +245,7 @@ def _route(ep: Endpoint, opts: asyncssh.SSHClientConnectionOptions, via: str | N
         identities = tuple(k if isinstance(k, str) else "<in-memory key>" for k in ep.client_keys)
     else:
         configured = opts.config.get("IdentityFile", ())
-        identities = tuple(str(p) for p in configured or ())
+        identities = tuple(str(p) for p in configured) if isinstance(configured, list | tuple) else ()
     return Route(ep.name, opts.host, opts.port, opts.username, identities, via, ep.hop)
 
 

@@ -18,6 +18,7 @@ import os
 import posixpath
 import signal
 import sys
+from collections.abc import Awaitable
 from pathlib import Path
 
 import asyncssh
@@ -196,7 +197,7 @@ async def _pump(source: asyncio.StreamReader, sink: asyncssh.SSHWriter[bytes]) -
         return
 
 
-async def _exit_after(output: asyncio.Future[object], local: asyncio.subprocess.Process) -> int:
+async def _exit_after(output: Awaitable[object], local: asyncio.subprocess.Process) -> int:
     """The exit code, once all of stdout/stderr has been forwarded (nothing is cut short)."""
     await output
     return await local.wait()

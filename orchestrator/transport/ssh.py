@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import functools
 import secrets
 import shlex
 import sys
@@ -191,7 +192,8 @@ class Connection:
 
         async def read(sftp: asyncssh.SFTPClient) -> bytes:
             async with sftp.open(path, "rb") as f:
-                return bytes(await f.read())
+                data = await f.read()  # bytes in "rb" mode; the stubs say AnyStr
+                return data if isinstance(data, bytes) else data.encode()
 
         return await self._sftp_call(f"reading {path}", read)
 
@@ -421,7 +423,7 @@ class ConnectionPool:
         if task is None:
             task = asyncio.ensure_future(self._connect(host))
             self._pending[host.name] = task
-            task.add_done_callback(lambda t, name=host.name: self._settled(name, t))
+            task.add_done_callback(functools.partial(self._settled, host.name))
         return await asyncio.shield(task)
 
     def _settled(self, name: str, task: asyncio.Task[Connection]) -> None:

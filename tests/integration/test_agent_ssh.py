@@ -16,8 +16,10 @@ from hypothesis import strategies as st
 
 from orchestrator.agent.bundle import build_bundle
 from orchestrator.agent.client import PYTHON_HINT, Agent
+from orchestrator.agent.facts import HostFacts
 from orchestrator.config.hostconfig import GpuSpec, HostConfig
 from orchestrator.errors import AgentError, ConfigError, RemoteCommandError
+from orchestrator.remote.wire import EchoChild, EchoResult, EchoSpec, ErrorKind, HttpSpec
 from orchestrator.sim.versions import DRIVER_VERSION, SGLANG_VERSION, VLLM_VERSION
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port
 
@@ -95,7 +97,8 @@ def test_workdir_tilde_is_expanded_without_a_shell(
 
 def test_probe_over_ssh(sshd_factory: SshdFactory, host: SshdHost) -> None:
     port = free_port()
-    facts = with_agent(sshd_factory, host.host_config(), lambda agent: agent.probe(ports=[port]))
+    probe = with_agent(sshd_factory, host.host_config(), lambda agent: agent.probe(ports=[port]))
+    facts = HostFacts.from_probe(probe)
     assert [(g.index, g.name, g.memory_total_mib) for g in facts.gpus] == [
         (0, "NVIDIA RTX A6000", 49140),
         (1, "NVIDIA RTX A6000", 49140),
@@ -120,20 +123,20 @@ def test_spec_file_is_private(sshd_factory: SshdFactory, host: SshdHost) -> None
     data = with_agent(
         sshd_factory,
         host.host_config(),
-        lambda agent: agent.call("echo", {"keep_spec": True, "token": "s3cret"}),
+        lambda agent: agent.echo(EchoSpec(payload={"token": "s3cret"}), keep_spec=True),
     )
-    spec_path = data["argv"][-1]
+    spec_path = data.argv[-1]
     assert spec_path.startswith(str(host.workdir / "specs" / "echo-"))
     assert stat.S_IMODE(os.stat(spec_path).st_mode) == 0o600
-    assert data["argv"][:2] == [str(host.workdir / build_bundle().filename), "echo"]
+    assert data.argv[:2] == [str(host.workdir / build_bundle().filename), "echo"]
 
 
 def test_agent_error_event_becomes_agent_error(sshd_factory: SshdFactory, host: SshdHost) -> None:
     with pytest.raises(AgentError) as info:
         with_agent(
-            sshd_factory, host.host_config(), lambda agent: agent.call("probe", {"ports": ["x"]})
+            sshd_factory, host.host_config(), lambda agent: agent.probe(ports=[0])
         )
-    assert info.value.kind == "bad_spec"
+    assert info.value.kind is ErrorKind.BAD_SPEC
     assert info.value.host == "gpu-a"
     assert (
         str(info.value) == "gpu-a: probe: probe: 'ports' must be a list of port numbers (1-65535)"
@@ -143,23 +146,23 @@ def test_agent_error_event_becomes_agent_error(sshd_factory: SshdFactory, host: 
 def test_stream_yields_events_then_raises_on_error(
     sshd_factory: SshdFactory, host: SshdHost
 ) -> None:
-    async def body(agent: Agent) -> list[dict[str, Any]]:
-        events = [event async for event in agent.stream("echo", {"v": 1})]
+    async def body(agent: Agent) -> list[Any]:
+        events = [event async for event in agent._stream("echo", EchoSpec(payload={"v": 1}))]
         with pytest.raises(AgentError) as info:
-            async for _ in agent.stream("no_such_verb", {}):
+            async for _ in agent._stream("no_such_verb", EchoSpec()):
                 pass
-        assert info.value.kind == "unknown_verb"
+        assert info.value.kind is ErrorKind.UNKNOWN_VERB
         return events
 
     events = with_agent(sshd_factory, host.host_config(), body)
-    assert [e["event"] for e in events] == ["result"]
-    assert events[0]["data"]["spec"] == {"v": 1}
+    assert [type(e) for e in events] == [EchoResult]
+    assert events[0].payload == {"v": 1}
 
 
 def test_missing_interpreter_is_explained(sshd_factory: SshdFactory, host: SshdHost) -> None:
     config = host.host_config(python="/opt/venvs/nope/bin/python")
     with pytest.raises(RemoteCommandError) as info:
-        with_agent(sshd_factory, config, lambda agent: agent.call("echo", {}))
+        with_agent(sshd_factory, config, lambda agent: agent.echo(EchoSpec()))
     assert info.value.host == "gpu-a"
     assert info.value.message.startswith(
         "the remote interpreter '/opt/venvs/nope/bin/python' was not found (exit 127)"
@@ -177,10 +180,10 @@ def test_spec_file_is_deleted_when_the_agent_never_starts(
 
     async def body(agent: Agent) -> None:
         if streamed:
-            async for _ in agent.stream("echo", {"token": "s3cret"}):
+            async for _ in agent._stream("http", HttpSpec(port=1, path="/", headers={"t": "s3"})):
                 pass
         else:
-            await agent.call("echo", {"token": "s3cret"})
+            await agent.echo(EchoSpec(payload={"token": "s3cret"}))
 
     with pytest.raises(RemoteCommandError, match=r"exit 127"):
         with_agent(sshd_factory, config, body)
@@ -192,9 +195,9 @@ def test_too_old_interpreter_is_explained(sshd_factory: SshdFactory, host: SshdH
         pytest.skip(f"no Python 2.7 at {PYTHON27}")
     with pytest.raises(AgentError) as info:
         with_agent(
-            sshd_factory, host.host_config(python=PYTHON27), lambda agent: agent.call("echo", {})
+            sshd_factory, host.host_config(python=PYTHON27), lambda agent: agent.echo(EchoSpec())
         )
-    assert info.value.kind == "python_too_old"
+    assert info.value.kind is ErrorKind.PYTHON_TOO_OLD
     assert (
         info.value.message == f"echo: the agent needs Python 3.9+, but {PYTHON27} is Python 2.7.18"
     )
@@ -265,16 +268,12 @@ def test_user_values_round_trip_byte_identical(sshd_factory: SshdFactory) -> Non
             env=st.dictionaries(env_keys, texts, max_size=4),
         )
         def check(model: str, args: list[str], env: dict[str, str]) -> None:
-            spec = {
-                "model": model,
-                "extra_args": args,
-                "env": env,
-                "nested": {model: [args]},
-                "child": {"args": [model, *args], "env": env},
-            }
-            data = loop.run_until_complete(agent.call("echo", spec, timeout=60))
-            assert data["spec"] == spec
-            assert data["child"] == {"argv": [model, *args], "env": env}
+            payload = {"model": model, "extra_args": args, "env": env, "nested": {model: [args]}}
+            spec = EchoSpec(payload=payload, child=EchoChild(args=[model, *args], env=env))
+            data = loop.run_until_complete(agent.echo(spec, timeout=60))
+            assert data.payload == payload
+            assert data.child is not None
+            assert (data.child.argv, data.child.env) == ([model, *args], env)
 
         check()
     finally:

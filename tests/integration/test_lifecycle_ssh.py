@@ -20,8 +20,9 @@ import pytest
 from orchestrator.agent.client import Agent
 from orchestrator.config import HostConfig, RunSpec
 from orchestrator.engines.failures import OOM
-from orchestrator.engines.server import LogLine, Server, ServerRegistry, pool_reconnect
 from orchestrator.errors import AgentError, EngineError
+from orchestrator.remote.wire import ErrorKind
+from orchestrator.runner.server import LogLine, Server, ServerRegistry, pool_reconnect
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port
 
 pytestmark = pytest.mark.integration
@@ -90,6 +91,7 @@ def test_launch_ready_tail_stop(sshd_factory: SshdFactory, host: SshdHost) -> No
         lines = [line async for line in server.tail(follow=False, until_exit=False)]
         state = await server.status()
         result = await server.stop(timeout_s=10)
+        assert server.record is not None
         return {"record": server.record, "lines": lines, "state": state, "result": result,
                 "after": await server.status()}
 
@@ -97,14 +99,14 @@ def test_launch_ready_tail_stop(sshd_factory: SshdFactory, host: SshdHost) -> No
     record, lines = out["record"], out["lines"]
     assert out["state"].alive and out["state"].log_size > 0
     assert phases and phases[0] == "starting"
-    log = Path(record["log"]).read_bytes()
+    log = Path(record.log).read_bytes()
     assert [line.text for line in lines] == log.decode().splitlines()[: len(lines)]
     assert lines[0].offset == 0 and all(a.next == b.offset for a, b in zip(lines, lines[1:], strict=False))
     assert any("Application startup complete." in line.text for line in lines)
-    stopped = out["result"]["stopped"][0]
-    assert stopped["gpu_released"] is True and stopped["remaining_pids"] == []
-    assert not any(alive(pid) for pid in stopped["killed_pids"])
-    assert not set(smi_pids(host)) & set(stopped["killed_pids"])
+    stopped = out["result"].stopped[0]
+    assert stopped.gpu_released is True and stopped.remaining_pids == []
+    assert not any(alive(pid) for pid in stopped.killed_pids)
+    assert not set(smi_pids(host)) & set(stopped.killed_pids)
     assert out["after"].alive is False
 
 
@@ -144,7 +146,7 @@ def test_port_in_use_is_refused(sshd_factory: SshdFactory, host: SshdHost) -> No
             return info.value
 
         error = scenario(sshd_factory, config, body)
-    assert error.kind == "port_in_use"
+    assert error.kind is ErrorKind.PORT_IN_USE
     assert f"port {port} on 127.0.0.1 is already in use by pid {os.getpid()}" in error.message
 
 
@@ -154,7 +156,7 @@ def test_tail_resumes_after_the_connection_drops(sshd_factory: SshdFactory, host
     config = host.host_config(port=proxy.port)
     run = make_run("sglang", env={"ORCH_SIM_LOAD_S": "2"})
 
-    async def body(pool: Any, agent: Agent, registry: ServerRegistry) -> tuple[list[LogLine], dict[str, Any]]:
+    async def body(pool: Any, agent: Agent, registry: ServerRegistry) -> tuple[list[LogLine], Any]:
         server = await Server.start(agent, run, config, run_id="it-cut", port=free_port(), registry=registry,
                                     reconnect=pool_reconnect(pool, config, agent))
         got: list[LogLine] = []
@@ -169,11 +171,11 @@ def test_tail_resumes_after_the_connection_drops(sshd_factory: SshdFactory, host
             if "fired up and ready" in line.text:
                 await server.stop(timeout_s=10)
         assert len(cut_at) == 2
-        return got, server.record or {}
+        return got, server.record
 
     got, record = scenario(sshd_factory, config, body)
     assert proxy.connections_seen >= 3  # the original connection and one per cut
-    texts = Path(record["log"]).read_bytes().decode().splitlines()
+    texts = Path(record.log).read_bytes().decode().splitlines()
     assert [line.text for line in got] == texts
     assert got[0].offset == 0 and all(a.next == b.offset for a, b in zip(got, got[1:], strict=False))
 
@@ -183,7 +185,7 @@ import asyncio, json, sys
 sys.path.insert(0, {root!r})
 from orchestrator.agent.client import Agent
 from orchestrator.config import HostConfig, RunSpec
-from orchestrator.engines.server import Server, ServerRegistry
+from orchestrator.runner.server import Server, ServerRegistry
 from orchestrator.transport import ConnectionPool
 
 args = json.loads(sys.argv[1])
@@ -197,7 +199,7 @@ async def main():
             server = await Server.start(agent, RunSpec.model_validate(args["run"]), config,
                                         run_id="it-sigint", port=args["port"], registry=registry)
             await server.wait_ready(timeout=60, poll_interval=0.1)
-            print(json.dumps(server.record), flush=True)
+            print(json.dumps(server.record.to_json()), flush=True)
             await asyncio.sleep(3600)
     finally:
         await pool.close()
@@ -252,7 +254,8 @@ def test_ps_and_stop_commands(sshd_factory: SshdFactory, host: SshdHost, tmp_pat
         server = await Server.start(agent, make_run("sglang"), config, run_id="it-ps", port=port,
                                     registry=ServerRegistry())  # not ours to stop: orch stop will
         await server.wait_ready(timeout=60, poll_interval=0.1)
-        return server.record or {}
+        assert server.record is not None
+        return server.record.to_json()
 
     record = scenario(sshd_factory, config, body)
     inventory = tmp_path / "hosts.yaml"

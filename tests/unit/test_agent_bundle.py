@@ -17,6 +17,7 @@ import pytest
 
 from orchestrator.agent import bundle as bundle_mod
 from orchestrator.agent.bundle import REMOTE_SOURCE, build_bundle
+from orchestrator.remote.wire import CONTRACT_VERSION
 
 OLD_PYTHONS = {  # interpreters this machine may have (pyenv); tests skip those it lacks
     "3.9": "/root/.pyenv/versions/3.9.18/bin/python",
@@ -84,7 +85,7 @@ def test_the_bundle_runs_from_any_directory(tmp_path: Path) -> None:
     pyz = tmp_path / bundle.filename
     pyz.write_bytes(bundle.data)
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"k": "v"}))
+    spec.write_text(json.dumps({"payload": {"k": "v"}}))
     proc = subprocess.run(
         [sys.executable, str(pyz), "echo", str(spec)],
         capture_output=True,
@@ -93,7 +94,7 @@ def test_the_bundle_runs_from_any_directory(tmp_path: Path) -> None:
         check=False,
     )
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["data"]["spec"] == {"k": "v"}
+    assert json.loads(proc.stdout)["data"]["payload"] == {"k": "v"}
 
 
 _OPTIONAL = {"ImportError", "ModuleNotFoundError", "Exception", "BaseException"}
@@ -146,7 +147,7 @@ def test_runs_under_python39(version: str, tmp_path: Path) -> None:
     bundle = build_bundle()
     pyz = tmp_path / bundle.filename
     pyz.write_bytes(bundle.data)
-    for verb, spec in (("echo", {"a": "ü"}), ("probe", {"ports": [1]})):
+    for verb, spec in (("echo", {"payload": {"a": "ü"}}), ("probe", {"ports": [1]})):
         spec_path = tmp_path / f"{verb}.json"
         spec_path.write_text(json.dumps(spec))
         proc = subprocess.run(
@@ -171,7 +172,7 @@ def test_too_old_python_gets_one_error_event(tmp_path: Path) -> None:
     )
     assert proc.returncode == 1
     event = json.loads(proc.stdout)
-    assert event["event"] == "error"
+    assert (event["v"], event["event"]) == (CONTRACT_VERSION, "error")
     assert event["kind"] == "python_too_old"
     assert event["message"] == f"the agent needs Python 3.9+, but {python} is Python 2.7.18"
     assert not spec_path.exists()

@@ -25,9 +25,18 @@ import pytest
 
 from orchestrator.loadgen.prompts import build_loadgen_spec, load_prompts
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
-from orchestrator.metrics.summary import summarize
+from orchestrator.metrics.summary import request_stats
 from orchestrator.remote import loadgen, tokens
 from orchestrator.remote.protocol import AgentFailure
+from orchestrator.remote.wire import (
+    LoadgenSpec,
+    PhaseEvent,
+    ProgressEvent,
+    PromptSource,
+    Wire,
+    WireError,
+    decode_line,
+)
 from orchestrator.sim.sandbox import prepare_sandbox
 
 BASE = {"port": 8000, "model": "m", "prompts": {"kind": "list", "items": ["hi"]}, "num_prompts": 1}
@@ -41,28 +50,44 @@ BASE = {"port": 8000, "model": "m", "prompts": {"kind": "list", "items": ["hi"]}
         ({"api": "responses"}, "'api' must be chat or completions"),
         ({"num_prompts": None}, "give 'num_prompts' or 'duration_s'"),
         ({"num_prompts": 0}, "'num_prompts' must be >= 1"),
-        ({"concurrency": 2.5}, "'concurrency' must be >= 1"),
-        ({"request_rate": "fast"}, "'request_rate' must be a number"),
-        ({"prompts": ["hi"]}, "'prompts' must be"),
+        ({"concurrency": 0}, "'concurrency' must be >= 1"),
+        ({"prompts": {"kind": "file"}}, "'prompts' must be"),
+        # outside the contract's types: refused by LoadgenSpec itself, naming the field
+        ({"concurrency": 2.5}, "LoadgenSpec.concurrency: expected an integer, got the number 2.5"),
+        ({"request_rate": "fast"}, "LoadgenSpec.request_rate: expected a number"),
+        ({"prompts": ["hi"]}, "LoadgenSpec.prompts (PromptSource): expected an object"),
+        ({"num_prompt": 3}, "LoadgenSpec: unknown field 'num_prompt'"),
     ],
 )
 def test_bad_specs_fail_with_bad_spec(change, message):
     with pytest.raises(AgentFailure) as info:
-        loadgen.LoadSpec({**BASE, **change})
+        loadgen.LoadSpec.parse({**BASE, **change})
     assert info.value.kind == "bad_spec"
     assert message in info.value.message
 
 
 def test_spec_defaults():
-    cfg = loadgen.LoadSpec(BASE)
+    cfg = loadgen.LoadSpec.parse(BASE)
     assert cfg.base_url == "http://127.0.0.1:8000" and cfg.api == "chat"
     assert (cfg.concurrency, cfg.request_rate, cfg.open_loop, cfg.warmup) == (1, None, False, 0)
-    cfg = loadgen.LoadSpec({**BASE, "base_url": "http://h:1/", "request_rate": 2, "port": None})
+    cfg = loadgen.LoadSpec.parse({**BASE, "base_url": "http://h:1/", "request_rate": 2, "port": None})
     assert cfg.base_url == "http://h:1" and cfg.open_loop and cfg.concurrency is None
 
 
+def test_the_controllers_spec_fits_the_contract():
+    workload = {"prompts": "builtin:math", "num_prompts": 4, "request_rate": 2.0, "seed": 3}
+    raw = build_loadgen_spec(workload, load_prompts(workload, base_dir="."), port=9,
+                             served_name="m", api_key="sk-1")
+    spec = LoadgenSpec.from_json(raw)
+    assert (spec.port, spec.base_url, spec.num_prompts, spec.request_rate, spec.api_key) == (
+        None, "http://127.0.0.1:9", 4, 2.0, "sk-1")
+    assert spec.prompts.kind == "list" and len(spec.prompts.items) == 4
+    with pytest.raises(WireError, match="LoadgenSpec: unknown field 'extra'"):
+        LoadgenSpec.from_json({**raw, "extra": 1})
+
+
 def test_request_bodies():
-    cfg = loadgen.LoadSpec(
+    cfg = loadgen.LoadSpec.parse(
         {
             **BASE,
             "max_tokens": 64,
@@ -89,7 +114,7 @@ def test_request_bodies():
         ]
     }
     assert loadgen.request_body(msgs, cfg)["messages"] == msgs["messages"]
-    cfg = loadgen.LoadSpec({**BASE, "api": "completions", "continuous_usage_stats": False})
+    cfg = loadgen.LoadSpec.parse({**BASE, "api": "completions", "continuous_usage_stats": False})
     body = loadgen.request_body(msgs, cfg)
     assert body == {
         "model": "m",
@@ -118,7 +143,7 @@ def test_request_seed_is_a_stable_hash_of_the_workload_seed_and_the_index():
 def test_requests_are_seeded_unless_greedy(temperature, seeded):
     """Greedy needs no seed; unset, the server's default temperature may sample."""
     spec = {**BASE, "seed": 3} if temperature is None else {**BASE, "temperature": temperature}
-    cfg = loadgen.LoadSpec(spec)
+    cfg = loadgen.LoadSpec.parse(spec)
     assert cfg.request_seeds is seeded
     assert "seed" not in loadgen.request_body("x", cfg)
     assert loadgen.request_body("x", cfg, seed=12)["seed"] == 12
@@ -187,9 +212,9 @@ def test_open_loop_arrivals_are_gamma(burstiness, cv):
 
 def test_lag_stats():
     stats = loadgen.lag_stats_ms([0.001, 0.002, 0.003, 0.010])
-    assert stats["n"] == 4 and stats["max"] == 10.0
-    assert stats["p50"] == pytest.approx(2.5) and stats["p99"] == pytest.approx(9.79)
-    assert loadgen.lag_stats_ms([])["p99"] is None
+    assert stats.n == 4 and stats.max == 10.0
+    assert stats.p50 == pytest.approx(2.5) and stats.p99 == pytest.approx(9.79)
+    assert loadgen.lag_stats_ms([]).p99 is None
 
 
 class GreedyTokenizer:
@@ -219,26 +244,27 @@ class GreedyTokenizer:
 
 def test_random_prompts_exact_tokens_with_a_tokenizer():
     tok = GreedyTokenizer()
-    items, source, exact = tokens.random_prompts(
-        {"num": 30, "input_len": 40, "range_ratio": 0.5}, tok, seed=5
-    )
+    spec = PromptSource(kind="random", num=30, input_len=40, range_ratio=0.5)
+    items, source, exact = tokens.random_prompts(spec, tok, seed=5)
     assert source == "random:tokens" and exact == 30
     lengths = [len(tok.encode(t)) for t in items]
     assert min(lengths) >= 20 and max(lengths) <= 60 and len(set(lengths)) > 5
     assert all("<s>" not in t for t in items)
     assert (
-        tokens.random_prompts({"num": 30, "input_len": 40, "range_ratio": 0.5}, tok, seed=5)[0]
+        tokens.random_prompts(spec, tok, seed=5)[0]
         == items
     )
 
 
 def test_random_prompts_in_words_without_a_tokenizer():
-    items, source, exact = tokens.random_prompts({"num": 4, "input_len": 100}, None, seed=1)
+    items, source, exact = tokens.random_prompts(
+        PromptSource(kind="random", num=4, input_len=100), None, seed=1
+    )
     assert source == "random:words" and exact == 0
     assert [len(t.split()) for t in items] == [100] * 4
     assert len(set(items)) == 4
     with pytest.raises(AgentFailure, match="input_len"):
-        tokens.random_prompts({"num": 4}, None, seed=1)
+        tokens.random_prompts(PromptSource(kind="random", num=4), None, seed=1)
 
 
 def closed_port() -> int:
@@ -248,7 +274,7 @@ def closed_port() -> int:
 
 
 def test_unreachable_server_is_recorded_not_raised():
-    events: list[dict] = []
+    events: list[Wire] = []
     spec = {
         "port": closed_port(),
         "model": "m",
@@ -258,8 +284,8 @@ def test_unreachable_server_is_recorded_not_raised():
         "concurrency": 2,
         "timeout_s": 5,
     }
-    result = loadgen.run(spec, events.append)
-    records = [RequestRecord.from_json(e) for e in events if e["event"] == "record"]
+    res = loadgen.run(spec, events.append)
+    records = [e for e in events if isinstance(e, RequestRecord)]
     assert [(r.index, r.warmup) for r in sorted(records, key=lambda r: r.index)] == [
         (0, True),
         (1, False),
@@ -267,12 +293,11 @@ def test_unreachable_server_is_recorded_not_raised():
         (3, False),
     ]
     assert all(not r.ok and r.status is None and "Connect" in r.error for r in records)
-    res = LoadgenResult.from_json(result)
     assert (res.requests, res.completed, res.failed, res.warmup) == (3, 0, 3, 1)
     assert res.prompt_source == "list" and res.token_count_method is None
     assert (res.input_len_exact, res.random_prompts, res.request_seeds) == (None, None, True)
-    assert [e["phase"] for e in events if e["event"] == "phase"] == ["warmup", "measure"]
-    assert res.client_lag["send_lag_ms"]["n"] == 3
+    assert [e.phase for e in events if isinstance(e, PhaseEvent)] == ["warmup", "measure"]
+    assert res.client_lag is not None and res.client_lag.send_lag_ms.n == 3
     assert math.isfinite(res.duration_s) and res.duration_s >= 0
 
 
@@ -313,7 +338,7 @@ def recorder() -> Iterator[ThreadingHTTPServer]:
 def sent_bodies(server: ThreadingHTTPServer, spec: dict) -> list[dict]:
     server.bodies.clear()  # type: ignore[attr-defined]
     result = loadgen.run({**spec, "port": server.server_address[1]}, lambda event: None)
-    assert (result["completed"], result["failed"]) == (spec["num_prompts"], 0)
+    assert (result.completed, result.failed) == (spec["num_prompts"], 0)
     paths = {path for path, _ in server.bodies}  # type: ignore[attr-defined]
     assert paths == {"/v1/chat/completions"}
     return [json.loads(body) for _, body in server.bodies]  # type: ignore[attr-defined]
@@ -333,7 +358,7 @@ def test_each_request_carries_its_own_reproducible_seed(recorder):
         "seed": 5,
     }
     bodies = sent_bodies(recorder, spec)
-    cfg = loadgen.LoadSpec({**spec, "port": 1})
+    cfg = loadgen.LoadSpec.parse({**spec, "port": 1})
     assert [b["seed"] for b in bodies] == [loadgen.request_seed(5, k) for k in range(6)]
     assert bodies == [
         loadgen.request_body(items[k % 3], cfg, seed=loadgen.request_seed(5, k)) for k in range(6)
@@ -424,16 +449,13 @@ def ground_truth(port: int, since: float) -> list[dict]:
     return sorted(reqs, key=lambda r: r["arrival_time"])
 
 
-def records_of(events: list[dict]) -> list[RequestRecord]:
-    return sorted(
-        (RequestRecord.from_json(e) for e in events if e["event"] == "record"),
-        key=lambda r: r.index,
-    )
+def records_of(events: list[Wire]) -> list[RequestRecord]:
+    return sorted((e for e in events if isinstance(e, RequestRecord)), key=lambda r: r.index)
 
 
 def test_closed_loop_matches_the_simulators_ground_truth(sim):
     since = time.time()
-    events: list[dict] = []
+    events: list[Wire] = []
     prompts = load_prompts({"prompts": "builtin:math"}, base_dir=".")
     workload = {
         "prompts": "builtin:math",
@@ -447,7 +469,7 @@ def test_closed_loop_matches_the_simulators_ground_truth(sim):
         "chat_template_kwargs": {"enable_thinking": False},
     }
     spec = build_loadgen_spec(workload, prompts, port=sim, served_name="Qwen/Qwen3.6-27B")
-    result = LoadgenResult.from_json(loadgen.run(spec, events.append))
+    result = loadgen.run(spec, events.append)
     records = records_of(events)
     truth = ground_truth(sim, since)
 
@@ -461,9 +483,11 @@ def test_closed_loop_matches_the_simulators_ground_truth(sim):
     assert sorted(tuple(c.tokens for c in r.chunks) for r in records) == sorted(
         tuple(t["chunk_tokens"]) for t in truth
     )
+    lag = result.client_lag
+    assert lag is not None
     measured_truth = truth[2:]  # the warm-up requests all finished before the first measured one
-    summary = summarize(
-        records, window_s=result.duration_s, loop_delay_ms=result.client_lag["loop_delay_ms"]
+    summary = request_stats(
+        records, window_s=result.duration_s, loop_delay_ms=lag.loop_delay_ms.to_json()
     )
     true_steps = sum(t["decode_steps"] for t in measured_truth)
     true_tpc = sum(t["output_tokens"] - 1 for t in measured_truth) / true_steps
@@ -476,9 +500,9 @@ def test_closed_loop_matches_the_simulators_ground_truth(sim):
     )
     assert summary.output_throughput == pytest.approx(16 * 160 / window, rel=0.03)
     assert summary.ttft_ms.median > 0 and summary.itl_token_ms.mean < summary.itl_chunk_ms.mean
-    assert result.client_lag["loop_delay_ms"]["n"] > 0
-    progress = [e for e in events if e["event"] == "progress"]
-    assert all(set(p) >= {"done", "failed", "tok_s", "in_flight"} for p in progress)
+    assert lag.loop_delay_ms.n > 0
+    progress = [e for e in events if isinstance(e, ProgressEvent)]
+    assert all(p.done + p.failed <= 18 and p.tok_s >= 0 and p.in_flight >= 0 for p in progress)
 
 
 def test_open_loop_via_the_agent_entry_point(sim, tmp_path: Path):
@@ -508,9 +532,10 @@ def test_open_loop_via_the_agent_entry_point(sim, tmp_path: Path):
     )
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert lines[-1]["event"] == "result"
-    result = LoadgenResult.from_json(lines[-1]["data"])
-    records = records_of(lines[:-1])
+    decoded = [decode_line("loadgen", line)[1] for line in lines]  # as the controller reads them
+    result = decoded[-1]
+    assert isinstance(result, LoadgenResult)
+    records = records_of(decoded[:-1])
     assert (result.completed, result.mode, result.prompt_source) == (24, "open", "random:words")
     # no tokenizer on this "host": the lengths are in words, and the result says so
     assert (result.input_len_exact, result.random_prompts, result.random_prompts_exact) == (
@@ -525,10 +550,10 @@ def test_open_loop_via_the_agent_entry_point(sim, tmp_path: Path):
     expected = [next(offsets) for _ in range(24)]
     assert [r.due - records[0].due for r in records] == pytest.approx(expected, abs=2e-6)
     assert all(r.start >= r.due for r in records)
-    assert result.client_lag["send_lag_ms"]["n"] == 24
+    assert result.client_lag is not None and result.client_lag.send_lag_ms.n == 24
     # tokens per chunk from the usage totals still match the server's steps
     truth = ground_truth(sim, since)
-    summary = summarize(records)
+    summary = request_stats(records)
     true_tpc = sum(t["output_tokens"] - 1 for t in truth) / sum(t["decode_steps"] for t in truth)
     assert summary.tokens_per_chunk == pytest.approx(true_tpc, rel=1e-9)
     assert summary.itl_token_ms.n == 0
@@ -537,11 +562,11 @@ def test_open_loop_via_the_agent_entry_point(sim, tmp_path: Path):
 def test_server_killed_mid_run_is_recorded(tmp_path: Path):
     port = closed_port()
     proc = start_sim(tmp_path, port)
-    events: list[dict] = []
+    events: list[Wire] = []
 
-    def emit(event: dict) -> None:  # the server dies the moment the first request completes
+    def emit(event: Wire) -> None:  # the server dies the moment the first request completes
         events.append(event)
-        if event["event"] == "record" and proc.poll() is None:
+        if isinstance(event, RequestRecord) and proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
@@ -556,7 +581,7 @@ def test_server_killed_mid_run_is_recorded(tmp_path: Path):
         "timeout_s": 10,
     }
     try:
-        result = LoadgenResult.from_json(loadgen.run(spec, emit))
+        result = loadgen.run(spec, emit)
     finally:
         stop_sim(proc)
     records = records_of(events)

@@ -14,6 +14,7 @@ from orchestrator.remote import modelfiles
 from orchestrator.remote.main import run_verb
 from orchestrator.remote.modelfiles import cache_folder_name, hub_dirs, read_model
 from orchestrator.remote.protocol import AgentFailure
+from orchestrator.remote.wire import CONTRACT_VERSION
 
 CONFIG = {"architectures": ["Qwen3ForCausalLM"], "num_hidden_layers": 36, "vocab_size": 151936}
 TOKENIZER = {"added_tokens_decoder": {"151643": {"content": "<|endoftext|>", "special": True}}}
@@ -65,7 +66,7 @@ def test_hf_cache_follows_refs_main(tmp_path: Path) -> None:
                                                "generation_config.json": {"temperature": 0.6}},
                                     "bbb222": {"config.json": old}}, main="aaa111")
     entry = read_model("Qwen/Qwen3-8B", None, [str(hub)])
-    assert entry == {
+    assert entry.to_json() == {
         "id": "Qwen/Qwen3-8B", "path": str(hub / "models--Qwen--Qwen3-8B" / "snapshots" / "aaa111"),
         "found": True, "config": CONFIG, "tokenizer_config": TOKENIZER,
         "generation_config": {"temperature": 0.6}, "chat_template": None, "error": None,
@@ -78,25 +79,25 @@ def test_hf_cache_without_refs_takes_the_newest_snapshot(tmp_path: Path) -> None
     hf_cache(hub, "z-lab/Qwen3-8B-DFlash-b16",
              {"older": {"config.json": CONFIG}, "newer": {"config.json": newest}}, main=None)
     entry = read_model("z-lab/Qwen3-8B-DFlash-b16", None, [str(tmp_path / "empty"), str(hub)])
-    assert entry["path"].endswith("/snapshots/newer")
-    assert entry["config"] == newest and entry["tokenizer_config"] is None and entry["error"] is None
+    assert entry.path is not None and entry.path.endswith("/snapshots/newer")
+    assert entry.config == newest and entry.tokenizer_config is None and entry.error is None
 
 
 def test_local_directory_and_chat_template(tmp_path: Path) -> None:
     model = write(tmp_path / "qwen", {"config.json": CONFIG, "chat_template.jinja": "{{ messages }}"})
     by_path = read_model("Qwen/Qwen3-8B", str(model), [])
-    assert by_path["found"] and by_path["path"] == str(model)
-    assert by_path["chat_template"] == "{{ messages }}"
+    assert by_path.found and by_path.path == str(model)
+    assert by_path.chat_template == "{{ messages }}"
     by_id = read_model(str(model), None, [])
-    assert by_id["config"] == CONFIG
+    assert by_id.config == CONFIG
 
 
 def test_not_found_says_where_it_looked(tmp_path: Path) -> None:
     entry = read_model("Qwen/Nope", None, [str(tmp_path / "hub")])
-    assert entry["found"] is False and entry["config"] is None
-    assert entry["error"] == f"not found (looked in Hugging Face cache {tmp_path / 'hub' / 'models--Qwen--Nope'})"
+    assert entry.found is False and entry.config is None
+    assert entry.error == f"not found (looked in Hugging Face cache {tmp_path / 'hub' / 'models--Qwen--Nope'})"
     missing_path = read_model("x", str(tmp_path / "gone"), [])
-    assert missing_path["error"] == f"not found (looked in path {tmp_path / 'gone'})"
+    assert missing_path.error == f"not found (looked in path {tmp_path / 'gone'})"
 
 
 def test_bad_and_large_files_are_reported_not_fatal(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -104,9 +105,10 @@ def test_bad_and_large_files_are_reported_not_fatal(tmp_path: Path, monkeypatch:
     model = write(tmp_path / "m", {"config.json": "{broken", "tokenizer_config.json": {"x": "y" * 200},
                                    "generation_config.json": [1, 2]})
     entry = read_model("m", str(model), [])
-    assert entry["found"] is True
-    assert (entry["config"], entry["tokenizer_config"], entry["generation_config"]) == (None, None, None)
-    problems = entry["error"].split("; ")
+    assert entry.found is True
+    assert (entry.config, entry.tokenizer_config, entry.generation_config) == (None, None, None)
+    assert entry.error is not None
+    problems = entry.error.split("; ")
     assert problems[0].startswith("config.json: not valid JSON (")
     assert problems[1] == "tokenizer_config.json: too large (209 bytes > 100), skipped"
     assert problems[2] == "generation_config.json: holds a list, not an object"
@@ -114,9 +116,9 @@ def test_bad_and_large_files_are_reported_not_fatal(tmp_path: Path, monkeypatch:
 
 def test_missing_config_json_is_an_error(tmp_path: Path) -> None:
     entry = read_model("m", str(write(tmp_path / "m", {"tokenizer_config.json": TOKENIZER})), [])
-    assert entry["found"] is True and entry["config"] is None
-    assert entry["error"] == "config.json: missing"
-    assert entry["tokenizer_config"] == TOKENIZER
+    assert entry.found is True and entry.config is None
+    assert entry.error == "config.json: missing"
+    assert entry.tokenizer_config == TOKENIZER
 
 
 @pytest.mark.parametrize(
@@ -142,7 +144,7 @@ def test_verb_through_the_agent_entry_point(tmp_path: Path, monkeypatch: pytest.
     assert run_verb(["read_model_configs", str(spec)], out) == 0
     (line,) = out.getvalue().splitlines()
     event = json.loads(line)
-    assert event["event"] == "result"
+    assert (event["v"], event["event"]) == (CONTRACT_VERSION, "result")
     models = event["data"]["models"]
     assert models["Qwen/Qwen3-8B"]["config"] == CONFIG
     assert models["z-lab/missing"]["found"] is False

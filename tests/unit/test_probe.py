@@ -16,6 +16,7 @@ import pytest
 from orchestrator.agent.bundle import build_bundle
 from orchestrator.agent.facts import GpuInfo, HostFacts, compare_gpus, gpu_warnings, model_matches
 from orchestrator.config.hostconfig import GpuSpec
+from orchestrator.doctor.host import HostProbe
 from orchestrator.remote.gpus import (
     na,
     parse_compute_apps_csv,
@@ -24,6 +25,7 @@ from orchestrator.remote.gpus import (
     split_fields,
 )
 from orchestrator.remote.probe import parse_meminfo, parse_os_release
+from orchestrator.remote.wire import CONTRACT_VERSION, ProbeResult
 
 UUID0 = "GPU-5c5f0b7b-6a0e-7e6b-4c1e-0c8f3b1f9d2a"
 UUID1 = "GPU-9a1d2e3f-1b2c-3d4e-5f60-718293a4b5c6"
@@ -303,7 +305,7 @@ def probe(pyz: Path, tmp_path: Path, spec: dict[str, Any], smi: str | None) -> d
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     [event] = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert event["event"] == "result"
+    assert (event["v"], event["event"]) == (CONTRACT_VERSION, "result")
     return event["data"]
 
 
@@ -369,7 +371,11 @@ def test_probe_without_nvidia_smi(pyz: Path, tmp_path: Path) -> None:
     data = probe(pyz, tmp_path, {"workdir": str(tmp_path)}, None)
     assert data["gpus"] == []
     assert data["driver_version"] is None
-    assert data["nvidia_smi"] == {"available": False, "error": "nvidia-smi not found on PATH"}
+    assert data["nvidia_smi"] == {
+        "available": False,
+        "error": "nvidia-smi not found on PATH",
+        "warnings": [],
+    }
 
 
 @pytest.mark.parametrize(
@@ -417,7 +423,7 @@ def test_probe_reports_free_and_busy_ports(pyz: Path, tmp_path: Path) -> None:
 
 def test_host_facts_from_probe(pyz: Path, tmp_path: Path) -> None:
     data = probe(pyz, tmp_path, {"workdir": str(tmp_path), "ports": [1]}, FAKE_SMI)
-    facts = HostFacts.from_probe(data)
+    facts = HostFacts.from_probe(ProbeResult.from_json(data))
     assert facts.python_version == data["python"]["version"]
     assert facts.driver_version == "535.183.01"
     assert [(g.index, g.name, g.memory_used_mib, g.uuid) for g in facts.gpus] == [
@@ -433,8 +439,24 @@ def test_host_facts_from_probe(pyz: Path, tmp_path: Path) -> None:
     assert facts.gpu_problems(GpuSpec(4, "RTX A6000")) == ["expected 4 x RTX A6000, found 2 GPUs"]
 
 
+def test_hosts_check_and_the_doctor_read_the_same_probe(pyz: Path, tmp_path: Path) -> None:
+    """Issue 8: two parsers disagreed, the doctor seeing no probed port (so never checking it)
+    when built from the host facts production hands it. Now one typed result feeds both."""
+    raw = probe(pyz, tmp_path, {"workdir": str(tmp_path), "ports": [8000]}, FAKE_SMI)
+    result = ProbeResult.from_json(raw)
+    facts = HostFacts.from_probe(result)
+    assert facts.probe is result
+    assert HostProbe.from_probe(result).checked_ports == {8000}
+    assert HostProbe.from_probe(facts.probe).checked_ports == {8000}  # the production path
+    assert HostProbe.from_probe(facts.probe) == HostProbe.from_probe(result)
+    assert facts.checked_ports == [8000]
+    assert result.to_json() == raw  # nothing the agent said is lost on the way
+
+
 def test_host_facts_without_nvidia_smi(pyz: Path, tmp_path: Path) -> None:
-    facts = HostFacts.from_probe(probe(pyz, tmp_path, {"workdir": str(tmp_path)}, None))
+    facts = HostFacts.from_probe(
+        ProbeResult.from_json(probe(pyz, tmp_path, {"workdir": str(tmp_path)}, None))
+    )
     assert facts.gpus == []
     assert facts.nvidia_smi_error == "nvidia-smi not found on PATH"
     assert facts.gpu_problems(None) == []
@@ -447,7 +469,9 @@ def test_host_facts_without_nvidia_smi(pyz: Path, tmp_path: Path) -> None:
 
 
 def test_host_facts_with_nvidia_smi_have_no_gpu_warning(pyz: Path, tmp_path: Path) -> None:
-    facts = HostFacts.from_probe(probe(pyz, tmp_path, {"workdir": str(tmp_path)}, FAKE_SMI))
+    facts = HostFacts.from_probe(
+        ProbeResult.from_json(probe(pyz, tmp_path, {"workdir": str(tmp_path)}, FAKE_SMI))
+    )
     assert facts.gpu_warnings(None) == []
     assert facts.gpu_warnings(GpuSpec(2, "RTX A6000")) == []
 

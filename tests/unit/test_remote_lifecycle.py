@@ -24,6 +24,7 @@ from orchestrator.sim.gpus import register_process, unregister_process
 from orchestrator.sim.sandbox import Sandbox, prepare_sandbox
 
 FAST = {"ORCH_SIM_LOAD_S": "0.2", "ORCH_SIM_SPEED": "50"}
+WORKDIR_VERBS = ("launch", "status", "tail", "stop")
 
 
 def free_port() -> int:
@@ -47,7 +48,8 @@ class Host:
 
     def spec_file(self, verb: str, spec: dict[str, Any]) -> Path:
         path = self.specs / f"{verb}-{uuid.uuid4().hex}.json"
-        path.write_text(json.dumps({"workdir": str(self.workdir), **spec}))
+        workdir = {"workdir": str(self.workdir)} if verb in WORKDIR_VERBS else {}
+        path.write_text(json.dumps({**workdir, **spec}))
         return path
 
     def run(self, verb: str, spec: dict[str, Any], *, timeout: float = 60) -> list[dict[str, Any]]:
@@ -227,7 +229,7 @@ def test_busy_gpu_is_refused_naming_the_process(host: Host) -> None:
         # one GPU is enough when the run only needs GPU 0
         one = host.call("launch", {"run_id": "g2", "argv": ENGINES["vllm"].argv(vllm_run(tensor_parallel=1), port=port),
                                    "env": FAST, "port": port, "gpus_needed": 1})
-        assert one["gpu_check"] == {"checked": True, "gpus": [0]}
+        assert one["gpu_check"] == {"checked": True, "reason": None, "gpus": [0]}
         error = host.fail("launch", {"run_id": "g3", "argv": ["vllm"], "env": {}, "port": free_port(),
                                      "gpus_needed": 3})
         assert (error["kind"], error["message"]) == ("not_enough_gpus", "the run needs 3 GPU(s) but only 2 are available")

@@ -16,6 +16,15 @@ from orchestrator.agent.bundle import build_bundle
 from orchestrator.agent.client import decode_output
 from orchestrator.remote import main as agent_main
 from orchestrator.remote.protocol import AgentFailure
+from orchestrator.remote.wire import (
+    CONTRACT_VERSION,
+    EchoResult,
+    ErrorKind,
+    ProgressEvent,
+    StatusResult,
+)
+
+V = CONTRACT_VERSION
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -42,22 +51,21 @@ def write_spec(path: Path, spec: Any) -> Path:
 
 
 def test_echo_returns_spec_argv_and_requested_env(pyz: Path, tmp_path: Path) -> None:
-    spec = {
-        "model": "a'b\"c $(rm -rf /) `id`; ünï\n--x",
-        "n": [1, 2.5, None, True],
-        "env_keys": ["ORCH_T", "ABSENT"],
-    }
+    payload = {"model": "a'b\"c $(rm -rf /) `id`; ünï\n--x", "n": [1, 2.5, None, True]}
+    spec = {"payload": payload, "env_keys": ["ORCH_T", "ABSENT"]}
     spec_path = write_spec(tmp_path / "echo.json", spec)
     env = {**os.environ, "ORCH_T": "v a l"}
     code, events, _ = run_agent([sys.executable, str(pyz), "echo", str(spec_path)], env=env)
     assert code == 0
     assert events == [
         {
+            "v": V,
             "event": "result",
             "data": {
-                "spec": spec,
+                "payload": payload,
                 "argv": [str(pyz), "echo", str(spec_path)],
                 "env": {"ORCH_T": "v a l", "ABSENT": None},
+                "child": None,
             },
         }
     ]
@@ -115,6 +123,7 @@ def test_unknown_verb(pyz: Path, tmp_path: Path) -> None:
     assert code == 1
     assert events == [
         {
+            "v": V,
             "event": "error",
             "kind": "unknown_verb",
             "message": "unknown verb 'frobnicate'",
@@ -132,11 +141,12 @@ def test_wrong_argument_count(pyz: Path) -> None:
 
 
 def test_agent_failure_from_a_verb_keeps_its_kind(pyz: Path, tmp_path: Path) -> None:
-    spec_path = write_spec(tmp_path / "s.json", {"ports": ["http"]})
+    spec_path = write_spec(tmp_path / "s.json", {"ports": [0]})
     code, events, _ = run_agent([sys.executable, str(pyz), "probe", str(spec_path)])
     assert code == 1
     assert events == [
         {
+            "v": V,
             "event": "error",
             "kind": "bad_spec",
             "message": "probe: 'ports' must be a list of port numbers (1-65535)",
@@ -145,14 +155,38 @@ def test_agent_failure_from_a_verb_keeps_its_kind(pyz: Path, tmp_path: Path) -> 
     ]
 
 
-def test_python_m_runs_the_same_code(tmp_path: Path) -> None:
-    spec = {"x": "y"}
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"ports": ["http"]}, "bad spec: ProbeSpec.ports[0]: expected an integer, got the string 'http'"),
+        ({"portz": [1]}, "bad spec: ProbeSpec: unknown field 'portz'"),
+    ],
+)
+def test_a_spec_outside_the_contract_is_bad_spec(
+    pyz: Path, tmp_path: Path, spec: dict[str, Any], message: str
+) -> None:
     spec_path = write_spec(tmp_path / "s.json", spec)
+    code, events, _ = run_agent([sys.executable, str(pyz), "probe", str(spec_path)])
+    assert code == 1
+    assert [(e["kind"], e["message"]) for e in events] == [("bad_spec", message)]
+
+
+def test_a_spec_of_another_contract_version_is_refused(pyz: Path, tmp_path: Path) -> None:
+    spec_path = write_spec(tmp_path / "s.json", {"v": V + 1, "payload": 1})
+    code, events, _ = run_agent([sys.executable, str(pyz), "echo", str(spec_path)])
+    assert code == 1
+    assert [(e["v"], e["kind"], e["message"]) for e in events] == [
+        (V, "contract_mismatch", f"the spec is of contract v{V + 1}, this agent speaks v{V}")
+    ]
+
+
+def test_python_m_runs_the_same_code(tmp_path: Path) -> None:
+    spec_path = write_spec(tmp_path / "s.json", {"payload": {"x": "y"}})
     code, events, _ = run_agent(
         [sys.executable, "-m", "orchestrator.remote.main", "echo", str(spec_path)], cwd=REPO
     )
     assert code == 0
-    assert events[-1]["data"]["spec"] == spec
+    assert events[-1]["data"]["payload"] == {"x": "y"}
 
 
 def test_stray_prints_and_child_output_go_to_stderr(tmp_path: Path) -> None:
@@ -161,11 +195,12 @@ def test_stray_prints_and_child_output_go_to_stderr(tmp_path: Path) -> None:
     script = (
         "import os, subprocess, sys\n"
         "import orchestrator.remote.main as m\n"
+        "from orchestrator.remote.wire import StatusResult, TailLine\n"
         "def noisy(spec, emit):\n"
         "    print('hello from print')\n"
         "    subprocess.run(['echo', 'hello from a child'], check=True)\n"
-        "    emit({'event': 'line', 'text': 'ünï'})\n"
-        "    return {'ok': True}\n"
+        "    emit(TailLine(offset=0, next=7, text='ünï'))\n"
+        "    return StatusResult(servers=[])\n"
         "m.VERBS['noisy'] = noisy\n"
         "sys.exit(m.main(sys.argv[1:]))\n"
     )
@@ -179,8 +214,8 @@ def test_stray_prints_and_child_output_go_to_stderr(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0
     assert proc.stdout.decode("utf-8").splitlines() == [
-        '{"event":"line","text":"ünï"}',
-        '{"event":"result","data":{"ok":true}}',
+        f'{{"v":{V},"event":"line","offset":0,"next":7,"text":"ünï"}}',
+        f'{{"v":{V},"event":"result","data":{{"servers":[]}}}}',
     ]
     assert "hello from print" in proc.stderr.decode()
     assert "hello from a child" in proc.stderr.decode()
@@ -205,29 +240,33 @@ def dispatch(
 def test_streamed_events_precede_the_result(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def handler(spec: dict[str, Any], emit: Any) -> dict[str, Any]:
+    def handler(spec: dict[str, Any], emit: Any) -> EchoResult:
         for i in range(3):
-            emit({"event": "progress", "done": i})
-        return {"total": 3, "echo": spec["v"]}
+            emit(ProgressEvent(phase="measure", done=i, failed=0, in_flight=1, tok_s=1.5,
+                               elapsed_s=i))
+        return EchoResult(payload=spec["payload"], argv=[], env={})
 
-    code, events = dispatch(monkeypatch, tmp_path, handler, {"v": "x"})
+    code, events = dispatch(monkeypatch, tmp_path, handler, {"payload": "x"})
     assert code == 0
+    progress = {"v": V, "event": "progress", "phase": "measure", "failed": 0, "in_flight": 1,
+                "tok_s": 1.5}
     assert events == [
-        {"event": "progress", "done": 0},
-        {"event": "progress", "done": 1},
-        {"event": "progress", "done": 2},
-        {"event": "result", "data": {"total": 3, "echo": "x"}},
+        {**progress, "done": 0, "elapsed_s": 0.0},
+        {**progress, "done": 1, "elapsed_s": 1.0},
+        {**progress, "done": 2, "elapsed_s": 2.0},
+        {"v": V, "event": "result", "data": {"payload": "x", "argv": [], "env": {}, "child": None}},
     ]
 
 
 def test_agent_failure_details_are_kept(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    def handler(spec: dict[str, Any], emit: Any) -> dict[str, Any]:
-        raise AgentFailure("port_in_use", "port 8000 is taken", {"port": 8000, "pid": 42})
+    def handler(spec: dict[str, Any], emit: Any) -> StatusResult:
+        raise AgentFailure(ErrorKind.PORT_IN_USE, "port 8000 is taken", {"port": 8000, "pid": 42})
 
     code, events = dispatch(monkeypatch, tmp_path, handler)
     assert code == 1
     assert events == [
         {
+            "v": V,
             "event": "error",
             "kind": "port_in_use",
             "message": "port 8000 is taken",
@@ -239,13 +278,14 @@ def test_agent_failure_details_are_kept(monkeypatch: pytest.MonkeyPatch, tmp_pat
 def test_agent_failure_with_unserialisable_details(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def handler(spec: dict[str, Any], emit: Any) -> dict[str, Any]:
-        raise AgentFailure("gpu_busy", "GPU 0 is busy", {"pids": {4321}})
+    def handler(spec: dict[str, Any], emit: Any) -> StatusResult:
+        raise AgentFailure(ErrorKind.GPU_BUSY, "GPU 0 is busy", {"pids": {4321}})
 
     code, events = dispatch(monkeypatch, tmp_path, handler)
     assert code == 1
     assert events == [
         {
+            "v": V,
             "event": "error",
             "kind": "gpu_busy",
             "message": "GPU 0 is busy",
@@ -257,8 +297,8 @@ def test_agent_failure_with_unserialisable_details(
 def test_unexpected_exception_is_internal_with_traceback(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    def handler(spec: dict[str, Any], emit: Any) -> dict[str, Any]:
-        return {"x": 1 // spec["zero"]}
+    def handler(spec: dict[str, Any], emit: Any) -> StatusResult:
+        return StatusResult(servers=[1 // spec["zero"]])  # type: ignore[list-item]
 
     code, events = dispatch(monkeypatch, tmp_path, handler, {"zero": 0})
     assert code == 1
@@ -273,10 +313,11 @@ def test_unexpected_exception_is_internal_with_traceback(
 @pytest.mark.parametrize(
     ("obj", "returned"),
     [
-        ({"event": "result", "data": {}}, {}),  # a handler may not fake the final event
-        ({"no": "event"}, {}),
-        ({"event": "line", "bad": {1, 2}}, {}),  # not JSON-serialisable
-        (None, None),  # returns None instead of a dict
+        (StatusResult(servers=[]), StatusResult(servers=[])),  # a result is not an event
+        ({"event": "line", "offset": 0, "next": 1, "text": "x"}, StatusResult(servers=[])),
+        (ProgressEvent("x", 0, 0, 0, "fast", 0.0), StatusResult(servers=[])),  # type: ignore[arg-type]
+        (None, None),  # returns None instead of a result
+        (None, {"servers": []}),  # a dict, not the result type
     ],
 )
 def test_protocol_misuse_is_internal(
@@ -291,6 +332,7 @@ def test_protocol_misuse_is_internal(
     assert code == 1
     assert [e["event"] for e in events] == ["error"]
     assert events[0]["kind"] == "internal"
+    assert events[0]["v"] == V
 
 
 def test_registered_verb_whose_module_is_absent(
@@ -346,8 +388,8 @@ def test_preregistered_verbs() -> None:
         ('{"event":"line"}\n', [{"event": "line"}], [], None),  # cut off before the end
         ('{"no_event":1}\n[1]\n{broken\n', [], ['{"no_event":1}', "[1]", "{broken"], None),
         (
-            '{"event":"error","kind":"k","message":"m","details":{}}\r\n',
-            [{"event": "error", "kind": "k", "message": "m", "details": {}}],
+            '{"v":1,"event":"error","kind":"k","message":"m","details":{}}\r\n',
+            [{"v": 1, "event": "error", "kind": "k", "message": "m", "details": {}}],
             [],
             "error",
         ),

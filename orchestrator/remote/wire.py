@@ -1,0 +1,626 @@
+"""The agent's wire contract: every verb's spec, result and streamed events, defined once.
+
+The agent (this package, shipped as ``orch_remote``) and the controller (which imports it as
+``orchestrator.remote.wire``) build and read the very same dataclasses, so neither side can
+drift from the other; ``tests/golden/wire/`` pins the JSON of each verb and both sides are
+tested against it.
+
+Envelope: the agent writes one JSON object per line on stdout, each carrying ``"v":
+CONTRACT_VERSION`` and an ``"event"`` name. Streamed events put their fields beside those two
+keys (``{"v": 1, "event": "line", "offset": 0, "next": 12, "text": "..."}``); the last line is
+either ``{"v": 1, "event": "result", "data": {...}}`` or ``{"v": 1, "event": "error", "kind",
+"message", "details"}``. The spec file the controller pushes is the spec's JSON plus ``"v"``
+(and ``"keep_spec": true`` when the file must survive, for tests). Bump ``CONTRACT_VERSION``
+with any change an older peer would misread; a controller meeting another version says so.
+
+Standard library only, Python 3.9+ (see ``codec``).
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Dict, List, NamedTuple, Optional, Tuple, Type, Union
+
+from .codec import Wire as Wire
+from .codec import WireError as WireError
+
+CONTRACT_VERSION = 1
+ENVELOPE_KEYS = ("v", "event")
+SPEC_ENVELOPE_KEYS = ("v", "keep_spec")
+DEFAULT_PACKAGES = ("vllm", "sglang", "torch", "transformers")
+
+
+class ErrorKind(str, enum.Enum):
+    """Why a verb failed: the controller branches on these, never on message text."""
+
+    BAD_SPEC = "bad_spec"
+    BAD_USAGE = "bad_usage"
+    UNKNOWN_VERB = "unknown_verb"
+    INTERNAL = "internal"
+    PYTHON_TOO_OLD = "python_too_old"
+    CONTRACT_MISMATCH = "contract_mismatch"
+    PORT_IN_USE = "port_in_use"
+    GPU_BUSY = "gpu_busy"
+    NOT_ENOUGH_GPUS = "not_enough_gpus"
+    ALREADY_RUNNING = "already_running"
+    ENGINE_NOT_FOUND = "engine_not_found"
+    LAUNCH_FAILED = "launch_failed"
+    NOT_FOUND = "not_found"
+    BAD_OFFSET = "bad_offset"
+    STOP_FAILED = "stop_failed"
+    CHILD_FAILED = "child_failed"
+    MISSING_DEPENDENCY = "missing_dependency"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class ContractMismatch(WireError):
+    """A line (or spec) of another contract version than this side speaks."""
+
+    def __init__(self, theirs: Any) -> None:
+        self.theirs = theirs
+        said = "no contract version" if theirs is None else f"contract v{theirs}"
+        super().__init__(f"speaks {said}, this side speaks v{CONTRACT_VERSION}")
+
+
+@dataclass(frozen=True)
+class ErrorEvent(Wire):
+    EVENT: ClassVar[str] = "error"
+    kind: ErrorKind
+    message: str
+    details: Dict[str, Any] = field(default_factory=dict)
+
+
+# ---------------------------------------------------------------------------------- echo
+
+
+@dataclass(frozen=True)
+class EchoChild(Wire):
+    """A child process to start with these argv items and environment values."""
+
+    args: List[str] = field(default_factory=list)
+    env: Dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class EchoSpec(Wire):
+    payload: Any = None  # any JSON value, handed back as it arrived
+    env_keys: List[str] = field(default_factory=list)
+    child: Optional[EchoChild] = None
+
+
+@dataclass(frozen=True)
+class EchoChildResult(Wire):
+    argv: List[str]
+    env: Dict[str, Optional[str]]
+
+
+@dataclass(frozen=True)
+class EchoResult(Wire):
+    payload: Any
+    argv: List[str]
+    env: Dict[str, Optional[str]]
+    child: Optional[EchoChildResult] = None
+
+
+# ---------------------------------------------------------------------------------- probe
+
+
+@dataclass(frozen=True)
+class ProbeSpec(Wire):
+    workdir: str = "~"
+    packages: List[str] = field(default_factory=lambda: list(DEFAULT_PACKAGES))
+    ports: List[int] = field(default_factory=list)
+    bind_host: str = "127.0.0.1"
+
+
+@dataclass(frozen=True)
+class PythonInfo(Wire):
+    version: str
+    executable: str
+    implementation: str
+
+
+@dataclass(frozen=True)
+class OsInfo(Wire):
+    system: str
+    kernel: str
+    machine: str
+    platform: str
+    distro: Optional[str]
+    distro_id: Optional[str]
+    distro_version: Optional[str]
+
+
+@dataclass(frozen=True)
+class MemoryInfo(Wire):
+    total_mib: Optional[int]
+    available_mib: Optional[int]
+
+
+@dataclass(frozen=True)
+class DiskInfo(Wire):
+    path: str
+    free_gib: Optional[float]
+    total_gib: Optional[float]
+    error: Optional[str]
+
+
+@dataclass(frozen=True)
+class GpuProcess(Wire):
+    pid: int
+    process_name: Optional[str]
+    used_memory_mib: Optional[int]
+
+
+@dataclass(frozen=True)
+class GpuInfo(Wire):
+    index: int
+    name: Optional[str]
+    memory_total_mib: Optional[int]
+    memory_used_mib: Optional[int]
+    utilization_pct: Optional[int]
+    uuid: Optional[str] = None
+    driver_version: Optional[str] = None
+    processes: List[GpuProcess] = field(default_factory=list)
+
+    @property
+    def free_mib(self) -> Optional[int]:
+        if self.memory_total_mib is None or self.memory_used_mib is None:
+            return None
+        return self.memory_total_mib - self.memory_used_mib
+
+
+@dataclass(frozen=True)
+class NvidiaSmiStatus(Wire):
+    available: bool
+    error: Optional[str]
+    warnings: List[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class PortsInfo(Wire):
+    checked: List[int]
+    free: List[int]
+    bind_host: str
+
+
+@dataclass(frozen=True)
+class ProbeResult(Wire):
+    python: PythonInfo
+    os: OsInfo
+    hostname: str
+    cpu_count: Optional[int]
+    memory: MemoryInfo
+    disk: DiskInfo
+    gpus: List[GpuInfo]
+    driver_version: Optional[str]
+    nvidia_smi: NvidiaSmiStatus
+    packages: Dict[str, Optional[str]]
+    ports: PortsInfo
+
+
+# ---------------------------------------------------------------------------- lifecycle
+
+
+@dataclass(frozen=True)
+class ExitRecord(Wire):
+    """exit.json: how the engine ended, written by its supervisor."""
+
+    pid: int
+    returncode: int
+    signal: Optional[str]
+    ended_at: float
+
+
+@dataclass(frozen=True)
+class GpuCheck(Wire):
+    checked: bool
+    reason: Optional[str] = None  # why not, when not checked
+    gpus: List[int] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class LaunchSpec(Wire):
+    run_id: str
+    workdir: str
+    argv: List[str]
+    port: int
+    env: Dict[str, str] = field(default_factory=dict)
+    gpus_needed: int = 0
+    gpu_busy_threshold_mib: int = 1024
+    cwd: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ServerRecord(Wire):
+    """server.json: the engine's identity (pid + start ticks + boot id) and where it logs."""
+
+    run_id: str
+    pid: int
+    pgid: int
+    supervisor_pid: int
+    argv: List[str]
+    requested_argv: List[str]
+    env_keys: List[str]
+    port: int
+    cwd: str
+    log: str
+    started_at: float
+    start_ticks: Optional[int]
+    boot_id: Optional[str]
+
+
+@dataclass(frozen=True)
+class LaunchResult(ServerRecord):
+    log_offset: int  # where this launch's output starts in server.log
+    gpu_check: GpuCheck
+
+
+@dataclass(frozen=True)
+class ServerState(ServerRecord):
+    alive: bool
+    group_pids: List[int]
+    exit: Optional[ExitRecord]
+    returncode: Optional[int]
+    log_size: Optional[int]
+    uptime_s: Optional[float]
+
+
+@dataclass(frozen=True)
+class StatusSpec(Wire):
+    workdir: str
+    run_id: Optional[str] = None
+    all: bool = False
+
+
+@dataclass(frozen=True)
+class StatusResult(Wire):
+    servers: List[ServerState]
+
+
+@dataclass(frozen=True)
+class TailSpec(Wire):
+    workdir: str
+    run_id: str
+    offset: int = 0
+    follow: bool = False
+    until_exit: bool = False
+    idle_timeout_s: Optional[float] = None
+    poll_interval_s: float = 0.1
+
+
+@dataclass(frozen=True)
+class TailLine(Wire):
+    EVENT: ClassVar[str] = "line"
+    offset: int  # byte offset of the line's start in server.log
+    next: int  # just past it: where a resumed tail starts
+    text: str
+
+
+@dataclass(frozen=True)
+class TailHeartbeat(Wire):
+    EVENT: ClassVar[str] = "heartbeat"
+    offset: int
+
+
+@dataclass(frozen=True)
+class TailResult(Wire):
+    offset: int
+    reason: str  # "eof" | "exited" | "idle_timeout" | "orphaned"
+    exit: Optional[ExitRecord]
+
+
+@dataclass(frozen=True)
+class StopSpec(Wire):
+    workdir: str
+    run_id: Optional[str] = None
+    all: bool = False
+    timeout_s: float = 30.0
+    gpu_timeout_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class StopOutcome(Wire):
+    run_id: Optional[str]
+    pid: Optional[int]
+    was_running: bool
+    signals: List[str]
+    killed_pids: List[int]
+    remaining_pids: List[int]
+    gpu_pids: List[int]
+    gpu_released: Optional[bool]  # None: no nvidia-smi to ask
+    exit: Optional[ExitRecord]
+    waited_s: float
+
+
+@dataclass(frozen=True)
+class StopResult(Wire):
+    stopped: List[StopOutcome]
+
+
+# ---------------------------------------------------------------------------------- http
+
+
+@dataclass(frozen=True)
+class HttpSpec(Wire):
+    port: int
+    path: str
+    method: str = "GET"
+    headers: Dict[str, str] = field(default_factory=dict)
+    body: Any = None  # a string, or a JSON object/array sent as application/json
+    timeout_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class HttpResult(Wire):
+    status: Optional[int]  # None when no HTTP answer came (then ``error`` says why)
+    headers: Dict[str, str]
+    body: str
+    error: Optional[str]
+
+
+# ------------------------------------------------------------------------------- loadgen
+
+
+@dataclass(frozen=True)
+class PromptSource(Wire):
+    kind: str  # "list" | "random"
+    items: List[Any] = field(default_factory=list)  # str or {"messages": [...]}
+    input_len: Optional[int] = None
+    num: Optional[int] = None
+    tokenizer: Optional[str] = None
+    range_ratio: float = 0.0
+
+
+@dataclass(frozen=True)
+class LoadgenSpec(Wire):
+    """See ``loadgen`` for what each setting does."""
+
+    model: str
+    prompts: PromptSource
+    base_url: Optional[str] = None
+    port: Optional[int] = None
+    api: str = "chat"
+    num_prompts: Optional[int] = None
+    duration_s: Optional[float] = None
+    concurrency: Optional[int] = None
+    request_rate: Optional[float] = None
+    burstiness: float = 1.0
+    max_tokens: Optional[int] = None
+    temperature: Optional[float] = None
+    ignore_eos: bool = False
+    chat_template_kwargs: Optional[Dict[str, Any]] = None
+    warmup: int = 0
+    seed: Optional[int] = 0
+    timeout_s: float = 600.0
+    api_key: Optional[str] = None
+    tokenizer: Optional[str] = None
+    continuous_usage_stats: bool = True
+    metrics_path: Optional[str] = None
+    progress_interval_s: float = 2.0
+
+
+@dataclass(frozen=True)
+class PhaseEvent(Wire):
+    EVENT: ClassVar[str] = "phase"
+    phase: str  # "warmup" | "measure"
+
+
+@dataclass(frozen=True)
+class ProgressEvent(Wire):
+    EVENT: ClassVar[str] = "progress"
+    phase: str
+    done: int
+    failed: int
+    in_flight: int
+    tok_s: float  # tokens streamed over the last interval, per second
+    elapsed_s: float
+
+
+class Chunk(NamedTuple):
+    """One SSE chunk that carried output tokens: arrival (s after the request was sent), tokens.
+
+    On the wire a ``[t, tokens]`` pair: a record holds hundreds of them.
+    """
+
+    t: float
+    tokens: int
+
+
+@dataclass(frozen=True)
+class RequestRecord(Wire):
+    """One request as the load generator saw it, failed ones too.
+
+    Seconds: ``due``/``start``/``end`` from the load generator's start (monotonic),
+    ``start_wall`` epoch, ``ttft``/``e2el`` and chunk times from the request's own start.
+    ``status`` is None when no HTTP response came; ``error`` None when it completed.
+    """
+
+    EVENT: ClassVar[str] = "record"
+    index: int
+    warmup: bool
+    start: float
+    start_wall: float
+    end: float
+    due: Optional[float] = None
+    status: Optional[int] = None
+    ttft: Optional[float] = None
+    e2el: Optional[float] = None
+    chunks: Tuple[Chunk, ...] = ()
+    output_tokens: Optional[int] = None
+    usage_reported: bool = True
+    prompt_tokens: Optional[int] = None
+    token_count_method: Optional[str] = None  # "usage" | "tokenizer" | "chunk" | None
+    error: Optional[str] = None
+
+    @property
+    def ok(self) -> bool:
+        """Completed: HTTP 200, a full stream ending in [DONE], at least one token, no error."""
+        return self.error is None and self.status == 200 and bool(self.chunks)
+
+    @property
+    def send_lag(self) -> Optional[float]:
+        """How late the client sent this request (s) compared with when it was due."""
+        return None if self.due is None else max(0.0, self.start - self.due)
+
+
+@dataclass(frozen=True)
+class LagStats(Wire):
+    """Milliseconds; every figure None when there were no samples."""
+
+    n: int
+    mean: Optional[float]
+    p50: Optional[float]
+    p99: Optional[float]
+    max: Optional[float]
+
+
+@dataclass(frozen=True)
+class ClientLag(Wire):
+    send_lag_ms: LagStats  # how late requests were sent compared with when they were due
+    loop_delay_ms: LagStats  # how late the event loop woke up while requests streamed
+    loop_tick_ms: float
+
+
+@dataclass(frozen=True)
+class LoadgenResult(Wire):
+    """Counts, the measured window (epoch s) and the client's own lag."""
+
+    requests: int
+    completed: int
+    failed: int
+    duration_s: float
+    started_at: Optional[float] = None  # first measured request sent
+    ended_at: Optional[float] = None  # last measured response ended
+    warmup: int = 0
+    output_tokens: int = 0
+    mode: str = "closed"
+    concurrency: Optional[int] = None
+    request_rate: Optional[float] = None
+    burstiness: Optional[float] = None
+    client_lag: Optional[ClientLag] = None
+    token_count_method: Optional[str] = None  # "usage" | "tokenizer" | "chunk" | "mixed"
+    token_count_methods: Dict[str, int] = field(default_factory=dict)
+    prompt_source: Optional[str] = None  # "list" | "random:tokens" | "random:words"
+    # random prompts: True when every one is exactly input_len tokens; False when the host had
+    # no tokenizer (lengths in words) or some missed; None for a prompt list or file
+    input_len_exact: Optional[bool] = None
+    random_prompts: Optional[int] = None
+    random_prompts_exact: Optional[int] = None
+    request_seeds: Optional[bool] = None  # requests carried a per-request sampling seed
+    metrics_before: Optional[str] = None
+    metrics_after: Optional[str] = None
+
+
+# ---------------------------------------------------------------------- read_model_configs
+
+
+@dataclass(frozen=True)
+class ModelRef(Wire):
+    id: str
+    path: Optional[str] = None  # a local directory; else the id, else the HF cache
+
+
+@dataclass(frozen=True)
+class ReadModelConfigsSpec(Wire):
+    models: List[ModelRef]
+    hf_home: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class ModelFiles(Wire):
+    id: str
+    path: Optional[str]
+    found: bool
+    config: Optional[Dict[str, Any]]
+    tokenizer_config: Optional[Dict[str, Any]]
+    generation_config: Optional[Dict[str, Any]]
+    chat_template: Optional[str]
+    error: Optional[str]
+
+
+@dataclass(frozen=True)
+class ReadModelConfigsResult(Wire):
+    models: Dict[str, ModelFiles]
+
+
+# ------------------------------------------------------------------------------ contract
+
+TailEvent = Union[TailLine, TailHeartbeat, TailResult]
+LoadgenEvent = Union[PhaseEvent, ProgressEvent, RequestRecord, LoadgenResult]
+
+
+@dataclass(frozen=True)
+class VerbContract:
+    spec: Type[Wire]
+    result: Type[Wire]
+    events: Tuple[Type[Wire], ...] = ()
+
+
+CONTRACT: Dict[str, VerbContract] = {
+    "echo": VerbContract(EchoSpec, EchoResult),
+    "probe": VerbContract(ProbeSpec, ProbeResult),
+    "launch": VerbContract(LaunchSpec, LaunchResult),
+    "status": VerbContract(StatusSpec, StatusResult),
+    "tail": VerbContract(TailSpec, TailResult, (TailLine, TailHeartbeat)),
+    "stop": VerbContract(StopSpec, StopResult),
+    "http": VerbContract(HttpSpec, HttpResult),
+    "loadgen": VerbContract(LoadgenSpec, LoadgenResult, (PhaseEvent, ProgressEvent, RequestRecord)),
+    "read_model_configs": VerbContract(ReadModelConfigsSpec, ReadModelConfigsResult),
+}
+
+
+def event_name(event: Wire) -> str:
+    name = getattr(type(event), "EVENT", None)
+    if not isinstance(name, str) or name in ("result", "error"):
+        raise WireError(f"{type(event).__name__} is not a streamed event type")
+    return name
+
+
+def event_line(event: Wire) -> Dict[str, Any]:
+    """The JSON line of a streamed event: its fields beside the envelope keys."""
+    return {"v": CONTRACT_VERSION, "event": event_name(event), **event.to_json()}
+
+
+def result_line(result: Wire) -> Dict[str, Any]:
+    return {"v": CONTRACT_VERSION, "event": "result", "data": result.to_json()}
+
+
+def error_line(error: ErrorEvent) -> Dict[str, Any]:
+    return {"v": CONTRACT_VERSION, "event": "error", **error.to_json()}
+
+
+def spec_file(spec: Wire, *, keep_spec: bool = False) -> Dict[str, Any]:
+    """What the controller writes into the spec file of one call."""
+    out: Dict[str, Any] = {"v": CONTRACT_VERSION, **spec.to_json()}
+    if keep_spec:
+        out["keep_spec"] = True
+    return out
+
+
+def decode_line(verb: str, obj: Dict[str, Any]) -> Tuple[str, Wire]:
+    """One line of ``verb``'s output -> (event name, typed object).
+
+    ContractMismatch when the line carries another contract version; WireError when it does not
+    fit the contract.
+    """
+    if obj.get("v") != CONTRACT_VERSION:
+        raise ContractMismatch(obj.get("v"))
+    name = obj.get("event")
+    body = {k: v for k, v in obj.items() if k not in ENVELOPE_KEYS}
+    if name == "error":
+        return name, ErrorEvent.from_json(body)
+    contract = CONTRACT.get(verb)
+    if contract is None:
+        raise WireError(f"no verb {verb!r} in contract v{CONTRACT_VERSION}")
+    if name == "result":
+        if set(body) != {"data"}:
+            raise WireError(f"{verb} result line: expected only 'data' besides v and event")
+        return name, contract.result.from_json(body["data"])
+    for event_type in contract.events:
+        if getattr(event_type, "EVENT", None) == name:
+            return str(name), event_type.from_json(body)
+    raise WireError(f"{verb}: unknown event {name!r}")

@@ -1,0 +1,325 @@
+"""The runner's failure, retry and resume paths, on the in-memory FakeAgent.
+
+Everything but the agent is the real code (Server, its registry, execute_run); the agent's
+answers are scripted, so each path runs in milliseconds. tests/integration/test_lifecycle_ssh.py
+runs the same paths against the real agent over real SSH.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from rich.console import Console
+
+from orchestrator.agent.client import AgentClient
+from orchestrator.agent.fake import (
+    FAKE_HOST,
+    FakeAgent,
+    FakeLog,
+    Stream,
+    agent_error,
+    dropped,
+    http_answer,
+    launch_result,
+    status_of,
+)
+from orchestrator.config import RunSpec
+from orchestrator.engines.failures import OOM
+from orchestrator.engines.plan import PlannedLaunch
+from orchestrator.errors import AgentError, EngineError, HostError, HostUnreachable
+from orchestrator.loadgen.prompts import load_prompts
+from orchestrator.remote.wire import (
+    ErrorKind,
+    LaunchResult,
+    LaunchSpec,
+    PhaseEvent,
+    RequestRecord,
+    StopOutcome,
+    StopResult,
+    StopSpec,
+    TailSpec,
+    Wire,
+)
+from orchestrator.runner import server as server_mod
+from orchestrator.runner.display import Display
+from orchestrator.runner.execute import RunJob, execute_run
+from orchestrator.runner.server import Server, ServerRegistry
+
+MODEL = "Qwen/Qwen3.6-27B"
+LOG = [
+    "INFO vLLM 0.33.0",
+    "INFO loading weights ünï",
+    "INFO graph capture",
+    "INFO ready ✓",
+    "INFO: Application startup complete.",
+]
+
+
+@pytest.fixture(autouse=True)
+def no_waiting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Back-off and poll intervals are the runner's business, not these tests'."""
+    for name in ("STOP_RETRY_S", "RECONNECT_BACKOFF_S", "DIED_POLL_S"):
+        monkeypatch.setattr(server_mod, name, 0.0)
+
+
+def make_run(**fields: Any) -> RunSpec:
+    data = {
+        "name": "r1",
+        "engine": "vllm",
+        "model": MODEL,
+        "tensor_parallel": 1,
+        "workload": {"prompts": "builtin:math", "num_prompts": 2, "warmup": 0},
+        **fields,
+    }
+    return RunSpec.model_validate(data)
+
+
+def launched(spec: Wire) -> LaunchResult:
+    assert isinstance(spec, LaunchSpec)
+    return launch_result(spec)
+
+
+def stopped(run_id: str = "r1-id") -> StopResult:
+    return StopResult(
+        stopped=[
+            StopOutcome(
+                run_id=run_id,
+                pid=4242,
+                was_running=True,
+                signals=["SIGTERM"],
+                killed_pids=[4242],
+                remaining_pids=[],
+                gpu_pids=[4242],
+                gpu_released=True,
+                exit=None,
+                waited_s=0.1,
+            )
+        ]
+    )
+
+
+def started_agent() -> FakeAgent:
+    return FakeAgent().on("launch", launched).always("stop", stopped())
+
+
+async def start(agent: FakeAgent, registry: ServerRegistry, **kw: Any) -> Server:
+    return await Server.start(
+        agent,
+        make_run(),
+        FAKE_HOST,
+        run_id="r1-id",
+        port=8000,
+        registry=registry,
+        reconnect=agent.reconnect,
+        **kw,
+    )
+
+
+def test_the_fake_is_an_agent_client() -> None:
+    client: AgentClient = FakeAgent()  # mypy checks the Protocol; this checks it at run time too
+    assert asyncio.run(client.workdir()) == FAKE_HOST.workdir
+
+
+def test_tail_resumes_from_the_byte_offset_after_dropped_connections() -> None:
+    log = FakeLog(LOG, exited=True, drops=[2, 1])  # cut after 2 lines, then after 1 more
+    agent = started_agent().always("tail", log)
+
+    async def scenario() -> tuple[list[Any], Server]:
+        async with ServerRegistry() as registry:
+            server = await start(agent, registry)
+            return [line async for line in server.tail()], server
+
+    lines, server = asyncio.run(scenario())
+    assert [line.text for line in lines] == LOG  # each line exactly once, in order
+    assert lines == log.lines
+    offsets = [spec.offset for spec in agent.specs("tail") if isinstance(spec, TailSpec)]
+    assert offsets == [0, log.lines[2].offset, log.lines[3].offset]
+    assert agent.reconnects == 2
+    assert server.tail_offset == log.size
+
+
+def test_tail_gives_up_after_max_reconnects() -> None:
+    agent = started_agent().always("tail", FakeLog(LOG, drops=[0] * 10))
+
+    async def scenario() -> None:
+        async with ServerRegistry() as registry:
+            server = await start(agent, registry)
+            server.max_reconnects = 2
+            async for _ in server.tail():
+                pass
+
+    with pytest.raises(HostUnreachable, match="connection lost"):
+        asyncio.run(scenario())
+    assert len(agent.specs("tail")) == 3 and agent.reconnects == 2
+
+
+def test_stop_retries_not_found_after_an_interrupted_launch() -> None:
+    """The launch's connection dropped: the engine may be starting while server.json is not yet
+    written, so the registry's stop asks again until the host knows the run."""
+    not_found = agent_error(
+        ErrorKind.NOT_FOUND, "no server was launched for run r1-id", verb="stop"
+    )
+    agent = FakeAgent().on("launch", dropped()).on("stop", not_found, not_found, stopped())
+
+    async def scenario() -> ServerRegistry:
+        async with ServerRegistry() as registry:
+            with pytest.raises(HostError):
+                await start(agent, registry)
+            assert [s.launch_sent and not s.stopped for s in registry.running] == [True]
+            return registry
+
+    registry = asyncio.run(scenario())
+    assert registry.running == []
+    assert [c.verb for c in agent.calls] == ["launch", "stop", "stop", "stop"]
+    assert all(isinstance(s, StopSpec) and s.run_id == "r1-id" for s in agent.specs("stop"))
+
+
+def test_stop_after_a_known_launch_asks_once_and_other_kinds_are_raised() -> None:
+    agent = started_agent().on("stop", agent_error(ErrorKind.NOT_FOUND, "gone", verb="stop"))
+
+    async def scenario() -> StopResult:
+        async with ServerRegistry() as registry:
+            server = await start(agent, registry)
+            return await server.stop()
+
+    assert asyncio.run(scenario()) == StopResult(stopped=[])  # already gone: nothing to stop
+    assert len(agent.specs("stop")) == 1
+    failing = started_agent().on(
+        "stop", agent_error(ErrorKind.STOP_FAILED, "survived", verb="stop")
+    )
+
+    async def failing_stop() -> None:
+        server = await start(failing, ServerRegistry())
+        await server.stop()
+
+    with pytest.raises(AgentError) as info:
+        asyncio.run(failing_stop())
+    assert info.value.kind is ErrorKind.STOP_FAILED
+
+
+def test_a_launch_refused_with_port_in_use_starts_nothing() -> None:
+    message = "port 8000 on 127.0.0.1 is already in use by pid 77 (python3 -m http.server)"
+    agent = FakeAgent().on("launch", agent_error(ErrorKind.PORT_IN_USE, message))
+
+    async def scenario() -> ServerRegistry:
+        async with ServerRegistry() as registry:
+            with pytest.raises(AgentError) as info:
+                await start(agent, registry)
+            assert info.value.kind is ErrorKind.PORT_IN_USE
+            assert info.value.message == f"launch: {message}"
+            return registry
+
+    registry = asyncio.run(scenario())
+    assert registry.running == []
+    assert [c.verb for c in agent.calls] == ["launch"]  # refused: no stop was sent
+
+
+def test_readiness_fails_at_once_when_the_engine_dies_with_cause_and_log_tail() -> None:
+    death = [*LOG[:3], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    log = FakeLog(death, exited=True)
+    agent = (
+        started_agent()
+        .on(
+            "status",
+            status_of("r1-id", alive=False),  # dead, exit code not written yet
+            status_of("r1-id", alive=False, returncode=1),
+        )
+        .always("status", status_of("r1-id", alive=False, returncode=1, log_size=log.size))
+        .always("tail", log)
+    )
+
+    async def scenario() -> EngineError:
+        async with ServerRegistry() as registry:
+            server = await start(agent, registry)
+            with pytest.raises(EngineError) as info:
+                await server.wait_ready(timeout=600, poll_interval=0)
+            return info.value
+
+    error = asyncio.run(scenario())
+    assert error.cause == OOM and error.exit_code == 1
+    assert error.log_tail == death
+    assert str(error).startswith(
+        "fake-gpu: vllm server of run 'r1' died during start-up: CUDA out of memory"
+    )
+    assert str(error).endswith("(exit code 1)")
+    assert "http" not in [c.verb for c in agent.calls]  # dead: no readiness request was made
+
+
+def test_readiness_waits_for_health_then_the_model_list() -> None:
+    models = json.dumps({"data": [{"id": MODEL}]})
+    agent = (
+        started_agent()
+        .always("status", status_of("r1-id", alive=True))
+        .on(
+            "http",
+            http_answer(None, error="connection refused"),
+            http_answer(503),
+            http_answer(200),
+            http_answer(200, json.dumps({"data": []})),
+            http_answer(200),
+            http_answer(200, models),
+        )
+    )
+    phases: list[str] = []
+
+    async def scenario() -> None:
+        server = await start(agent, ServerRegistry())
+        await server.wait_ready(
+            timeout=600, poll_interval=0, on_progress=lambda phase, _s: phases.append(phase)
+        )
+
+    asyncio.run(scenario())
+    assert phases == ["starting", "loading (health 503)", "health ok, waiting for the model list"]
+
+
+def job_for(tmp_path: Path, run: RunSpec) -> RunJob:
+    plan = PlannedLaunch(
+        run=run, host=FAKE_HOST, argv=["vllm", "serve", MODEL], env_masked={}, port=8000
+    )
+    return RunJob(
+        key="r1@fake",
+        order=0,
+        plan=plan,
+        run_dir=tmp_path / "r1",
+        run_id="r1-id",
+        prompts=load_prompts({"prompts": "builtin:math"}, base_dir="."),
+    )
+
+
+def test_execute_run_fails_the_run_when_the_load_generator_ends_without_a_result(
+    tmp_path: Path,
+) -> None:
+    run = make_run()
+    record = RequestRecord(index=0, warmup=False, start=0.0, start_wall=1.7e9, end=0.5, status=200)
+    models = json.dumps({"data": [{"id": MODEL}]})
+    agent = (
+        started_agent()
+        .always("status", status_of("r1-id", alive=True))
+        .always("http", http_answer(200, models))
+        .always("tail", FakeLog(LOG, exited=False))
+        .on("loadgen", Stream([PhaseEvent(phase="measure"), record]))
+    )
+    display = Display(Console(file=io.StringIO()), live=False)
+    job = job_for(tmp_path, run)
+    display.add(job.key, run=run.name, host=FAKE_HOST.name, total=2)
+
+    async def scenario() -> Any:
+        async with ServerRegistry() as registry:
+            return await execute_run(
+                job, agent=agent, reconnect=agent.reconnect, registry=registry, display=display
+            )
+
+    result = asyncio.run(scenario())
+    assert result.error is not None
+    assert result.error.type == "HostError"
+    assert result.error.message == "fake-gpu: the load generator ended without a result"
+    summary = json.loads((job.run_dir / "summary.json").read_text())
+    assert "the load generator ended without a result" in json.dumps(summary)
+    assert [c.verb for c in agent.calls].count("stop") == 1  # the server was stopped anyway
+    requests = (job.run_dir / "requests.jsonl").read_text().splitlines()
+    assert [json.loads(line)["index"] for line in requests] == [0]  # what arrived is kept
