@@ -38,6 +38,7 @@ from orchestrator.config import Inventory, Playbook, load_playbook
 from orchestrator.engines.plan import PlannedLaunch, plan_launches, to_json
 from orchestrator.errors import OrchError
 from orchestrator.loadgen.prompts import PromptSet
+from orchestrator.results.model import RunResult
 from orchestrator.runner import PlaybookOutcome, run_playbook
 from orchestrator.runner.display import Display
 from orchestrator.runner.pipeline import load_run_prompts
@@ -139,10 +140,11 @@ def run_command(
     finally:
         stop.cancel_timer()
     if as_json:
-        print_json({"results_dir": str(outcome.results_dir), "runs": outcome.summaries})
+        print_json({"results_dir": str(outcome.results_dir),
+                    "runs": [r.to_json() for r in outcome.results]})
     else:
         render_outcome(outcome)
-    if any(s.get("error") for s in outcome.summaries):
+    if any(r.error is not None for r in outcome.results):
         raise typer.Exit(1)
 
 
@@ -254,67 +256,74 @@ def render_plan(plans: list[PlannedLaunch]) -> None:
             out.print(f"  env:  {escape(key)}={escape(value)}")
 
 
-def _fmt(v, spec: str = ".1f") -> str:
+def _fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
+VERDICTS = {"failed": "[red]failed[/]", "collapse": "[bold red]COLLAPSE[/]",
+            "disagree": "[yellow]sources disagree[/]", "ok": "[green]ok[/]"}
+
+
 def render_outcome(outcome: PlaybookOutcome) -> None:
+    """The results table, then each failure, collapse and warning in words."""
     table = Table(title=f"results: {outcome.results_dir}", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("run", "host", "engine", "method", "done", "failed", "out tok/s",
                 "decode tok/s", "TTFT ms", "TPOT ms", "accept", "verdict"):
         table.add_column(col, no_wrap=col in ("run", "host", "engine", "method", "verdict"))
-    for s in outcome.summaries:
-        req = s.get("requests") or {}
-        acc = s.get("acceptance") or {}
-        if s.get("error"):
-            verdict = "[red]failed[/]"
-        elif s.get("collapse"):
-            verdict = "[bold red]COLLAPSE[/]"
-        elif acc.get("disagreement"):  # noqa: SIM114
-            verdict = "[yellow]sources disagree[/]"
-        else:
-            verdict = "[green]ok[/]"
+    for r in outcome.results:
+        req, acc = r.requests, r.acceptance
         table.add_row(
-            escape(s["run"]), escape(s["host"]), s["engine"], s["method"], str(req.get("completed", 0)),
-            str(req.get("failed", 0)), _fmt(req.get("output_throughput")),
-            _fmt((req.get("decode_tok_s") or {}).get("median")),
-            _fmt((req.get("ttft_ms") or {}).get("median")),
-            _fmt((req.get("tpot_ms") or {}).get("median"), ".2f"),
-            _fmt(acc.get("length"), ".2f"), verdict,
+            escape(r.run.name), escape(r.run.host), escape(r.settings.engine),
+            escape(r.settings.speculative.method), str(req.completed if req else 0),
+            str(req.failed if req else 0), _fmt(req.output_throughput if req else None),
+            _fmt(req.decode_tok_s.median if req else None),
+            _fmt(req.ttft_ms.median if req else None),
+            _fmt(req.tpot_ms.median if req else None, ".2f"),
+            _fmt(acc.length if acc else None, ".2f"), VERDICTS[r.verdict],
         )
     out.print(table)
     out.print("[dim]decode tok/s, TTFT and TPOT: medians over requests; accept: acceptance length "
               "(tokens per step)[/]")
-    for s in outcome.summaries:
-        error = s.get("error")
-        if error:
-            message = without_host(str(error.get("message")), s["host"])
-            out.print(f"[bold red]{escape(s['run'])} on {escape(s['host'])} failed:[/] {escape(message)}")
-            if error.get("hint"):
-                out.print(f"  hint: {escape(error['hint'])}")
-            if error.get("log_tail"):
-                out.print(f"  last log lines (all in {escape(s.get('folder') or '')}/server.log):")
-                for line in error["log_tail"][-8:]:
-                    out.print(f"  [dim]|[/] {escape(line)}")
-    for s in outcome.summaries:
-        collapse = s.get("collapse")
-        if not collapse:
-            continue
-        out.print(f"[bold red]{escape(s['run'])} on {escape(s['host'])}:[/] {escape(collapse['message'])}")
-        for cause in collapse.get("likely_causes", [])[:4]:
-            out.print(f"  {cause['rank']}. [bold]{escape(cause['cause'])}[/] ({escape(cause['source'])})")
-            for evidence in cause.get("evidence") or []:
-                out.print(f"     - {escape(evidence)}")
-            if cause.get("fix") and not any("Fix:" in e for e in cause.get("evidence") or []):
-                out.print(f"     fix: {escape(cause['fix'])}")
-    for s in outcome.summaries:
-        for change in s.get("engine_changes") or []:
-            out.print(f"[yellow]{escape(s['run'])}: {escape(change['message'])}[/]")
-        for warning in s.get("warnings") or []:
-            out.print(f"[yellow]warning: {escape(s['run'])} on {escape(s['host'])}: {escape(warning)}[/]")
+    for r in outcome.results:
+        _render_error(r)
+    for r in outcome.results:
+        _render_collapse(r)
+    for r in outcome.results:
+        for change in r.engine_changes:
+            out.print(f"[yellow]{escape(r.run.name)}: {escape(change.message)}[/]")
+        for warning in r.warnings:
+            out.print(f"[yellow]warning: {escape(r.run.name)} on {escape(r.run.host)}: "
+                      f"{escape(warning)}[/]")
     out.print(f"summary: {outcome.csv_path}")
     if outcome.plot_path:
         out.print(f"plot:    {outcome.plot_path}")
+
+
+def _render_error(r: RunResult) -> None:
+    error = r.error
+    if error is None:
+        return
+    message = without_host(error.message, r.run.host)
+    out.print(f"[bold red]{escape(r.run.name)} on {escape(r.run.host)} failed:[/] {escape(message)}")
+    if error.hint:
+        out.print(f"  hint: {escape(error.hint)}")
+    if error.log_tail:
+        out.print(f"  last log lines (all in {escape(r.run.folder)}/server.log):")
+        for line in error.log_tail[-8:]:
+            out.print(f"  [dim]|[/] {escape(line)}")
+
+
+def _render_collapse(r: RunResult) -> None:
+    collapse = r.collapse
+    if collapse is None:
+        return
+    out.print(f"[bold red]{escape(r.run.name)} on {escape(r.run.host)}:[/] {escape(collapse.message)}")
+    for cause in collapse.likely_causes[:4]:
+        out.print(f"  {cause.rank}. [bold]{escape(cause.cause)}[/] ({escape(cause.source)})")
+        for evidence in cause.evidence:
+            out.print(f"     - {escape(evidence)}")
+        if cause.fix and not any("Fix:" in e for e in cause.evidence):
+            out.print(f"     fix: {escape(cause.fix)}")
 
 
 def report_command(
@@ -323,15 +332,15 @@ def report_command(
     as_json: JsonOpt = False,
 ) -> None:
     """Print the results table of an earlier `orch run` again (from its summary.json files)."""
-    from orchestrator.results.report import load_summaries
+    from orchestrator.results.report import load_results
 
-    summaries = load_summaries(results_dir) if results_dir.is_dir() else []
-    if not summaries:
-        raise OrchError(f"{results_dir} holds no run summaries",
+    results = load_results(results_dir) if results_dir.is_dir() else []
+    if not results:
+        raise OrchError(f"{results_dir} holds no run results (summary.json files)",
                         hint="give a folder like results/20261202T095948Z-demo")
     if as_json:
-        print_json({"results_dir": str(results_dir), "runs": summaries})
+        print_json({"results_dir": str(results_dir), "runs": [r.to_json() for r in results]})
         return
     plot = results_dir / "comparison.png"
-    render_outcome(PlaybookOutcome(results_dir, summaries, results_dir / "summary.csv",
+    render_outcome(PlaybookOutcome(results_dir, results, results_dir / "summary.csv",
                                    plot if plot.exists() else None))

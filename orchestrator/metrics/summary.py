@@ -1,4 +1,4 @@
-"""Per-run summary statistics from the load generator's request records (pure).
+"""A run's request statistics (``RequestStats``) from the load generator's records (pure).
 
 Definitions (as vLLM's and SGLang's benchmark tools use them; times from the client):
 
@@ -35,36 +35,33 @@ Definitions (as vLLM's and SGLang's benchmark tools use them; times from the cli
 - Percentiles: linear interpolation between closest ranks (numpy's default ``linear``, equal to
   ``statistics.quantiles(method="inclusive")``): for sorted x0..x(n-1), p -> h = (n-1)p/100,
   x[floor h] + (h - floor h)(x[floor h + 1] - x[floor h]).
+- Standard deviation (``std``): the population one (numpy's ``np.std`` default, as
+  ``vllm bench serve`` reports it): sqrt(mean((x - mean)^2)).
 - Times are reported in ms, speeds in tok/s.
+
+The statistics are pydantic models because they are part of the run result written as
+``summary.json`` (``orchestrator.results.model``): frozen, unknown keys rejected.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from orchestrator.loadgen.records import RequestRecord
+from orchestrator.remote.stats import percentile
 
 PER_CHUNK_COUNTS = ("usage", "tokenizer")  # methods whose per-chunk token counts are meaningful
 
 
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """Linear-interpolation percentile (numpy's default); None for an empty sequence."""
-    if not values:
-        return None
-    if not 0 <= p <= 100:
-        raise ValueError(f"percentile must be in [0, 100], got {p}")
-    xs = sorted(values)
-    h = (len(xs) - 1) * p / 100.0
-    lo = math.floor(h)
-    hi = min(lo + 1, len(xs) - 1)
-    return xs[lo] + (h - lo) * (xs[hi] - xs[lo])
+class _Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-@dataclass(frozen=True)
-class Stats:
+class Stats(_Frozen):
     """Distribution of one metric; every field None when there were no values."""
 
     n: int = 0
@@ -75,26 +72,48 @@ class Stats:
     p99: float | None = None
     min: float | None = None
     max: float | None = None
+    std: float | None = None  # population standard deviation; None in results before v2
 
     @classmethod
     def of(cls, values: Iterable[float], *, scale: float = 1.0) -> Stats:
         xs = [v * scale for v in values]
         if not xs:
             return cls()
+        mean = math.fsum(xs) / len(xs)
         return cls(
             n=len(xs),
-            mean=math.fsum(xs) / len(xs),
+            mean=mean,
             median=percentile(xs, 50),
             p10=percentile(xs, 10),
             p90=percentile(xs, 90),
             p99=percentile(xs, 99),
             min=min(xs),
             max=max(xs),
+            std=math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / len(xs)),
         )
 
 
-@dataclass(frozen=True)
-class RunSummary:
+class LagStats(_Frozen):
+    """How late the client was (ms). The load generator reports n, mean, p50, p99 and max;
+    the per-request send lag computed here keeps p50, p99 and max."""
+
+    n: int | None = None
+    mean: float | None = None
+    p50: float | None = None
+    p99: float | None = None
+    max: float | None = None
+
+
+class ClientLag(_Frozen):
+    """Signs of a client that set the pace: send lag per request, the event loop's delay."""
+
+    send_lag_ms: LagStats = Field(default_factory=LagStats)
+    loop_delay_ms: LagStats | None = None
+
+
+class RequestStats(_Frozen):
+    """What the measured requests saw, from the client (see the module docstring)."""
+
     completed: int
     failed: int
     duration_s: float
@@ -111,26 +130,7 @@ class RunSummary:
     tokens_per_chunk: float | None  # overall: sum(tokens after first chunk) / sum(steps)
     tokens_per_chunk_request_mean: float | None
     token_count_method: str | None
-    client_lag: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def flat(self) -> dict[str, Any]:
-        """One level of keys (``ttft_ms_median``...), for CSV rows and tables."""
-        out: dict[str, Any] = {}
-        for key, value in self.to_dict().items():
-            if key == "client_lag":
-                for name, stats in value.items():
-                    for stat in ("p50", "p99", "max"):
-                        out[f"{name}_{stat}"] = (stats or {}).get(stat)
-            elif isinstance(value, dict):
-                for stat, number in value.items():
-                    out[f"{key}_{stat}"] = number
-            else:
-                out[key] = value
-        out["output_tok_s"] = self.output_throughput
-        return out
+    client_lag: ClientLag = Field(default_factory=ClientLag)
 
 
 def measured_window(records: Sequence[RequestRecord]) -> float:
@@ -163,13 +163,14 @@ def _gaps(record: RequestRecord) -> list[tuple[float, int]]:
     return [(c[i].t - c[i - 1].t, c[i].tokens) for i in range(1, len(c))]
 
 
-def summarize(
+def request_stats(
     records: Sequence[RequestRecord],
     *,
     window_s: float | None = None,
-    loop_delay_ms: dict[str, Any] | None = None,
-) -> RunSummary:
-    """The run's summary; ``window_s`` is the loadgen result's ``duration_s`` when known.
+    loop_delay_ms: LagStats | Mapping[str, Any] | None = None,
+) -> RequestStats:
+    """The run's request statistics; ``window_s`` is the loadgen result's ``duration_s`` when
+    known, ``loop_delay_ms`` its ``client_lag["loop_delay_ms"]``.
 
     Warm-up records are dropped here, so callers can pass everything the verb emitted.
     """
@@ -177,7 +178,10 @@ def summarize(
     done = [r for r in measured if r.ok]
     window = measured_window(measured) if window_s is None else window_s
     out_tokens = sum(r.output_tokens or 0 for r in done)
-    decode, tpot, chunk_itl, token_itl = [], [], [], []
+    decode: list[float] = []
+    tpot: list[float] = []
+    chunk_itl: list[float] = []
+    token_itl: list[float] = []
     ratios, after_sum, steps_sum = [], 0, 0
     for r in done:
         n, span = r.output_tokens or 0, (r.e2el or 0.0) - (r.ttft or 0.0)
@@ -197,12 +201,11 @@ def summarize(
     methods = sorted({r.token_count_method for r in done if r.token_count_method})
     lags = [lag for lag in (r.send_lag for r in measured) if lag is not None]
     send = Stats.of(lags, scale=1000.0)
-    client_lag: dict[str, Any] = {
-        "send_lag_ms": {"p50": send.median, "p99": send.p99, "max": send.max}
-    }
-    if loop_delay_ms is not None:
-        client_lag["loop_delay_ms"] = dict(loop_delay_ms)
-    return RunSummary(
+    loop = (loop_delay_ms if isinstance(loop_delay_ms, LagStats) or loop_delay_ms is None
+            else LagStats.model_validate(dict(loop_delay_ms)))
+    client_lag = ClientLag(send_lag_ms=LagStats(p50=send.median, p99=send.p99, max=send.max),
+                           loop_delay_ms=loop)
+    return RequestStats(
         completed=len(done),
         failed=len(measured) - len(done),
         duration_s=window,

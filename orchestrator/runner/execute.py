@@ -22,18 +22,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.agent import Agent
+from orchestrator.agent.client import AgentClient
 from orchestrator.config.hostconfig import Secrets, mask
 from orchestrator.engines import adapter_for
 from orchestrator.engines.plan import PlannedLaunch
-from orchestrator.engines.server import Server, ServerRegistry
 from orchestrator.errors import EngineError, HostError, OrchError
 from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.logparse import LogFollower
+from orchestrator.remote.wire import LoadgenSpec, PhaseEvent, ProgressEvent
+from orchestrator.results.model import RunError, RunResult, RunTimes
 from orchestrator.results.store import AppendLog, write_json, write_text
 from orchestrator.runner.display import MEASURING, Display
-from orchestrator.runner.summarize import RunTimes, build_summary, iso_time
+from orchestrator.runner.server import Server, ServerRegistry
+from orchestrator.runner.summarize import build_result, iso_time
 
 TAIL_DRAIN_S = 15.0
 HEAD_LINES = 5000  # start-up lines kept in memory: where engines announce what they chose
@@ -82,12 +84,12 @@ class LiveState:
 async def execute_run(
     job: RunJob,
     *,
-    agent: Agent,
-    reconnect: Callable[[], Awaitable[Agent]],
+    agent: AgentClient,
+    reconnect: Callable[[], Awaitable[AgentClient]],
     registry: ServerRegistry,
     display: Display,
-) -> dict[str, Any]:
-    """Run ``job`` and return its summary (also written to ``summary.json``)."""
+) -> RunResult:
+    """Run ``job`` and return its result (also written, masked, as ``summary.json``)."""
     plan, run = job.plan, job.plan.run
     started = begin_run(job)
     ready_at: float | None = None
@@ -96,7 +98,7 @@ async def execute_run(
     events = AppendLog(job.run_dir / "events.jsonl")
     requests = AppendLog(job.run_dir / "requests.jsonl")
     loadgen: LoadgenResult | None = None
-    error: dict[str, Any] | None = None
+    error: RunError | None = None
     server: Server | None = None
     tail_task: asyncio.Task[None] | None = None
     try:
@@ -115,7 +117,7 @@ async def execute_run(
         loadgen = await _drive_load(job, server, agent, state, requests, display)
         display.update(job.key, phase="stopping")
     except OrchError as exc:
-        error = _error_record(exc, state.secrets)
+        error = run_error(exc)
         display.update(job.key, phase=f"failed: {mask(exc.message, state.secrets)[:60]}")
     finally:
         if server is not None:
@@ -130,15 +132,15 @@ async def execute_run(
                            ("metrics_after.txt", loadgen.metrics_after)):
             if text is not None:
                 write_text(job.run_dir / name, mask(text, state.secrets))
-    times = RunTimes(started_at=started, ended_at=time.time(), ready_at=ready_at,
-                     measure_started_at=loadgen.started_at if loadgen else None,
-                     measure_ended_at=loadgen.ended_at if loadgen else None)
-    summary = masked(build_summary(job, state=state, loadgen=loadgen, error=error, times=times),
-                     state.secrets)
-    write_json(job.run_dir / "summary.json", summary)
-    final = "failed" if error else ("done: COLLAPSE" if summary.get("collapse") else "done")
+    times = RunTimes.from_epoch(started_at=started, ended_at=time.time(), ready_at=ready_at,
+                                measure_started_at=loadgen.started_at if loadgen else None,
+                                measure_ended_at=loadgen.ended_at if loadgen else None)
+    result = build_result(job, state=state, loadgen=loadgen, error=error, times=times)
+    result = result.masked(state.secrets)
+    write_json(job.run_dir / "summary.json", result.to_json())
+    final = "failed" if error else ("done: COLLAPSE" if result.collapse else "done")
     display.update(job.key, phase=final)
-    return summary
+    return result
 
 
 def _engine(run: Any) -> str:
@@ -189,54 +191,57 @@ async def _finish_tail(task: asyncio.Task[None]) -> None:
             await task
 
 
-async def _drive_load(job: RunJob, server: Server, agent: Agent, state: LiveState,
+async def _drive_load(job: RunJob, server: Server, agent: AgentClient, state: LiveState,
                       requests: AppendLog, display: Display) -> LoadgenResult:
     run = job.plan.run
-    spec = build_loadgen_spec(run.workload, job.prompts, port=server.port,
-                              served_name=server.served_name, tokenizer=run.model,
-                              api_key=server.adapter.api_key(run),
-                              metrics_path=server.adapter.metrics_path)
+    spec = LoadgenSpec.from_json(build_loadgen_spec(
+        run.workload, job.prompts, port=server.port, served_name=server.served_name,
+        tokenizer=run.model, api_key=server.adapter.api_key(run),
+        metrics_path=server.adapter.metrics_path))
     result: LoadgenResult | None = None
     done = failed = 0
-    async for event in agent.stream("loadgen", spec):
-        kind = event.get("event")
-        if kind == "record":
-            record = RequestRecord.from_json(event)
-            requests.write_json(masked(record.to_json(), state.secrets))
-            state.records.append(record)
-            if not record.warmup:
-                done, failed = done + record.ok, failed + (not record.ok)
-                display.update(job.key, done=done, failed=failed)
-        elif kind == "phase" and event.get("phase") == "measure":
-            state.window_first_line = state.follower.line_no + 1
-            state.window = LogFollower(engine=_engine(run))
-            display.update(job.key, phase=MEASURING)
-        elif kind == "progress":
-            display.update(job.key, tok_s=event.get("tok_s"))
-        elif kind == "result":
-            result = LoadgenResult.from_json(event.get("data") or {})
+    async with contextlib.aclosing(agent.loadgen(spec)) as events:
+        async for event in events:
+            if isinstance(event, RequestRecord):
+                requests.write_json(masked(event.to_json(), state.secrets))
+                state.records.append(event)
+                if not event.warmup:
+                    done, failed = done + event.ok, failed + (not event.ok)
+                    display.update(job.key, done=done, failed=failed)
+            elif isinstance(event, PhaseEvent) and event.phase == "measure":
+                state.window_first_line = state.follower.line_no + 1
+                state.window = LogFollower(engine=_engine(run))
+                display.update(job.key, phase=MEASURING)
+            elif isinstance(event, ProgressEvent):
+                display.update(job.key, tok_s=event.tok_s)
+            elif isinstance(event, LoadgenResult):
+                result = event
     if result is None:
         raise HostError(job.plan.host.name, "the load generator ended without a result")
     return result
 
 
-def _error_record(exc: OrchError, secrets: Secrets) -> dict[str, Any]:
-    """The error as summary.json records it and the results table shows it: its message, hint
-    and the engine's last log lines (which may print the API key) masked."""
-    record: dict[str, Any] = {"type": type(exc).__name__, "message": str(exc), "hint": exc.hint}
-    if isinstance(exc, EngineError):
-        record.update(cause=exc.cause, exit_code=exc.exit_code, log_tail=exc.log_tail)
+def run_error(exc: OrchError) -> RunError:
+    """The error as summary.json records it and the results table shows it. Its message, hint
+    and the engine's last log lines may print the API key: the whole result is masked before
+    it is written or returned."""
     kind = getattr(exc, "kind", None)
-    if kind:
-        record["kind"] = kind
-    return masked(record, secrets)
+    engine = exc if isinstance(exc, EngineError) else None
+    return RunError(
+        type=type(exc).__name__, message=str(exc), hint=exc.hint,
+        cause=engine.cause if engine else None, exit_code=engine.exit_code if engine else None,
+        log_tail=list(engine.log_tail) if engine else [],
+        kind=str(getattr(kind, "value", kind)) if kind else None,
+    )
 
 
-def failed_summary(job: RunJob, error: OrchError) -> dict[str, Any]:
-    """The summary of a run that never started (its host could not be reached)."""
+def failed_result(job: RunJob, error: OrchError) -> RunResult:
+    """The result of a run that never started (its host could not be reached), masked and
+    written as its summary.json."""
     started = begin_run(job)
     state = LiveState(follower=LogFollower(engine=_engine(job.plan.run)), secrets=run_secrets(job))
-    summary = build_summary(job, state=state, loadgen=None, error=_error_record(error, state.secrets),
-                            times=RunTimes(started_at=started, ended_at=time.time()))
-    write_json(job.run_dir / "summary.json", summary)
-    return summary
+    result = build_result(job, state=state, loadgen=None, error=run_error(error),
+                          times=RunTimes.from_epoch(started_at=started, ended_at=time.time()))
+    result = result.masked(state.secrets)
+    write_json(job.run_dir / "summary.json", result.to_json())
+    return result

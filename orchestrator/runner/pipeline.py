@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import subprocess
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -25,15 +25,16 @@ from orchestrator.config import Inventory, Playbook, mask
 from orchestrator.doctor.findings import Finding
 from orchestrator.engines import adapter_for
 from orchestrator.engines.plan import PlannedLaunch
-from orchestrator.engines.server import ServerRegistry, pool_reconnect
 from orchestrator.errors import ConfigError, OrchError
 from orchestrator.loadgen.prompts import PromptSet, load_prompts
+from orchestrator.results.model import RunResult
 from orchestrator.results.plot import write_comparison
 from orchestrator.results.report import write_summary_csv
 from orchestrator.results.store import new_results_dir, safe_name
 from orchestrator.runner.display import Display
-from orchestrator.runner.execute import RunJob, execute_run, failed_summary
+from orchestrator.runner.execute import RunJob, execute_run, failed_result
 from orchestrator.runner.preflight import DoctorResult, HostSession, doctor_plans, open_hosts
+from orchestrator.runner.server import ServerRegistry, pool_reconnect
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
@@ -57,8 +58,11 @@ class DoctorRefused(OrchError):
 
 @dataclass
 class PlaybookOutcome:
+    """A playbook run's results folder, its runs' results in run order, and the files made
+    from them."""
+
     results_dir: Path
-    summaries: list[dict[str, Any]]
+    results: list[RunResult]
     csv_path: Path
     plot_path: Path | None
 
@@ -96,7 +100,7 @@ def masked_run(plan: PlannedLaunch) -> dict[str, Any]:
     return _mask_strings(dump, secrets)
 
 
-def _mask_strings(value: Any, secrets: set[str]) -> Any:
+def _mask_strings(value: Any, secrets: Iterable[str]) -> Any:
     if isinstance(value, str):
         return mask(value, secrets)
     if isinstance(value, list):
@@ -235,15 +239,15 @@ async def run_playbook(
         display.add(key, run=plan.run.name, host=plan.host.name,
                     total=None if w.duration_s else w.num_prompts)
         jobs.append(job)
-    summaries: dict[str, dict[str, Any]] = {}
+    results: dict[str, RunResult] = {}
     async with ServerRegistry() as registry:
         with display:
             await asyncio.gather(*(
                 _host_worker(sessions[name], [j for j in jobs if j.plan.host.name == name],
-                             pool=pool, registry=registry, display=display, summaries=summaries)
+                             pool=pool, registry=registry, display=display, results=results)
                 for name in dict.fromkeys(j.plan.host.name for j in jobs)
             ))
-    ordered = [summaries[j.key] for j in jobs]
+    ordered = [results[j.key] for j in jobs]
     csv_path = write_summary_csv(results_dir / "summary.csv", ordered)
     plot_path = write_comparison(results_dir / "comparison.png", ordered,
                                  title=f"{playbook.name}: {results_dir.name}")
@@ -252,15 +256,15 @@ async def run_playbook(
 
 async def _host_worker(session: HostSession, jobs: list[RunJob], *, pool: ConnectionPool,
                        registry: ServerRegistry, display: Display,
-                       summaries: dict[str, dict[str, Any]]) -> None:
+                       results: dict[str, RunResult]) -> None:
     """One host's runs, in playbook order; a failed run is recorded and the next one goes on."""
     for job in jobs:
         if session.agent is None or session.facts is None:
             error = session.error or OrchError("host not reachable")
-            summaries[job.key] = failed_summary(job, error)
+            results[job.key] = failed_result(job, error)
             display.update(job.key, phase=f"failed: {error.message[:60]}")
             continue
-        summaries[job.key] = await execute_run(
+        results[job.key] = await execute_run(
             job, agent=session.agent, reconnect=pool_reconnect(pool, session.host, session.agent),
             registry=registry, display=display,
         )

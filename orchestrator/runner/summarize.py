@@ -1,5 +1,5 @@
-"""A run's ``summary.json``: request statistics, acceptance three ways, collapse verdict, times,
-and warnings about the client itself.
+"""A run's result (``RunResult``, written as its ``summary.json``): request statistics,
+acceptance three ways, collapse verdict, times, and warnings about the client itself.
 
 Pure apart from reading the job's fields: everything it needs was collected while the run went
 on (request records, the log followers, the two /metrics scrapes of the load generator).
@@ -7,27 +7,51 @@ on (request records, the log followers, the two /metrics scrapes of the load gen
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
 
+from orchestrator import __version__
+from orchestrator.config.playbook import RunSpec
 from orchestrator.doctor import detect_collapse, engine_silent_changes
-from orchestrator.doctor.collapse import flag_value
-from orchestrator.doctor.findings import problems
+from orchestrator.doctor.collapse import Cause, Collapse
+from orchestrator.doctor.findings import Finding, problems
 from orchestrator.doctor.runspec import causes_for_run
+from orchestrator.engines import get_engine
+from orchestrator.loadgen.records import ClientLag as WireClientLag
+from orchestrator.loadgen.records import LagStats as WireLagStats
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
-from orchestrator.metrics.acceptance import combine_acceptance
-from orchestrator.metrics.prom import Scrape, SpecDelta, sglang_spec_delta, vllm_spec_delta
-from orchestrator.metrics.summary import summarize
+from orchestrator.metrics.acceptance import Acceptance, combine_acceptance
+from orchestrator.metrics.logparse import LogSummary
+from orchestrator.metrics.prom import Scrape, SpecDelta
+from orchestrator.metrics.summary import ClientLag, LagStats, request_stats
+from orchestrator.results.model import (
+    AcceptanceResult,
+    AcceptanceSource,
+    CollapseVerdict,
+    EngineLogFigures,
+    FindingRecord,
+    LoadgenClientLag,
+    LoadgenInfo,
+    PrometheusDelta,
+    Provenance,
+    RankedCause,
+    RunError,
+    RunIdentity,
+    RunResult,
+    RunSettings,
+    RunTimes,
+    SpeculativeSettings,
+    WorkloadSettings,
+)
 from orchestrator.results.store import safe_name
 
 if TYPE_CHECKING:
     from orchestrator.runner.execute import LiveState, RunJob
 
-SPEC_DELTAS = {"vllm": vllm_spec_delta, "sglang": sglang_spec_delta}
-VLLM_STATS_INTERVAL_S = 10.0  # VLLM_LOG_STATS_INTERVAL's default
-SGLANG_DECODE_LOG_INTERVAL = 40  # --decode-log-interval's default
+ACCEPTANCE_SOURCES: dict[str, AcceptanceSource] = {
+    "prometheus": "prometheus", "log": "log", "client": "client"}
 # A saturated client sets the pace instead of the server (issue 4: make it visible).
 LOOP_DELAY_WARN_MS = 20.0  # p99 of how late the load generator's 20 ms ticker woke up
 SEND_LAG_WARN_MS = 100.0  # p99 of how late requests were sent versus due
@@ -36,34 +60,6 @@ RATE_SHORTFALL = 0.8  # open loop: requests sent at under 80% of the scheduled r
 
 def iso_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds")
-
-
-@dataclass(frozen=True)
-class RunTimes:
-    """When a run's phases happened (epoch seconds; None for a phase it never reached)."""
-
-    started_at: float
-    ended_at: float
-    ready_at: float | None = None  # the server answered /health and /v1/models
-    measure_started_at: float | None = None  # first measured request sent
-    measure_ended_at: float | None = None  # last measured response ended
-
-    def to_json(self) -> dict[str, Any]:
-        def span(a: float | None, b: float | None) -> float | None:
-            return round(b - a, 3) if a is not None and b is not None else None
-
-        return {
-            "started_at": iso_time(self.started_at),
-            "ready_at": iso_time(self.ready_at) if self.ready_at is not None else None,
-            "measure_started_at": iso_time(self.measure_started_at)
-            if self.measure_started_at is not None else None,
-            "measure_ended_at": iso_time(self.measure_ended_at)
-            if self.measure_ended_at is not None else None,
-            "ended_at": iso_time(self.ended_at),
-            "duration_s": span(self.started_at, self.ended_at),
-            "server_start_s": span(self.started_at, self.ready_at),
-            "measure_s": span(self.measure_started_at, self.measure_ended_at),
-        }
 
 
 def _value(x: Any) -> Any:
@@ -75,16 +71,16 @@ def prometheus_delta(engine: str, loadgen: LoadgenResult) -> tuple[SpecDelta | N
         return None, "no /metrics scrape around the window (is --enable-metrics on?)"
     before = Scrape.parse(loadgen.metrics_before)
     after = Scrape.parse(loadgen.metrics_after)
-    delta = SPEC_DELTAS[engine](before, after)
+    delta = get_engine(engine).spec_delta(before, after)
     return delta, delta.note
 
 
 def requested_settings(run: Any) -> dict[str, Any]:
     """What the run asked of the engine, to spot settings the engine silently changed."""
-    args = [str(a) for a in run.extra_args]
-    page = flag_value(args, "--page-size")
+    engine = get_engine(run.engine)
+    page = engine.run_flag(run, "--page-size")
     return {
-        "attention_backend": flag_value(args, "--attention-backend"),
+        "attention_backend": engine.run_flag(run, "--attention-backend"),
         "page_size": int(page) if page and page.isdigit() else None,
     }
 
@@ -113,12 +109,11 @@ def log_missing_note(engine: str, *, window_s: float | None, env: Mapping[str, s
     """
     window = f"the measured window ({window_s:.1f} s)" if window_s else "the measured window"
     if engine == "sglang":
-        value = flag_value(list(argv), "--decode-log-interval")
-        steps = value or str(SGLANG_DECODE_LOG_INTERVAL)
+        steps = get_engine(engine).stats_interval_in_effect(env=env, argv=argv)
         return (f"log: no Decode batch line with an accept len fell in {window}: SGLang prints "
                 f"one every {steps} decode steps (--decode-log-interval); lower it in the run's "
                 "extra_args, or measure longer (more num_prompts or duration_s)")
-    interval = env.get("VLLM_LOG_STATS_INTERVAL") or f"{VLLM_STATS_INTERVAL_S:g}"
+    interval = get_engine(engine).stats_interval_in_effect(env=env, argv=argv)
     return (f"log: no SpecDecoding metrics line fell in {window}: vLLM prints one every "
             f"VLLM_LOG_STATS_INTERVAL = {interval} s; set it lower in the run's env (e.g. "
             "env: {VLLM_LOG_STATS_INTERVAL: \"1\"}), or measure longer (more num_prompts or "
@@ -141,17 +136,17 @@ def send_rates(records: Sequence[RequestRecord]) -> tuple[float | None, float | 
     return (n / sent if sent > 0 else None), (n / due if due > 0 else None)
 
 
-def client_warnings(*, client_lag: Mapping[str, Any] | None, request_rate: float | None,
+def client_warnings(*, client_lag: ClientLag | None, request_rate: float | None,
                     achieved_rate: float | None, scheduled_rate: float | None) -> list[str]:
     """Signs that the load generator, not the server, set the pace (so latencies are inflated)."""
-    lag = client_lag or {}
+    lag = client_lag or ClientLag()
     out = []
-    loop = (lag.get("loop_delay_ms") or {}).get("p99")
+    loop = lag.loop_delay_ms.p99 if lag.loop_delay_ms else None
     if loop is not None and loop > LOOP_DELAY_WARN_MS:
         out.append(f"client saturated: event-loop delay p99 {loop:.1f} ms > {LOOP_DELAY_WARN_MS:g} "
                    "ms: the load generator's host is busy (CPU-bound client, or the engine "
                    "starving it); latencies include client time")
-    send = (lag.get("send_lag_ms") or {}).get("p99")
+    send = lag.send_lag_ms.p99
     if send is not None and send > SEND_LAG_WARN_MS:
         out.append(f"client saturated: send lag p99 {send:.1f} ms > {SEND_LAG_WARN_MS:g} ms: "
                    "requests left later than due")
@@ -163,90 +158,169 @@ def client_warnings(*, client_lag: Mapping[str, Any] | None, request_rate: float
     return out
 
 
-def build_summary(
+def run_settings(run: RunSpec) -> RunSettings:
+    """What the run asked for, as its result records it (its manifest.json has the whole spec)."""
+    w = run.workload
+    return RunSettings(
+        engine=str(_value(run.engine)),
+        model=run.model,
+        speculative=SpeculativeSettings(method=str(_value(run.speculative.method)),
+                                        draft_model=run.speculative.draft_model,
+                                        num_draft_tokens=run.speculative.num_draft_tokens),
+        tensor_parallel=run.tensor_parallel,
+        max_model_len=run.max_model_len,
+        workload=WorkloadSettings(
+            prompts=w.prompts, num_prompts=w.num_prompts, duration_s=w.duration_s,
+            concurrency=w.concurrency if w.request_rate is None else w.open_loop_cap,
+            request_rate=w.request_rate, burstiness=w.burstiness, max_tokens=w.max_tokens,
+            input_len=w.input_len, ignore_eos=w.ignore_eos, warmup=w.warmup, api=w.api,
+            temperature=w.temperature, seed=w.seed),
+    )
+
+
+def finding_record(finding: Finding) -> FindingRecord:
+    """A finding as written; its free-form details go through JSON as summary.json always
+    wrote them (anything JSON cannot hold as its text)."""
+    return FindingRecord.model_validate(json.loads(json.dumps(finding.to_json(), default=str)))
+
+
+def lag_stats(lag: WireLagStats | None) -> LagStats | None:
+    return None if lag is None else LagStats(n=lag.n, mean=lag.mean, p50=lag.p50, p99=lag.p99,
+                                             max=lag.max)
+
+
+def loadgen_client_lag(lag: WireClientLag | None) -> LoadgenClientLag | None:
+    if lag is None:
+        return None
+    return LoadgenClientLag(send_lag_ms=lag_stats(lag.send_lag_ms),
+                            loop_delay_ms=lag_stats(lag.loop_delay_ms), loop_tick_ms=lag.loop_tick_ms)
+
+
+def loadgen_info(loadgen: LoadgenResult, *, achieved: float | None,
+                 scheduled: float | None) -> LoadgenInfo:
+    lg = loadgen
+    return LoadgenInfo(
+        requests=lg.requests, completed=lg.completed, failed=lg.failed, duration_s=lg.duration_s,
+        started_at=lg.started_at, ended_at=lg.ended_at, warmup=lg.warmup,
+        output_tokens=lg.output_tokens, mode=lg.mode, concurrency=lg.concurrency,
+        request_rate=lg.request_rate, burstiness=lg.burstiness,
+        client_lag=loadgen_client_lag(lg.client_lag), token_count_method=lg.token_count_method,
+        token_count_methods=dict(lg.token_count_methods or {}), prompt_source=lg.prompt_source,
+        input_len_exact=lg.input_len_exact, random_prompts=lg.random_prompts,
+        random_prompts_exact=lg.random_prompts_exact, request_seeds=lg.request_seeds,
+        achieved_request_rate=achieved, scheduled_request_rate=scheduled,
+    )
+
+
+def acceptance_result(acc: Acceptance, prom: SpecDelta | None) -> AcceptanceResult:
+    delta = None if prom is None else PrometheusDelta(
+        acceptance_length=prom.acceptance_length, per_position=list(prom.per_position),
+        drafts=prom.drafts, draft_tokens=prom.draft_tokens, accepted=prom.accepted,
+        generation_tokens=prom.generation_tokens, source=prom.source, note=prom.note)
+    return AcceptanceResult(
+        length=acc.length, source=ACCEPTANCE_SOURCES[acc.source] if acc.source else None,
+        prometheus=acc.prometheus, log=acc.log,
+        client=acc.client, per_position=acc.per_position,
+        per_position_source=acc.per_position_source, disagreement=list(acc.disagreement),
+        notes=list(acc.notes), prometheus_delta=delta)
+
+
+def collapse_verdict(collapse: Collapse, causes: Sequence[Cause]) -> CollapseVerdict:
+    return CollapseVerdict(
+        method=collapse.method, num_draft_tokens=collapse.num_draft_tokens,
+        acceptance_length=collapse.acceptance_length, floor=collapse.floor,
+        per_position=collapse.per_position, reasons=list(collapse.reasons),
+        message=collapse.message,
+        likely_causes=[RankedCause(rank=c.rank, cause=c.cause, source=c.source,
+                                   evidence=list(c.evidence), fix=c.fix, checks=list(c.checks))
+                       for c in causes],
+    )
+
+
+def _engine_version(job: RunJob) -> str | None:
+    version = job.manifest.get("engine_version")
+    return version if isinstance(version, str) else None
+
+
+def build_result(
     job: RunJob,
     *,
     state: LiveState,
     loadgen: LoadgenResult | None,
-    error: dict[str, Any] | None,
+    error: RunError | None,
     times: RunTimes,
-) -> dict[str, Any]:
+) -> RunResult:
+    """The run's result from what was collected while it went on (secrets not yet masked)."""
     run, host = job.plan.run, job.plan.host
-    engine = str(_value(run.engine))
-    method = str(_value(run.speculative.method))
-    summary: dict[str, Any] = {
-        "run": run.name,
-        "host": host.name,
-        "folder": safe_name(job.run_dir.name),
-        "order": job.order,
-        "run_id": job.run_id,
-        "engine": engine,
-        "model": run.model,
-        "method": method,
-        "draft_model": run.speculative.draft_model,
-        "num_draft_tokens": run.speculative.num_draft_tokens,
-        "started_at": iso_time(times.started_at),
-        "ended_at": iso_time(times.ended_at),
-        "times": times.to_json(),
-        "error": error,
-        "requests": None,
-        "acceptance": None,
-        "engine_metrics": None,
-        "loadgen": None,
-        "collapse": None,
-        "engine_changes": [],
-        "doctor": [f.to_json() for f in problems(job.doctor)],
-        "warnings": [],
-    }
+    settings = run_settings(run)
+    requests = None
     if state.records:
-        window = loadgen.duration_s if loadgen else None
-        lag = (loadgen.client_lag or {}).get("loop_delay_ms") if loadgen else None
-        summary["requests"] = summarize(state.records, window_s=window, loop_delay_ms=lag).to_dict()
+        lag = lag_stats(loadgen.client_lag.loop_delay_ms) if loadgen and loadgen.client_lag else None
+        requests = request_stats(state.records, window_s=loadgen.duration_s if loadgen else None,
+                                 loop_delay_ms=lag)
     whole_log = state.follower.summary() if state.follower.engine else None
     window_log = state.window.summary() if state.window and state.window.engine else None
-    summary["engine_metrics"] = {
-        "generation_throughput_mean": (window_log or whole_log).mean_generation_throughput
-        if (window_log or whole_log) else None,
-        "log_events": whole_log.events if whole_log else {},
-        "malformed_log_lines": whole_log.malformed if whole_log else 0,
-    }
-    summary["engine_changes"] = [
-        f.to_json() for f in engine_silent_changes(state.head_lines, requested_settings(run))
-    ]
-    if loadgen is None:
-        return summary
-    achieved, scheduled = send_rates(state.records) if loadgen.mode == "open" else (None, None)
-    summary["loadgen"] = {**{k: v for k, v in loadgen.to_json().items()
-                             if k not in ("metrics_before", "metrics_after")},
-                          "achieved_request_rate": achieved, "scheduled_request_rate": scheduled}
-    summary["warnings"] = client_warnings(
-        client_lag=(summary["requests"] or {}).get("client_lag"), request_rate=loadgen.request_rate,
-        achieved_rate=achieved, scheduled_rate=scheduled)
-    prom, note = prometheus_delta(engine, loadgen)
-    speculative = method != "none"
     log_src = window_log or whole_log
+    result = RunResult(
+        run=RunIdentity(name=run.name, key=job.key, host=host.name,
+                        folder=safe_name(job.run_dir.name), order=job.order, run_id=job.run_id),
+        settings=settings,
+        times=times,
+        error=error,
+        requests=requests,
+        engine_metrics=EngineLogFigures(
+            generation_throughput_mean=log_src.mean_generation_throughput if log_src else None,
+            log_events=dict(whole_log.events) if whole_log else {},
+            malformed_log_lines=whole_log.malformed if whole_log else 0),
+        engine_changes=[finding_record(f) for f in
+                        engine_silent_changes(state.head_lines, requested_settings(run))],
+        doctor=[finding_record(f) for f in problems(job.doctor)],
+        provenance=Provenance(orch_version=__version__, engine_version=_engine_version(job),
+                              log_lines=_pair(log_lines(state))),
+    )
+    if loadgen is None:
+        return result
+    return _with_measurement(result, job, loadgen=loadgen, state=state, log_src=log_src)
+
+
+def _pair(lines: list[int] | None) -> tuple[int, int] | None:
+    return (lines[0], lines[1]) if lines else None
+
+
+def _with_measurement(result: RunResult, job: RunJob, *, loadgen: LoadgenResult,
+                      state: LiveState, log_src: LogSummary | None) -> RunResult:
+    """``result`` with what the load generator's window adds: its account, the client's
+    warnings, acceptance three ways and the collapse verdict."""
+    run, settings = job.plan.run, result.settings
+    engine, spec = settings.engine, settings.speculative
+    achieved, scheduled = send_rates(state.records) if loadgen.mode == "open" else (None, None)
+    requests = result.requests
+    warnings = client_warnings(client_lag=requests.client_lag if requests else None,
+                               request_rate=loadgen.request_rate, achieved_rate=achieved,
+                               scheduled_rate=scheduled)
+    prom, note = prometheus_delta(engine, loadgen)
     notes = [note] if note else []
-    if speculative and (log_src is None or log_src.acceptance_length is None):
+    if spec.enabled and (log_src is None or log_src.acceptance_length is None):
         notes.append(log_missing_note(engine, window_s=loadgen.duration_s, env=job.plan.env,
                                       argv=job.plan.argv))
     acc = combine_acceptance(
         prometheus=prom.acceptance_length if prom else None,
         log=log_src.acceptance_length if log_src else None,
-        client=(summary["requests"] or {}).get("tokens_per_chunk"),
+        client=requests.tokens_per_chunk if requests else None,
         per_position_prometheus=(prom.per_position or None) if prom else None,
         per_position_log=log_src.per_position_acceptance if log_src else None,
-        speculative=speculative,
+        speculative=spec.enabled,
         notes=notes,
     )
-    summary["acceptance"] = {**acc.to_dict(), "log_lines": log_lines(state),
-                             "prometheus_delta": prom.to_dict() if prom else None}
-    collapse = detect_collapse(method=method, num_draft_tokens=run.speculative.num_draft_tokens,
+    collapse = detect_collapse(method=spec.method, num_draft_tokens=spec.num_draft_tokens,
                                acceptance_length=acc.length, per_position=acc.per_position)
+    verdict = None
     if collapse is not None:
         causes = causes_for_run(run, list(job.doctor), drafter=job.drafter, env=job.plan.env)
-        summary["collapse"] = {
-            **collapse.to_json(),
-            "findings": [f.to_json() for f in problems(job.doctor)],
-            "likely_causes": [c.to_json() for c in causes],
-        }
-    return summary
+        verdict = collapse_verdict(collapse, causes)
+    return result.model_copy(update={
+        "loadgen": loadgen_info(loadgen, achieved=achieved, scheduled=scheduled),
+        "warnings": warnings,
+        "acceptance": acceptance_result(acc, prom),
+        "collapse": verdict,
+    })

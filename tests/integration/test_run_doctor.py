@@ -18,12 +18,12 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 import yaml
 
 from orchestrator.cli.main import run as orch_inprocess
+from orchestrator.results.model import RunResult
 from tests.fixtures.procs import kill_tree, pids_with_env
 from tests.fixtures.sshd import free_port
 
@@ -132,8 +132,8 @@ class Launched:
     proc: subprocess.CompletedProcess[str]
     results: Path
 
-    def summary(self, run: str, host: str) -> dict[str, Any]:
-        return json.loads((self.results / f"{run}_{host}" / "summary.json").read_text())
+    def summary(self, run: str, host: str) -> RunResult:
+        return RunResult.load(self.results / f"{run}_{host}" / "summary.json")
 
     def csv_rows(self) -> dict[str, dict[str, str]]:
         with (self.results / "summary.csv").open(newline="") as fh:
@@ -170,17 +170,18 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Launched]:
         return {k: f.result() for k, f in futures.items()}
 
 
-def check_collapse(summary: dict[str, Any]) -> None:
-    assert summary["error"] is None
-    assert summary["requests"]["completed"] == 4
-    assert summary["acceptance"]["length"] < 1.5
-    collapse = summary["collapse"]
-    assert collapse is not None
-    assert {(f["check"], f["severity"]) for f in collapse["findings"]
-            if f["severity"] == "error"} == BROKEN_ERRORS
-    ranked = [c["cause"] for c in sorted(collapse["likely_causes"], key=lambda c: c["rank"])]
+def check_collapse(summary: RunResult) -> None:
+    assert summary.error is None
+    assert summary.requests is not None and summary.requests.completed == 4
+    assert summary.acceptance is not None and summary.acceptance.length is not None
+    assert summary.acceptance.length < 1.5
+    collapse = summary.collapse
+    assert collapse is not None and summary.verdict == "collapse"
+    assert {(f.check, f.severity) for f in summary.doctor
+            if f.severity == "error"} == BROKEN_ERRORS
+    ranked = [c.cause for c in sorted(collapse.likely_causes, key=lambda c: c.rank)]
     assert set(ranked[:2]) == {"mask_token", "layer_ids"}, ranked
-    assert [c["rank"] for c in collapse["likely_causes"]][:2] == [1, 2]
+    assert [c.rank for c in collapse.likely_causes][:2] == [1, 2]
 
 
 def test_force_launches_and_flags_the_collapse(launched: dict[str, Launched]) -> None:
@@ -188,8 +189,8 @@ def test_force_launches_and_flags_the_collapse(launched: dict[str, Launched]) ->
     assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr  # a collapse is no failure
     check_collapse(run.summary("dflash-broken", "emb-2"))
     healthy = run.summary("dflash-healthy", "emb-1")
-    assert healthy["error"] is None and healthy["collapse"] is None
-    assert healthy["acceptance"]["length"] > 3
+    assert healthy.error is None and healthy.collapse is None
+    assert healthy.acceptance is not None and (healthy.acceptance.length or 0) > 3
     rows = run.csv_rows()
     assert rows["dflash-broken"]["collapse"] == "True"
     assert rows["dflash-healthy"]["collapse"] == "False"

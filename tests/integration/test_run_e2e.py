@@ -8,8 +8,8 @@ the truth over exactly what it covers:
   deltas cover the measured requests (warm-up excluded): truth over those requests;
 - the log figure covers whole stats intervals (vLLM: every VLLM_LOG_STATS_INTERVAL seconds;
   SGLang: every --decode-log-interval decode steps), from the one under way when the window
-  opened to the last one printed before the server stopped. The summary names those lines
-  (``acceptance.log_lines``); the truth is recomputed over the decode steps they cover.
+  opened to the last one printed before the server stopped. The result names those lines
+  (``provenance.log_lines``); the truth is recomputed over the decode steps they cover.
 
 Counter-based figures are exact by construction, so beyond the 3% the issue asks for, they are
 also checked to be equal: a difference would mean the window is not the one we think.
@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.results.model import VLLM_BENCH_KEYS, RunResult
 from orchestrator.results.report import CSV_COLUMNS
 from tests.fixtures.procs import kill_tree, pids_with_env
 from tests.fixtures.sshd import SshdFactory, free_port
@@ -92,12 +93,12 @@ class Outcome:
     def run_dir(self, run: str, host: str) -> Path:
         return self.results / f"{run}_{host}"
 
-    def summary(self, run: str, host: str) -> dict[str, Any]:
-        return read_json(self.run_dir(run, host) / "summary.json")
+    def summary(self, run: str, host: str) -> RunResult:
+        return RunResult.load(self.run_dir(run, host) / "summary.json")
 
     def truth(self, run: str, host: str) -> dict[str, Any]:
         """The simulator's ground truth for a run, through the engine pid in server.json."""
-        run_id = self.summary(run, host)["run_id"]
+        run_id = self.summary(run, host).run.run_id
         server = read_json(self.workdirs[host] / "runs" / run_id / "server.json")
         return read_json(self.states[host] / f"ground-truth-{server['pid']}.json")
 
@@ -221,42 +222,42 @@ def check_against_truth(outcome: Outcome, run: str, host: str) -> None:
     events = read_jsonl(run_dir / "events.jsonl")
     manifest = read_json(run_dir / "manifest.json")
     measured = measured_truth(truth, records)
-    req, acc = summary["requests"], summary["acceptance"]
-    assert summary["error"] is None
-    assert req["completed"] == len(measured) == manifest["run"]["workload"]["num_prompts"]
-    assert req["failed"] == 0
+    req, acc, log_lines = summary.requests, summary.acceptance, summary.provenance.log_lines
+    assert summary.error is None and req is not None and acc is not None and log_lines
+    assert req.completed == len(measured) == manifest["run"]["workload"]["num_prompts"]
+    assert req.failed == 0
 
     # per-request decode speed: (output_tokens - 1) / (last token - first token)
     truth_tok_s = [r["decode_tok_s"] for r in measured]
-    close(req["decode_tok_s"]["median"], statistics.median(truth_tok_s), "decode tok/s median")
-    close(req["decode_tok_s"]["mean"], statistics.fmean(truth_tok_s), "decode tok/s mean")
+    close(req.decode_tok_s.median, statistics.median(truth_tok_s), "decode tok/s median")
+    close(req.decode_tok_s.mean, statistics.fmean(truth_tok_s), "decode tok/s mean")
     # output throughput: output tokens / (first measured request sent -> last one finished)
     out_tokens = sum(r["output_tokens"] for r in measured)
-    assert req["total_output_tokens"] == out_tokens
+    assert req.total_output_tokens == out_tokens
     window = max(r["last_token_time"] for r in measured) - min(r["arrival_time"] for r in measured)
-    close(req["output_throughput"], out_tokens / window, "output throughput")
+    close(req.output_throughput, out_tokens / window, "output throughput")
 
     # acceptance length, three ways
     positions = truth["profile"]["num_draft_tokens"]
     steps = [r["decode_steps"] for r in measured]
     accepted = sum(r["num_accepted_tokens"] for r in measured)
     length = 1 + accepted / sum(steps)
-    close(acc["client"], length, "acceptance length (client, tokens per chunk)")
-    assert acc["client"] == pytest.approx(length, rel=1e-9)  # one SSE chunk per step, exactly
-    close(acc["prometheus"], length, "acceptance length (prometheus)")
-    if summary["engine"] == "vllm":
-        assert acc["prometheus"] == pytest.approx(length, rel=1e-9)  # counters, exactly
+    close(acc.client, length, "acceptance length (client, tokens per chunk)")
+    assert acc.client == pytest.approx(length, rel=1e-9)  # one SSE chunk per step, exactly
+    close(acc.prometheus, length, "acceptance length (prometheus)")
+    if summary.settings.engine == "vllm":
+        assert acc.prometheus == pytest.approx(length, rel=1e-9)  # counters, exactly
         truth_pos = [sum(r["accepted_per_position"][i] for r in measured) / sum(steps)
                      for i in range(positions)]
-        assert acc["per_position_source"] == "prometheus"
-        assert len(acc["per_position"]) == positions
-        for i, (got, want) in enumerate(zip(acc["per_position"], truth_pos, strict=True)):
+        assert acc.per_position_source == "prometheus"
+        assert len(acc.per_position or []) == positions
+        for i, (got, want) in enumerate(zip(acc.per_position or [], truth_pos, strict=True)):
             assert abs(got - want) <= POS_ABS, f"position {i}: {got:.3f} vs truth {want:.3f}"
-        log_length, log_pos = vllm_log_truth(truth, events, acc["log_lines"], positions)
-        close(acc["log"], log_length, "acceptance length (log)")
-        assert acc["log"] == pytest.approx(log_length, rel=1e-9)  # printed as integer counts
+        log_length, log_pos = vllm_log_truth(truth, events, list(log_lines), positions)
+        close(acc.log, log_length, "acceptance length (log)")
+        assert acc.log == pytest.approx(log_length, rel=1e-9)  # printed as integer counts
         window_spec = [e for e in events if e["kind"] == "spec_decode"
-                       and acc["log_lines"][0] <= e["line_no"] <= acc["log_lines"][1]]
+                       and log_lines[0] <= e["line_no"] <= log_lines[1]]
         drafts = [e["drafted_tokens"] / positions for e in window_spec]
         for i in range(positions):
             got = sum(e["per_position_acceptance"][i] * d
@@ -265,14 +266,14 @@ def check_against_truth(outcome: Outcome, run: str, host: str) -> None:
     else:
         # SGLang's counters: Δgeneration_tokens / Δspec_verify_calls, whose numerator also
         # holds each request's prefill token: the engine's own definition, checked exactly.
-        assert acc["prometheus"] == pytest.approx(out_tokens / sum(steps), rel=1e-9)
+        assert acc.prometheus == pytest.approx(out_tokens / sum(steps), rel=1e-9)
         interval = int(flag_value(manifest["argv"], "--decode-log-interval"))
-        log_length = sglang_log_truth(truth, events, acc["log_lines"], interval)
-        close(acc["log"], log_length, "acceptance length (log)")
-        assert abs(acc["log"] - log_length) <= 0.005 + 1e-9  # printed with 2 decimals
-    close(acc["length"], length, "reported acceptance length")
-    assert acc["disagreement"] == []
-    assert summary["collapse"] is None
+        log_length = sglang_log_truth(truth, events, list(log_lines), interval)
+        close(acc.log, log_length, "acceptance length (log)")
+        assert abs(acc.log - log_length) <= 0.005 + 1e-9  # printed with 2 decimals
+    close(acc.length, length, "reported acceptance length")
+    assert acc.disagreement == []
+    assert summary.collapse is None
 
 
 def every_file(root: Path) -> Iterator[Path]:
@@ -315,8 +316,8 @@ def test_failed_run_recorded_and_next_run_completes(embedded_e2e: Outcome) -> No
     assert read_json(failed / "manifest.json")["run"]["name"] == "vllm-oom"
     assert "CUDA out of memory" in proc.stdout  # in the results table
     after = embedded_e2e.summary("vllm-dflash", "emb-2")  # same host, next run
-    assert after["error"] is None
-    assert after["requests"]["completed"] == 10
+    assert after.error is None
+    assert after.requests is not None and after.requests.completed == 10
 
 
 def test_results_layout(embedded_e2e: Outcome) -> None:
@@ -342,14 +343,41 @@ def test_results_layout(embedded_e2e: Outcome) -> None:
     for run, host in (("sglang-mtp", "emb-1"), ("vllm-dflash", "emb-2")):
         summary = embedded_e2e.summary(run, host)
         row = by_run[run]
-        assert (row["engine"], row["method"]) == (summary["engine"], summary["method"])
+        assert summary.requests is not None and summary.acceptance is not None
+        assert (row["engine"], row["method"]) == (
+            summary.settings.engine, summary.settings.speculative.method)
         assert int(row["completed"]) == 10 and int(row["failed"]) == 0
         assert float(row["output_tok_s"]) == pytest.approx(
-            summary["requests"]["output_throughput"], rel=1e-3)
-        assert float(row["acceptance_length"]) == pytest.approx(
-            summary["acceptance"]["length"], rel=1e-3)
+            summary.requests.output_throughput, rel=1e-3)
+        assert float(row["acceptance_length"]) == pytest.approx(summary.acceptance.length, rel=1e-3)
         assert row["collapse"] == "False"
     assert (results / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_every_summary_is_a_run_result_with_vllm_bench_keys(embedded_e2e: Outcome) -> None:
+    """summary.json validates against the result model (schema 2) and, for a run that sent
+    requests, carries `vllm bench serve`'s keys with the model's own figures."""
+    paths = sorted(embedded_e2e.results.glob("*/summary.json"))
+    assert len(paths) == 3
+    for path in paths:
+        raw = read_json(path)
+        result = RunResult.load(path)
+        assert raw["schema_version"] == result.schema_version == 2
+        assert RunResult.from_json(raw).to_json() == raw  # written exactly as the model says
+        if result.error is not None:
+            assert not set(VLLM_BENCH_KEYS) & set(raw)  # never measured: no figures to show
+            continue
+        assert set(VLLM_BENCH_KEYS) <= set(raw), path
+        req, acc = result.requests, result.acceptance
+        assert req is not None and acc is not None
+        assert (raw["completed"], raw["failed"], raw["duration"]) == (
+            req.completed, req.failed, req.duration_s)
+        assert raw["median_ttft_ms"] == req.ttft_ms.median and raw["p99_itl_ms"] == req.itl_chunk_ms.p99
+        assert raw["std_e2el_ms"] is not None and raw["std_e2el_ms"] > 0
+        assert raw["spec_decode_acceptance_length"] == acc.length
+        k = result.settings.speculative.num_draft_tokens
+        assert k and raw["spec_decode_acceptance_rate"] == pytest.approx(
+            100 * (acc.length - 1) / k, rel=1e-12)
 
 
 def test_manifest_and_secrets(embedded_e2e: Outcome) -> None:

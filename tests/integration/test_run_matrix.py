@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from orchestrator.config.hostconfig import HostConfig
+from orchestrator.results.model import RunResult
 from tests.fixtures.sshd import free_port
 
 pytestmark = pytest.mark.integration
@@ -61,24 +62,28 @@ def test_matrix_runs_each_complete_with_their_own_results(
     summaries = {}
     for run, concurrency in RUNS.items():
         run_dir = results / FOLDERS[run]
-        summary, manifest = read_json(run_dir / "summary.json"), read_json(run_dir / "manifest.json")
+        summary = RunResult.load(run_dir / "summary.json")
+        manifest = read_json(run_dir / "manifest.json")
         summaries[run] = summary
-        assert summary["run"] == manifest["run"]["name"] == run
-        assert summary["error"] is None
-        assert summary["requests"]["completed"] == NUM_PROMPTS
-        assert summary["requests"]["failed"] == 0
+        assert summary.run.name == manifest["run"]["name"] == run
+        assert summary.error is None and summary.requests is not None
+        assert summary.requests.completed == NUM_PROMPTS
+        assert summary.requests.failed == 0
         assert manifest["run"]["workload"]["concurrency"] == concurrency
-        assert summary["loadgen"]["concurrency"] == concurrency
+        assert summary.loadgen is not None and summary.loadgen.concurrency == concurrency
+        assert summary.settings.workload is not None
+        assert summary.settings.workload.concurrency == concurrency
         # the host-side run id is the sanitized name plus a unique suffix
-        assert summary["run_id"].startswith(FOLDERS[run].removesuffix("_emb-1") + "-")
+        assert summary.run.run_id.startswith(FOLDERS[run].removesuffix("_emb-1") + "-")
         assert len((run_dir / "requests.jsonl").read_text().splitlines()) == NUM_PROMPTS
         assert (run_dir / "server.log").stat().st_size > 0
         # the manifest is stamped when its run starts, the same moment summary.json records
-        assert manifest["started_at"] == manifest["created_at"] == summary["times"]["started_at"]
+        assert (manifest["started_at"] == manifest["created_at"]
+                == read_json(run_dir / "summary.json")["times"]["started_at"])
         assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")]
-    first, second = (summaries[r]["times"] for r in RUNS)
-    assert second["started_at"] >= first["ended_at"]  # one host: one run after the other
-    assert summaries["m-plain[concurrency=1]"]["run_id"] != summaries["m-plain[concurrency=2]"]["run_id"]
+    first, second = (summaries[r].times for r in RUNS)
+    assert second.started_at >= first.ended_at  # one host: one run after the other
+    assert summaries["m-plain[concurrency=1]"].run.run_id != summaries["m-plain[concurrency=2]"].run.run_id
 
     with (results / "summary.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))

@@ -14,8 +14,10 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import OrchError
+from orchestrator.metrics.summary import ClientLag, LagStats, Stats
 from orchestrator.results.report import CSV_COLUMNS, csv_value, summary_row, write_summary_csv
 from orchestrator.results.store import AppendLog, new_results_dir, safe_name, write_json, write_text
+from tests.fixtures.run_results import acceptance, make_result, request_stats
 
 
 @pytest.mark.parametrize(
@@ -90,30 +92,32 @@ def test_append_log_survives_kill_9(tmp_path) -> None:
 
 
 def test_summary_row_and_csv(tmp_path) -> None:
-    s = {
-        "run": "vllm-dflash", "host": "h1", "engine": "vllm", "method": "dflash", "num_draft_tokens": 15,
-        "requests": {"completed": 8, "failed": 1, "output_throughput": 101.5,
-                     "decode_tok_s": {"median": 110.25}, "ttft_ms": {"median": 42.5},
-                     "tpot_ms": {"median": 9.0},
-                     "client_lag": {"send_lag_ms": {"p99": 0.25}, "loop_delay_ms": {"p99": 3.5}}},
-        "acceptance": {"length": 5.1, "source": "prometheus", "prometheus": 5.1, "log": 5.0, "client": 5.05},
-        "collapse": None,
-    }
-    row = summary_row(s)
+    req = request_stats(completed=8, failed=1, out=101.5, decode=Stats(median=110.25),
+                        ttft=Stats(median=42.5), tpot=Stats(median=9.0),
+                        lag=ClientLag(send_lag_ms=LagStats(p99=0.25),
+                                      loop_delay_ms=LagStats(p99=3.5)))
+    result = make_result("vllm-dflash", requests=req).model_copy(update={
+        "acceptance": acceptance(5.1, prometheus=5.1, log=5.0, client=5.05)})
+    row = summary_row(result)
     assert row["output_tok_s"] == 101.5
     assert row["decode_tok_s_median"] == 110.25
     assert row["ttft_ms_median"] == 42.5
     assert row["tpot_ms_median"] == 9.0
     assert row["acceptance_length"] == 5.1
+    assert (row["acceptance_length_log"], row["acceptance_length_client"]) == (5.0, 5.05)
     assert row["client_lag_ms_p99"] == 0.25
     assert row["loop_delay_ms_p99"] == 3.5
     assert row["collapse"] is False
     assert row["error"] == ""
-    path = write_summary_csv(tmp_path / "summary.csv", [s, {"run": "broken", "error": {"message": "died"}}])
+    assert (row["prompts"], row["concurrency"], row["max_tokens"]) == ("builtin:mixed", 1, 160)
+    assert row["spec_decode_acceptance_rate"] == pytest.approx(100 * 4.1 / 15)
+    broken = make_result("broken", error="died")
+    path = write_summary_csv(tmp_path / "summary.csv", [result, broken])
     lines = path.read_text().splitlines()
     assert lines[0].split(",") == CSV_COLUMNS
     assert lines[1].startswith("vllm-dflash,h1,vllm,dflash,15,8,1,")
-    assert lines[2].endswith(",False,died")
+    assert lines[1].endswith(",False,,z-lab/drafter,2,builtin:mixed,1,,160,27.33")
+    assert lines[2].endswith(",False,died,z-lab/drafter,2,builtin:mixed,1,,160,")
 
 
 @pytest.mark.parametrize(
@@ -140,12 +144,11 @@ def test_csv_values_are_fixed_point(column: str, value, text: str) -> None:
 
 
 def test_csv_has_no_exponent_for_large_and_small_values(tmp_path) -> None:
-    s = {"run": "big", "host": "h", "engine": "vllm", "method": "none",
-         "requests": {"completed": 3, "failed": 0, "output_throughput": 12345.67,
-                      "request_throughput": 0.00012, "decode_tok_s": {"median": 98765.4321},
-                      "client_lag": {"send_lag_ms": {"p99": 0.0},
-                                     "loop_delay_ms": {"p99": 23.45678}}}}
-    path = write_summary_csv(tmp_path / "summary.csv", [s])
+    req = request_stats(completed=3, out=12345.67, request_throughput=0.00012,
+                        decode=Stats(median=98765.4321),
+                        lag=ClientLag(send_lag_ms=LagStats(p99=0.0),
+                                      loop_delay_ms=LagStats(p99=23.45678)))
+    path = write_summary_csv(tmp_path / "summary.csv", [make_result("big", method="none", requests=req)])
     with path.open(newline="") as fh:
         row = next(csv.DictReader(fh))
     assert row["output_tok_s"] == "12345.67"

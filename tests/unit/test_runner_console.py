@@ -6,20 +6,28 @@ import contextlib
 import io
 
 from orchestrator.cli.main import run as run_cli
-from orchestrator.results.store import write_json
+from tests.fixtures.run_results import make_result, request_stats, write_results
 
 
 def test_warnings_are_printed_under_the_table(tmp_path) -> None:
-    warning = "client saturated: event-loop delay p99 35.0 ms > 20 ms: the load generator's host is busy"
-    runs = [
-        {"run": "fast[concurrency=64]", "host": "h1", "engine": "vllm", "method": "none", "order": 0,
-         "requests": {"completed": 64, "failed": 0, "output_throughput": 12345.67},
-         "warnings": [warning]},
-        {"run": "calm", "host": "h1", "engine": "vllm", "method": "none", "order": 1,
-         "requests": {"completed": 4, "failed": 0, "output_throughput": 25.0}, "warnings": []},
-    ]
-    for s in runs:
-        write_json(tmp_path / s["run"] / "summary.json", s)
+    warning = (
+        "client saturated: event-loop delay p99 35.0 ms > 20 ms: the load generator's host is busy"
+    )
+    write_results(
+        tmp_path,
+        [
+            make_result(
+                "fast[concurrency=64]",
+                method="none",
+                order=0,
+                warnings=[warning],
+                requests=request_stats(completed=64, out=12345.67),
+            ),
+            make_result(
+                "calm", method="none", order=1, requests=request_stats(completed=4, out=25.0)
+            ),
+        ],
+    )
     out = io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
         assert run_cli(["report", str(tmp_path)]) == 0

@@ -1,5 +1,5 @@
-"""summary.json of one run (pure): the log's missing figure explained, client saturation
-warnings, phase times."""
+"""One run's result (pure): the log's missing figure explained, client saturation warnings,
+phase times, settings and provenance."""
 
 from __future__ import annotations
 
@@ -8,15 +8,19 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator import __version__
 from orchestrator.config import load_inventory, load_playbook
 from orchestrator.engines.plan import PlannedLaunch, plan_launches
 from orchestrator.loadgen.prompts import PromptSet
 from orchestrator.loadgen.records import Chunk, LoadgenResult, RequestRecord
+from orchestrator.loadgen.records import ClientLag as WireClientLag
+from orchestrator.loadgen.records import LagStats as WireLagStats
 from orchestrator.metrics.logparse import LogFollower
+from orchestrator.metrics.summary import ClientLag, LagStats
+from orchestrator.results.model import RunResult, RunTimes, WorkloadSettings
 from orchestrator.runner.execute import LiveState, RunJob
 from orchestrator.runner.summarize import (
-    RunTimes,
-    build_summary,
+    build_result,
     client_warnings,
     log_missing_note,
     send_rates,
@@ -75,7 +79,11 @@ def loadgen(*, mode: str = "closed", rate: float | None = None, duration: float 
     return LoadgenResult(requests=2, completed=2, failed=0, duration_s=duration,
                          started_at=T0 + 1.0, ended_at=T0 + 1.0 + duration, mode=mode,
                          request_rate=rate,
-                         client_lag={"loop_delay_ms": {"n": 30, "p50": 0.5, "p99": loop_p99}})
+                         client_lag=WireClientLag(
+                             send_lag_ms=WireLagStats(n=2, mean=0.0, p50=0.0, p99=0.0, max=0.0),
+                             loop_delay_ms=WireLagStats(n=30, mean=0.5, p50=0.5, p99=loop_p99,
+                                                        max=loop_p99),
+                             loop_tick_ms=20.0))
 
 
 def live(engine: str, before: list[str], inside: list[str], records: list[RequestRecord]) -> LiveState:
@@ -91,12 +99,13 @@ def live(engine: str, before: list[str], inside: list[str], records: list[Reques
     return state
 
 
-def summarize(plan: PlannedLaunch, state: LiveState, result: LoadgenResult) -> dict:
+def summarize(plan: PlannedLaunch, state: LiveState, result: LoadgenResult) -> RunResult:
     job = RunJob(key="k", order=0, plan=plan, run_dir=Path("/nonexistent/k"),
                  prompts=PromptSet(source="builtin:chat"), run_id="r-1")
-    times = RunTimes(started_at=T0, ended_at=T0 + 9.5, ready_at=T0 + 0.75,
-                     measure_started_at=result.started_at, measure_ended_at=result.ended_at)
-    return build_summary(job, state=state, loadgen=result, error=None, times=times)
+    times = RunTimes.from_epoch(started_at=T0, ended_at=T0 + 9.5, ready_at=T0 + 0.75,
+                                measure_started_at=result.started_at,
+                                measure_ended_at=result.ended_at)
+    return build_result(job, state=state, loadgen=result, error=None, times=times)
 
 
 def test_no_spec_line_in_a_short_window_is_explained(plans) -> None:
@@ -104,12 +113,12 @@ def test_no_spec_line_in_a_short_window_is_explained(plans) -> None:
     before it, so the log has no figure, and the summary says why and what to set."""
     state = live("vllm", [ENGINE_LINE.format(gen=10.0), SPEC_LINE], [ENGINE_LINE.format(gen=12.0)],
                  [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
-    summary = summarize(plans["vllm-dflash"], state, loadgen())
-    acc = summary["acceptance"]
-    assert acc["log"] is None
-    assert acc["client"] == pytest.approx(7 / 3)  # 8 - 1 tokens over the 3 steps after chunk 1
-    assert acc["log_lines"] == [3, 3]
-    notes = [n for n in acc["notes"] if n.startswith("log:")]
+    result = summarize(plans["vllm-dflash"], state, loadgen())
+    acc = result.acceptance
+    assert acc is not None and acc.log is None
+    assert acc.client == pytest.approx(7 / 3)  # 8 - 1 tokens over the 3 steps after chunk 1
+    assert result.provenance.log_lines == (3, 3)
+    notes = [n for n in acc.notes if n.startswith("log:")]
     assert notes == [
         "log: no SpecDecoding metrics line fell in the measured window (0.6 s): vLLM prints one "
         "every VLLM_LOG_STATS_INTERVAL = 5 s; set it lower in the run's env (e.g. env: "
@@ -119,9 +128,9 @@ def test_no_spec_line_in_a_short_window_is_explained(plans) -> None:
 def test_a_spec_line_in_the_window_needs_no_note(plans) -> None:
     state = live("vllm", [ENGINE_LINE.format(gen=10.0)], [ENGINE_LINE.format(gen=12.0), SPEC_LINE],
                  [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
-    acc = summarize(plans["vllm-dflash"], state, loadgen())["acceptance"]
-    assert acc["log"] == pytest.approx(3.0)
-    assert not [n for n in acc["notes"] if n.startswith("log:")]
+    acc = summarize(plans["vllm-dflash"], state, loadgen()).acceptance
+    assert acc is not None and acc.log == pytest.approx(3.0)
+    assert not [n for n in acc.notes if n.startswith("log:")]
 
 
 @pytest.mark.parametrize(
@@ -141,8 +150,8 @@ def test_log_missing_note_names_the_interval(engine, env, argv, expected) -> Non
 
 def test_times_and_no_warning_for_a_healthy_client(plans) -> None:
     state = live("vllm", [], [SPEC_LINE], [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
-    summary = summarize(plans["vllm-dflash"], state, loadgen())
-    assert summary["times"] == {
+    result = summarize(plans["vllm-dflash"], state, loadgen())
+    assert result.times.model_dump(mode="json") == {
         "started_at": "2026-12-02T10:00:00.000+00:00",
         "ready_at": "2026-12-02T10:00:00.750+00:00",
         "measure_started_at": "2026-12-02T10:00:01.000+00:00",
@@ -150,20 +159,21 @@ def test_times_and_no_warning_for_a_healthy_client(plans) -> None:
         "ended_at": "2026-12-02T10:00:09.500+00:00",
         "duration_s": 9.5, "server_start_s": 0.75, "measure_s": 0.6,
     }
-    assert summary["started_at"] == summary["times"]["started_at"]
-    assert summary["warnings"] == []
-    assert summary["requests"]["client_lag"]["loop_delay_ms"]["p99"] == 2.0
-    assert summary["loadgen"]["achieved_request_rate"] is None  # closed loop
+    assert result.warnings == []
+    assert result.requests is not None and result.requests.client_lag.loop_delay_ms is not None
+    assert result.requests.client_lag.loop_delay_ms.p99 == 2.0
+    assert result.loadgen is not None and result.loadgen.achieved_request_rate is None  # closed
 
 
 def test_saturated_client_is_warned_about(plans) -> None:
     """Open loop at 4 req/s: requests due 0.25 s apart went out 1 s apart, the event loop lagged."""
     records = [record(i, start=1.0 + i * 1.0, due=1.0 + i * 0.25) for i in range(3)]
     state = live("sglang", [], [], records)
-    summary = summarize(plans["sglang-mtp"], state, loadgen(mode="open", rate=4.0, loop_p99=35.0))
-    assert summary["loadgen"]["achieved_request_rate"] == pytest.approx(1.0)
-    assert summary["loadgen"]["scheduled_request_rate"] == pytest.approx(4.0)
-    assert summary["warnings"] == [
+    result = summarize(plans["sglang-mtp"], state, loadgen(mode="open", rate=4.0, loop_p99=35.0))
+    assert result.loadgen is not None
+    assert result.loadgen.achieved_request_rate == pytest.approx(1.0)
+    assert result.loadgen.scheduled_request_rate == pytest.approx(4.0)
+    assert result.warnings == [
         "client saturated: event-loop delay p99 35.0 ms > 20 ms: the load generator's host is "
         "busy (CPU-bound client, or the engine starving it); latencies include client time",
         "client saturated: send lag p99 1485.0 ms > 100 ms: requests left later than due",
@@ -175,12 +185,13 @@ def test_saturated_client_is_warned_about(plans) -> None:
 @pytest.mark.parametrize(
     ("lag", "rate", "achieved", "scheduled", "count"),
     [
-        ({"loop_delay_ms": {"p99": 20.0}, "send_lag_ms": {"p99": 100.0}}, None, None, None, 0),
-        ({"loop_delay_ms": {"p99": 20.1}}, None, None, None, 1),
-        ({"send_lag_ms": {"p99": 100.5}}, None, None, None, 1),
-        ({}, 10.0, 8.0, 10.0, 0),  # 80%: still keeping up
-        ({}, 10.0, 7.9, 10.0, 1),
-        ({}, None, 1.0, 10.0, 0),  # closed loop: no schedule to fall behind
+        (ClientLag(loop_delay_ms=LagStats(p99=20.0), send_lag_ms=LagStats(p99=100.0)),
+         None, None, None, 0),
+        (ClientLag(loop_delay_ms=LagStats(p99=20.1)), None, None, None, 1),
+        (ClientLag(send_lag_ms=LagStats(p99=100.5)), None, None, None, 1),
+        (ClientLag(), 10.0, 8.0, 10.0, 0),  # 80%: still keeping up
+        (ClientLag(), 10.0, 7.9, 10.0, 1),
+        (ClientLag(), None, 1.0, 10.0, 0),  # closed loop: no schedule to fall behind
         (None, 10.0, None, None, 0),
     ],
 )
@@ -195,3 +206,23 @@ def test_send_rates_ignore_warmup() -> None:
                record(3, start=6.0, due=5.5)]
     assert send_rates(records) == (pytest.approx(2.0), pytest.approx(4.0))
     assert send_rates(records[:2]) == (None, None)
+
+
+def test_settings_identity_and_provenance_are_recorded(plans) -> None:
+    """The result says what ran and under which load, so the CSV and plot need nothing else."""
+    state = live("sglang", [], [], [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
+    result = summarize(plans["sglang-mtp"], state, loadgen(mode="open", rate=4.0))
+    assert (result.run.name, result.run.key, result.run.host, result.run.run_id) == (
+        "sglang-mtp", "k", "gpu-a", "r-1")
+    settings = result.settings
+    assert (settings.engine, settings.model, settings.configuration) == (
+        "sglang", "Qwen/Qwen3.6-27B", "sglang mtp")
+    assert (settings.speculative.method, settings.speculative.num_draft_tokens) == ("mtp", 3)
+    # an open loop whose run wrote no concurrency has no cap on requests in flight
+    assert settings.workload == WorkloadSettings(
+        prompts="builtin:chat", num_prompts=2, concurrency=None, request_rate=4.0, max_tokens=8,
+        warmup=2)
+    assert result.provenance.orch_version == __version__
+    assert result.schema_version == 2 and result.error is None
+    # what summary.json holds reads back as the same result
+    assert RunResult.from_json(result.to_json()) == result

@@ -12,7 +12,15 @@ import numpy as np
 import pytest
 
 from orchestrator.loadgen.records import Chunk, RequestRecord
-from orchestrator.metrics.summary import Stats, chunk_steps, percentile, summarize
+from orchestrator.metrics.summary import (
+    ClientLag,
+    LagStats,
+    RequestStats,
+    Stats,
+    chunk_steps,
+    percentile,
+    request_stats,
+)
 from orchestrator.remote.loadgen import StreamParser
 
 
@@ -103,7 +111,7 @@ def test_scripted_clock_identities():
     assert sum(c.tokens for c in r.chunks) == r.output_tokens
     assert chunk_steps(r) == (10, 3)
 
-    s = summarize([r], window_s=0.5)
+    s = request_stats([r], window_s=0.5)
     assert s.completed == 1 and s.failed == 0
     assert s.decode_tok_s.median == 40.0  # (11 - 1) / 0.25
     assert s.ttft_ms.median == 125.0
@@ -135,7 +143,7 @@ def test_stream_without_per_chunk_usage_counts_one_per_chunk_and_uses_final_usag
     assert [c.tokens for c in r.chunks] == [1, 1, 1]
     assert r.output_tokens == 7 and r.e2el == 0.5
     assert chunk_steps(r) == (6, 2)  # usage total minus the first token, over two steps
-    s = summarize([r])
+    s = request_stats([r])
     assert s.tokens_per_chunk == 3.0
     assert s.itl_token_ms.n == 0 and s.itl_token_ms.mean is None  # per-chunk counts unknown
     assert s.itl_chunk_ms.n == 2
@@ -152,7 +160,7 @@ def test_tokenizer_counting_is_used_when_usage_is_per_response_only():
     r = scripted_record(script, count_text=lambda text: len(text.split()))
     assert r.token_count_method == "tokenizer"
     assert [(c.t, c.tokens) for c in r.chunks] == [(0.125, 2), (0.25, 3)]
-    assert summarize([r]).itl_token_ms.n == 3
+    assert request_stats([r]).itl_token_ms.n == 3
 
 
 @pytest.mark.parametrize(
@@ -223,6 +231,10 @@ def test_percentile_edges():
     assert Stats.of([]) == Stats()
     s = Stats.of([4.0, 1.0, 3.0, 2.0])
     assert (s.n, s.mean, s.median, s.p10, s.p90, s.min, s.max) == (4, 2.5, 2.5, 1.3, 3.7, 1.0, 4.0)
+    # population standard deviation, as numpy's np.std and vllm bench serve: sqrt(5/4)
+    assert s.std == pytest.approx(np.std([4.0, 1.0, 3.0, 2.0]), rel=1e-15)
+    assert s.std == pytest.approx(1.25 ** 0.5, rel=1e-15)
+    assert Stats.of([7.0]).std == 0.0
 
 
 def rec(
@@ -263,7 +275,7 @@ def test_summary_over_several_requests_excludes_warmup_and_counts_failures():
         rec(3, start=2.0, chunks=[], status=500, error="HTTP 500: oops"),
         rec(4, start=2.25, chunks=[(0.25, 1)], error="stream ended before [DONE]"),
     ]
-    s = summarize(records)
+    s = request_stats(records)
     assert (s.completed, s.failed) == (2, 2)
     assert s.duration_s == (2.25 + 0.25 + 0.0625) - 1.0  # first sent -> last ended (a failure)
     assert s.total_output_tokens == 5 + 12
@@ -276,22 +288,10 @@ def test_summary_over_several_requests_excludes_warmup_and_counts_failures():
     assert s.itl_token_ms.n == 4 + 11
     assert s.tokens_per_chunk == 15 / 5  # sum of tokens after the first chunk / sum of steps
     assert s.tokens_per_chunk_request_mean == (2.0 + 11 / 3) / 2
-    assert s.client_lag["send_lag_ms"] == {"p50": 0.0, "p99": 0.0, "max": 0.0}
-    flat = s.flat()
-    for key in (
-        "completed",
-        "failed",
-        "output_tok_s",
-        "decode_tok_s_median",
-        "ttft_ms_median",
-        "tpot_ms_median",
-        "itl_token_ms_p99",
-        "tokens_per_chunk",
-        "send_lag_ms_p99",
-    ):
-        assert key in flat
-    assert flat["output_tok_s"] == s.output_throughput
-    assert json.loads(json.dumps(s.to_dict()))["decode_tok_s"]["n"] == 2
+    assert s.client_lag.send_lag_ms == LagStats(p50=0.0, p99=0.0, max=0.0)
+    assert s.client_lag.loop_delay_ms is None
+    again = RequestStats.model_validate(json.loads(json.dumps(s.model_dump(mode="json"))))
+    assert again == s and again.decode_tok_s.n == 2
 
 
 def test_send_lag_and_loop_delay_are_reported():
@@ -299,20 +299,22 @@ def test_send_lag_and_loop_delay_are_reported():
         rec(i, start=float(i), due=float(i) - lag, chunks=[(0.25, 1), (0.5, 1)])
         for i, lag in enumerate([0.0, 0.0625, 0.125, 0.25])
     ]
-    s = summarize(records, window_s=4.0, loop_delay_ms={"p50": 0.5, "p99": 3.0, "max": 9.0})
-    assert s.client_lag["send_lag_ms"]["max"] == 250.0
-    assert s.client_lag["send_lag_ms"]["p50"] == pytest.approx(93.75, rel=1e-12)
-    assert s.client_lag["loop_delay_ms"] == {"p50": 0.5, "p99": 3.0, "max": 9.0}
-    assert s.flat()["loop_delay_ms_max"] == 9.0
+    s = request_stats(records, window_s=4.0, loop_delay_ms={"p50": 0.5, "p99": 3.0, "max": 9.0})
+    assert s.client_lag.send_lag_ms.max == 250.0
+    assert s.client_lag.send_lag_ms.p50 == pytest.approx(93.75, rel=1e-12)
+    assert s.client_lag.loop_delay_ms == LagStats(p50=0.5, p99=3.0, max=9.0)
+    assert isinstance(s.client_lag, ClientLag)
 
 
 def test_empty_run():
-    s = summarize([])
+    s = request_stats([])
     assert (s.completed, s.failed, s.duration_s, s.output_throughput) == (0, 0, 0.0, None)
     assert s.tokens_per_chunk is None and s.decode_tok_s.median is None
 
 
 def test_record_json_round_trip():
     r = scripted_record()
-    again = RequestRecord.from_json({"event": "record", **r.to_json(), "new_field": 1})
-    assert again == r
+    assert RequestRecord.from_json(json.loads(json.dumps(r.to_json()))) == r
+    # the wire contract is strict: an unknown key is an error, not silently dropped
+    with pytest.raises(ValueError, match="RequestRecord: unknown field 'new_field'"):
+        RequestRecord.from_json({**r.to_json(), "new_field": 1})

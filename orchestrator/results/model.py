@@ -1,0 +1,403 @@
+"""The run result: one typed, versioned tree per run, written as its ``summary.json``.
+
+Everything that reads a run's outcome (summary.csv, the results table, the plot, ``orch report``,
+``--json``) reads this model, never the file's keys, so a renamed field is a type error or a
+validation error, not a silent "-" in a table. Every model is frozen and rejects unknown keys.
+
+``summary.json`` holds ``RunResult.to_json()``: the tree under ``schema_version`` 2, plus the
+request statistics once more at the top level under the key names of ``vllm bench serve``'s
+result JSON (``completed``, ``duration``, ``median_ttft_ms``, ``spec_decode_acceptance_length``
+...; ``VLLM_BENCH_KEYS``), so tools written for those files read orch's. Those keys are a view
+derived from the tree (``vllm_bench``); loading drops and recomputes them. Files written before
+schema_version existed (version 1) are migrated on load (``orchestrator.results.migrate``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Annotated, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    JsonValue,
+    PlainSerializer,
+    ValidationError,
+)
+
+from orchestrator.config.hostconfig import Secrets, mask
+from orchestrator.doctor.findings import Severity
+from orchestrator.errors import OrchError
+from orchestrator.metrics.summary import ClientLag, LagStats, RequestStats, Stats
+from orchestrator.results.migrate import MANIFEST_FILE, SCHEMA_VERSION, migrate, schema_version
+from orchestrator.results.vllm_bench import VLLM_BENCH_KEYS, VllmBench, vllm_bench
+
+AcceptanceSource = Literal["prometheus", "log", "client"]
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "VLLM_BENCH_KEYS",
+    "AcceptanceResult",
+    "ClientLag",
+    "CollapseVerdict",
+    "EngineLogFigures",
+    "FindingRecord",
+    "LagStats",
+    "LoadgenClientLag",
+    "LoadgenInfo",
+    "PrometheusDelta",
+    "Provenance",
+    "RankedCause",
+    "RequestStats",
+    "ResultError",
+    "RunError",
+    "RunIdentity",
+    "RunResult",
+    "RunSettings",
+    "RunTimes",
+    "SpeculativeSettings",
+    "Stats",
+    "VllmBench",
+    "WorkloadSettings",
+]
+
+
+class ResultError(OrchError):
+    """A summary.json that is not a run result this orch can read."""
+
+
+def _iso_ms(value: datetime) -> str:
+    return value.isoformat(timespec="milliseconds")
+
+
+# ISO 8601 in UTC with milliseconds ("2026-12-02T10:00:00.750+00:00"), as summary.json had it.
+Timestamp = Annotated[datetime, PlainSerializer(_iso_ms, return_type=str)]
+
+
+class Frozen(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunIdentity(Frozen):
+    """Which run this is: names a person reads, and the ids its files and processes carry."""
+
+    name: str  # the playbook's run name (matrix runs carry their values: "a[concurrency=4]")
+    key: str  # name@host, unique within a playbook run
+    host: str
+    folder: str  # the run's folder under the playbook's results folder
+    order: int  # position in the playbook's run order
+    run_id: str  # the id the host-side server and its processes carry
+
+
+class SpeculativeSettings(Frozen):
+    method: str = "none"  # none, dflash, mtp, eagle, eagle3, ngram ...
+    draft_model: str | None = None
+    num_draft_tokens: int | None = None
+
+    @property
+    def enabled(self) -> bool:
+        return self.method != "none"
+
+
+class WorkloadSettings(Frozen):
+    """The load that was measured (the full run spec is in the run's manifest.json)."""
+
+    prompts: str  # builtin:<name>, random, or the prompt file
+    num_prompts: int
+    duration_s: float | None = None  # measure for this long instead of num_prompts requests
+    concurrency: int | None  # requests in flight at most; None: an open loop without a cap
+    request_rate: float | None = None  # open loop (req/s); None: closed loop
+    burstiness: float = 1.0
+    max_tokens: int
+    input_len: int | None = None
+    ignore_eos: bool = False
+    warmup: int = 0
+    api: str = "chat"
+    temperature: float = 0.0
+    seed: int = 0
+
+
+class RunSettings(Frozen):
+    """What the run asked for. ``tensor_parallel`` and ``workload`` are None only in a result
+    migrated from version 1 without its manifest.json beside it."""
+
+    engine: str
+    model: str
+    speculative: SpeculativeSettings = Field(default_factory=SpeculativeSettings)
+    tensor_parallel: int | None = None
+    max_model_len: int | None = None
+    workload: WorkloadSettings | None = None
+
+    @property
+    def configuration(self) -> str:
+        """Engine and speculative method ("vllm dflash", "sglang mtp", "vllm"): what the plot
+        colours by, so two methods on one engine never look alike."""
+        method = self.speculative.method
+        return self.engine if method == "none" else f"{self.engine} {method}"
+
+
+class RunTimes(Frozen):
+    """When the run's phases happened (None for a phase it never reached), and their spans (s)."""
+
+    started_at: Timestamp
+    ready_at: Timestamp | None = None  # the server answered /health and /v1/models
+    measure_started_at: Timestamp | None = None  # first measured request sent
+    measure_ended_at: Timestamp | None = None  # last measured response ended
+    ended_at: Timestamp
+    duration_s: float | None = None
+    server_start_s: float | None = None
+    measure_s: float | None = None
+
+    @classmethod
+    def from_epoch(
+        cls,
+        *,
+        started_at: float,
+        ended_at: float,
+        ready_at: float | None = None,
+        measure_started_at: float | None = None,
+        measure_ended_at: float | None = None,
+    ) -> RunTimes:
+        """From epoch seconds. Spans come from the exact times; the times keep milliseconds,
+        as written, so a result and its reloaded file are equal."""
+
+        def ms(ts: float) -> datetime:
+            t = datetime.fromtimestamp(ts, timezone.utc)
+            return t.replace(microsecond=t.microsecond // 1000 * 1000)
+
+        def at(ts: float | None) -> datetime | None:
+            return None if ts is None else ms(ts)
+
+        def span(a: float | None, b: float | None) -> float | None:
+            return round(b - a, 3) if a is not None and b is not None else None
+
+        return cls(
+            started_at=ms(started_at),
+            ready_at=at(ready_at),
+            measure_started_at=at(measure_started_at),
+            measure_ended_at=at(measure_ended_at),
+            ended_at=ms(ended_at),
+            duration_s=span(started_at, ended_at),
+            server_start_s=span(started_at, ready_at),
+            measure_s=span(measure_started_at, measure_ended_at),
+        )
+
+
+class RunError(Frozen):
+    """Why the run failed. ``cause``, ``exit_code`` and ``log_tail`` come from an engine that
+    died or never got ready; ``kind`` from an error the host agent reported."""
+
+    type: str  # the exception's class name: EngineError, HostUnreachable, AgentError ...
+    message: str
+    hint: str | None = None
+    cause: str | None = None
+    exit_code: int | None = None
+    log_tail: list[str] = Field(default_factory=list)
+    kind: str | None = None
+
+
+class PrometheusDelta(Frozen):
+    """Speculative decoding over the measured window from two /metrics scrapes (counters)."""
+
+    acceptance_length: float | None
+    per_position: list[float]
+    drafts: float | None
+    draft_tokens: float | None
+    accepted: float | None
+    generation_tokens: float | None
+    source: str  # counter, gauge or none
+    note: str | None = None
+
+
+class AcceptanceResult(Frozen):
+    """Acceptance length three ways; ``length`` is the first known of prometheus, log, client."""
+
+    length: float | None
+    source: AcceptanceSource | None
+    prometheus: float | None
+    log: float | None
+    client: float | None
+    per_position: list[float] | None
+    per_position_source: str | None
+    disagreement: list[str] = Field(default_factory=list)  # pairs more than 10% apart
+    notes: list[str] = Field(default_factory=list)  # why a source has no figure
+    prometheus_delta: PrometheusDelta | None = None
+
+    @property
+    def disagrees(self) -> bool:
+        return bool(self.disagreement)
+
+
+class FindingRecord(Frozen):
+    """A doctor finding as written: ``check`` names are an interface (cause ranking, JSON)."""
+
+    check: str
+    severity: Severity
+    message: str
+    details: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+class RankedCause(Frozen):
+    rank: int
+    cause: str
+    source: str  # "finding" (the doctor found it) or "configuration" (known to hurt)
+    evidence: list[str] = Field(default_factory=list)
+    fix: str = ""
+    checks: list[str] = Field(default_factory=list)
+
+
+class CollapseVerdict(Frozen):
+    """Speculation collapsed (drafts rejected), why it was called so, and the likely causes."""
+
+    method: str
+    num_draft_tokens: int | None
+    acceptance_length: float | None
+    floor: float | None
+    per_position: list[float] | None
+    reasons: list[str]
+    message: str
+    likely_causes: list[RankedCause] = Field(default_factory=list)
+
+
+class EngineLogFigures(Frozen):
+    generation_throughput_mean: float | None = None  # tok/s the engine's own log printed
+    log_events: dict[str, int] = Field(default_factory=dict)
+    malformed_log_lines: int = 0
+
+
+class LoadgenClientLag(Frozen):
+    """The load generator's own lag figures over the whole run, warm-up included (ms)."""
+
+    send_lag_ms: LagStats | None = None
+    loop_delay_ms: LagStats | None = None
+    loop_tick_ms: float | None = None  # the period of the ticker whose delay is measured
+
+
+class LoadgenInfo(Frozen):
+    """The load generator's own account of the measured window (epoch seconds)."""
+
+    requests: int
+    completed: int
+    failed: int
+    duration_s: float
+    started_at: float | None = None
+    ended_at: float | None = None
+    warmup: int = 0
+    output_tokens: int = 0
+    mode: str = "closed"
+    concurrency: int | None = None
+    request_rate: float | None = None
+    burstiness: float | None = None
+    client_lag: LoadgenClientLag | None = None
+    token_count_method: str | None = None
+    token_count_methods: dict[str, int] = Field(default_factory=dict)
+    prompt_source: str | None = None
+    input_len_exact: bool | None = None
+    random_prompts: int | None = None
+    random_prompts_exact: int | None = None
+    request_seeds: bool | None = None
+    achieved_request_rate: float | None = None  # open loop: as sent
+    scheduled_request_rate: float | None = None  # open loop: as due
+
+
+class Provenance(Frozen):
+    """Where the figures come from: the software, and the server.log lines the log's figures
+    (acceptance, generation throughput) were read from, so they can be audited."""
+
+    orch_version: str | None = None
+    engine_version: str | None = None
+    log_lines: tuple[int, int] | None = None  # first and last server.log line, 1-based
+    migrated_from: int | None = None  # the schema_version the file was written with
+
+
+class RunResult(Frozen):
+    """One run's result: what ran, what it asked for, what was measured, what went wrong."""
+
+    schema_version: Literal[2] = SCHEMA_VERSION
+    run: RunIdentity
+    settings: RunSettings
+    times: RunTimes
+    error: RunError | None = None
+    requests: RequestStats | None = None
+    acceptance: AcceptanceResult | None = None
+    engine_metrics: EngineLogFigures = Field(default_factory=EngineLogFigures)
+    loadgen: LoadgenInfo | None = None
+    collapse: CollapseVerdict | None = None
+    engine_changes: list[FindingRecord] = Field(default_factory=list)  # settings it overrode
+    doctor: list[FindingRecord] = Field(default_factory=list)  # errors and warnings only
+    warnings: list[str] = Field(default_factory=list)
+    provenance: Provenance = Field(default_factory=Provenance)
+
+    @property
+    def verdict(self) -> Literal["failed", "collapse", "disagree", "ok"]:
+        if self.error is not None:
+            return "failed"
+        if self.collapse is not None:
+            return "collapse"
+        if self.acceptance is not None and self.acceptance.disagrees:
+            return "disagree"
+        return "ok"
+
+    def vllm_bench(self) -> VllmBench | None:
+        return vllm_bench(self)
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """What summary.json holds: the tree, then the vLLM-bench keys (when requests ran)."""
+        out: dict[str, JsonValue] = self.model_dump(mode="json")
+        bench = self.vllm_bench()
+        if bench is not None:
+            out.update(bench.model_dump(mode="json"))
+        return out
+
+    @classmethod
+    def from_json(
+        cls, obj: Mapping[str, object], *, manifest: Mapping[str, object] | None = None
+    ) -> RunResult:
+        """A result from summary.json's object, of any schema version this orch knows.
+
+        ``manifest``: the run's manifest.json, which fills the settings a version-1 file lacks.
+        """
+        data = migrate(dict(obj), manifest=manifest)
+        for key in VLLM_BENCH_KEYS:
+            data.pop(key, None)
+        return cls.model_validate(data)
+
+    @classmethod
+    def load(cls, path: Path) -> RunResult:
+        """Read a run's summary.json; one older than the current schema is completed from the
+        manifest.json beside it, if there is one."""
+        try:
+            obj = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(obj, dict):
+                raise ValueError("not a JSON object")
+            side = path.with_name(MANIFEST_FILE)
+            manifest = None
+            if schema_version(obj) < SCHEMA_VERSION and side.is_file():
+                manifest = json.loads(side.read_text(encoding="utf-8"))
+            return cls.from_json(obj, manifest=manifest if isinstance(manifest, dict) else None)
+        except (OSError, ValueError, ValidationError) as exc:  # JSONDecodeError is a ValueError
+            raise ResultError(
+                f"{path}: not a run result: {exc}",
+                hint="summary.json files are written by `orch run`",
+            ) from exc
+
+    def masked(self, secrets: Iterable[str]) -> RunResult:
+        """This result with secrets hidden in every string inside it: the run's own, and any
+        value printed under a secret-looking name (``api_key='...'``), as ``mask`` does."""
+        return RunResult.model_validate(
+            _mask_json(self.model_dump(mode="json"), Secrets.of(secrets))
+        )
+
+
+def _mask_json(value: JsonValue, secrets: Secrets) -> JsonValue:
+    if isinstance(value, str):
+        return mask(value, secrets)
+    if isinstance(value, list):
+        return [_mask_json(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: _mask_json(v, secrets) for k, v in value.items()}
+    return value
