@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,6 +15,8 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from orchestrator.commands.fanout import without_host as without_host
+from orchestrator.commands.session import SshOptions as SshOptions
 from orchestrator.errors import ConfigError, EngineError, OrchError, SpecError
 
 
@@ -63,12 +64,6 @@ KnownHostsOpt = Annotated[
 ]
 
 
-@dataclass(frozen=True)
-class SshOptions:
-    known_hosts: Path | None = None
-    accept_new_host_keys: bool = False
-
-
 EXIT_FAILURE = 1
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
@@ -104,15 +99,3 @@ def report_error(exc: OrchError) -> int:
     if exc.hint:
         err.print(f"  [bold]hint:[/] {escape(exc.hint)}")
     return exit_code_for(exc)
-
-
-def without_host(message: str, host: str) -> str:
-    """``message`` without the ``"<host>: "`` a HostError's text starts with, for a line that
-    already names the host ("a on gpu-1 failed: gpu-1: connection refused" says it twice)."""
-    return message.removeprefix(f"{host}: ")
-
-
-def host_message(exc: OrchError, host: str) -> str:
-    """The text of ``exc`` for a line that names ``host`` already."""
-    return without_host(str(exc), host)
-

@@ -1,9 +1,5 @@
-"""`orch doctor --target DIR --drafter DIR`: check a model/drafter pair on local directories.
-
-The files are read by the same code the agent runs on a host (``read_model_configs``), so a
-local check and a remote one see the same facts. The playbook mode (``orch doctor PLAYBOOK``)
-reuses ``orchestrator.doctor.check_run`` through the agent and is mounted by the main app.
-"""
+"""`orch doctor` on the command line: arguments, the findings tables, the exit code (the work,
+for a playbook on its hosts or a local model/drafter pair, is in ``commands/doctor.py``)."""
 
 from __future__ import annotations
 
@@ -28,12 +24,12 @@ from orchestrator.cli.common import (
     out,
     print_json,
 )
-from orchestrator.cli.session import open_pool
-from orchestrator.doctor import Finding, ModelConfig, has_errors, run_checks, to_json
+from orchestrator.commands import doctor as command
+from orchestrator.commands.doctor import RunCheck, doctor_local
+from orchestrator.doctor import Finding, has_errors, to_json
 from orchestrator.doctor.findings import by_severity
 from orchestrator.doctor.reference import METHOD_ALIASES, NO_SPECULATION
 from orchestrator.errors import ConfigError
-from orchestrator.remote.modelfiles import read_model
 
 STYLES = {"error": "bold red", "warning": "yellow", "ok": "green"}
 
@@ -41,37 +37,6 @@ STYLES = {"error": "bold red", "warning": "yellow", "ok": "green"}
 class EngineName(str, Enum):
     vllm = "vllm"
     sglang = "sglang"
-
-
-def load_local_model(directory: Path | str, *, option: str) -> ModelConfig:
-    """A ModelConfig from a local checkpoint directory; ConfigError naming the file otherwise."""
-    path = Path(directory).expanduser()
-    entry = read_model(str(path), str(path), [])
-    if not entry.found:
-        raise ConfigError("no such directory", file=str(path), path=option,
-                          hint="give the model's directory (the one holding config.json)")
-    if entry.config is None:
-        raise ConfigError(f"config.json could not be read: {entry.error}",
-                          file=str(path / "config.json"), path=option,
-                          hint="point at a Hugging Face checkpoint directory with a valid config.json")
-    return ModelConfig.from_json(entry.config, entry.tokenizer_config, name=str(path),
-                                 chat_template=entry.chat_template)
-
-
-def doctor_local(
-    target_dir: Path | str,
-    drafter_dir: Path | str | None,
-    *,
-    engine: str = "vllm",
-    num_draft_tokens: int | None = None,
-    method: str = "dflash",
-    chat_template_kwargs: dict[str, Any] | None = None,
-) -> list[Finding]:
-    """Run the model checks on a target directory and an optional drafter directory."""
-    target = load_local_model(target_dir, option="--target")
-    drafter = load_local_model(drafter_dir, option="--drafter") if drafter_dir is not None else None
-    return run_checks(target=target, drafter=drafter, engine=engine, method=method,
-                      num_draft_tokens=num_draft_tokens, chat_template_kwargs=chat_template_kwargs)
 
 
 def render_findings(findings: list[Finding], *, title: str = "orch doctor") -> None:
@@ -148,33 +113,22 @@ def doctor_command(
 def doctor_playbook(playbook_file: Path, *, hosts_file: Path, only: list[str] | None, ssh: SshOptions,
                     json_output: bool) -> None:
     """Every run of a playbook, checked on the host it would run on (no server is started)."""
-    from orchestrator.cli.run import load_plan
-    from orchestrator.runner.preflight import doctor_plans, open_hosts
-
-    _, inventory, plans = load_plan(playbook_file, hosts_file, only)
-
-    async def check() -> list:
-        async with open_pool(inventory, ssh) as pool:
-            sessions = await open_hosts(pool, plans)
-            results = await doctor_plans(sessions, plans)
-            return [(plan, sessions[plan.host.name], r) for plan, r in zip(plans, results, strict=True)]
-
-    checked = asyncio.run(check())
-    failed = False
-    report = []
-    for plan, session, result in checked:
-        findings = list(result.findings)
-        entry = {"run": plan.run_name, "host": plan.host.name, "doctor": str(plan.run.doctor),
-                 "error": str(session.error) if session.error else None,
-                 "findings": [f.to_json() for f in findings]}
-        report.append(entry)
-        failed = failed or bool(session.error) or has_errors(findings)
-        if not json_output:
-            if session.error:
-                out.print(f"[bold red]{escape(plan.run_name)} on {escape(plan.host.name)}:[/] {escape(str(session.error))}")
-            else:
-                render_findings(findings, title=escape(f"{plan.run_name} on {plan.host.name}"))
+    checked = asyncio.run(command.doctor_playbook(playbook_file, hosts_file=hosts_file, only=only,
+                                                  ssh=ssh))
     if json_output:
-        print_json({"runs": report, "findings": [f for r in report for f in r["findings"]]})
-    if failed:
+        report = [run_check_json(c) for c in checked]
+        print_json({"runs": report, "findings": [f.to_json() for c in checked for f in c.findings]})
+    else:
+        for c in checked:
+            if c.error:
+                out.print(f"[bold red]{escape(c.run)} on {escape(c.host)}:[/] {escape(str(c.error))}")
+            else:
+                render_findings(c.findings, title=escape(f"{c.run} on {c.host}"))
+    if any(c.failed for c in checked):
         raise typer.Exit(EXIT_FAILURE)
+
+
+def run_check_json(c: RunCheck) -> dict[str, Any]:
+    return {"run": c.run, "host": c.host, "doctor": c.doctor,
+            "error": str(c.error) if c.error else None,
+            "findings": [f.to_json() for f in c.findings]}

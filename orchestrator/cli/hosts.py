@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from typing import Any
 
 import typer
 from rich.markup import escape
@@ -22,8 +23,11 @@ from orchestrator.cli.common import (
     out,
     print_json,
 )
-from orchestrator.cli.session import load_hosts, open_pool
-from orchestrator.hostcheck import HostReport, check_hosts
+from orchestrator.commands.hostcheck import HostReport, check_hosts
+from orchestrator.commands.progress import HostPhase
+from orchestrator.commands.session import load_hosts, open_pool
+from orchestrator.config import HostConfig, Inventory
+from orchestrator.engines import ENGINES
 
 app = typer.Typer(help="Inspect the hosts in the inventory.", no_args_is_help=True)
 
@@ -45,7 +49,7 @@ def check(
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
     reports = asyncio.run(_check_with_progress(inventory, hosts, ssh, quiet=as_json))
     if as_json:
-        print_json({"hosts": [r.to_json() for r in reports]})
+        print_json({"hosts": [report_json(r) for r in reports]})
     else:
         out.print(render_table(reports))
         for r in reports:
@@ -55,7 +59,8 @@ def check(
         raise typer.Exit(1)
 
 
-async def _check_with_progress(inventory, hosts, ssh: SshOptions, *, quiet: bool) -> list[HostReport]:
+async def _check_with_progress(inventory: Inventory, hosts: list[HostConfig], ssh: SshOptions, *,
+                               quiet: bool) -> list[HostReport]:
     with Progress(
         SpinnerColumn(),
         TextColumn("[bold]{task.description}"),
@@ -64,10 +69,11 @@ async def _check_with_progress(inventory, hosts, ssh: SshOptions, *, quiet: bool
         transient=True,
         disable=quiet or not err.is_terminal,
     ) as progress:
-        tasks = {h.name: progress.add_task(h.name, phase="waiting", total=None) for h in hosts}
+        tasks = {h.name: progress.add_task(h.name, phase=HostPhase.WAITING.value, total=None)
+                 for h in hosts}
 
-        def on_phase(name: str, phase: str) -> None:
-            progress.update(tasks[name], phase=phase)
+        def on_phase(name: str, phase: HostPhase) -> None:
+            progress.update(tasks[name], phase=phase.value)
 
         async with open_pool(inventory, ssh) as pool:
             return await check_hosts(pool, hosts, on_phase=on_phase)
@@ -83,7 +89,7 @@ def render_table(reports: list[HostReport]) -> Table:
         if f is None:
             table.add_row(escape(r.name), "-", "-", "-", "-", "-", f"[red]{escape(r.failure or '')}[/]")
             continue
-        gpus = ", ".join(sorted({g.name for g in f.gpus})) if f.gpus else "none"
+        gpus = ", ".join(sorted({g.name or "?" for g in f.gpus})) if f.gpus else "none"
         gpus = f"{len(f.gpus)} x {gpus}" if f.gpus else gpus
         mem = "\n".join(
             f"{g.index}: {_mib(g.memory_used_mib)} / {_mib(g.memory_total_mib)}" for g in f.gpus
@@ -96,6 +102,27 @@ def render_table(reports: list[HostReport]) -> Table:
             f.engines.get("vllm") or "-", f.engines.get("sglang") or "-", problems,
         )
     return table
+
+
+def report_json(r: HostReport) -> dict[str, Any]:
+    """One host of `orch hosts check --json`."""
+    facts = r.facts
+    return {
+        "name": r.name,
+        "reachable": r.reachable,
+        "error": r.error,
+        "hint": r.hint,
+        "gpus": [
+            {"index": g.index, "name": g.name, "memory_total_mib": g.memory_total_mib,
+             "memory_used_mib": g.memory_used_mib}
+            for g in (facts.gpus if facts else [])
+        ],
+        "driver": facts.driver_version if facts else None,
+        "engines": {e: (facts.engines.get(e) if facts else None) for e in ENGINES},
+        "python": facts.python_version if facts else None,
+        "agent_bytes_pushed": r.agent_bytes_pushed,
+        "problems": r.problems,
+    }
 
 
 def _mib(v: int | None) -> str:

@@ -1,4 +1,5 @@
-"""`orch logs parse FILE`: a saved engine log through the same parsers `orch run` uses live."""
+"""`orch logs parse FILE` on the command line: the events table and summary panel, or JSON (the
+parsing is ``commands/logs.py``, through the same parsers `orch run` uses live)."""
 
 from __future__ import annotations
 
@@ -14,14 +15,9 @@ from rich.panel import Panel
 from rich.table import Table
 
 from orchestrator.cli.common import JsonOpt, out, print_json
+from orchestrator.commands.logs import parse_log_file
 from orchestrator.errors import OrchError
-from orchestrator.metrics.logparse import (
-    Event,
-    ParsedLog,
-    detect_engine,
-    other_engine_events,
-    parse_log,
-)
+from orchestrator.metrics.logparse import Event, ParsedLog
 
 app = typer.Typer(
     help="Parse saved engine logs (vLLM, SGLang) into metric events and a summary.",
@@ -40,28 +36,6 @@ def _group() -> None:
     """Parse saved engine logs (vLLM, SGLang) into metric events and a summary."""
 
 
-def read_log(path: Path) -> list[str]:
-    """The file's lines split on ``\\n`` only, so line numbers match ``grep -n``."""
-    if not path.exists():
-        raise OrchError(
-            f"{path}: no such file",
-            hint="give the path of a saved vLLM or SGLang log (a run's log is results/.../server.log)",
-        )
-    if not path.is_file():
-        raise OrchError(f"{path}: not a regular file", hint="give the path of a log file")
-    try:
-        with path.open(encoding="utf-8", errors="replace", newline="") as fh:
-            text = fh.read()
-    except OSError as exc:
-        raise OrchError(
-            f"{path}: cannot read it ({exc.strerror})", hint="check its permissions"
-        ) from exc
-    lines = text.split("\n")
-    if lines and lines[-1] == "":
-        lines.pop()
-    return lines
-
-
 @app.command("parse")
 def parse(
     file: Annotated[Path, typer.Argument(help="Saved engine log.", show_default=False)],
@@ -77,40 +51,12 @@ def parse(
 
     --json prints {"engine", "events", "summary"}; otherwise a table and a summary panel.
     """
-    lines = read_log(file)
-    name = engine.value
-    if name == EngineChoice.auto.value:
-        detected = detect_engine(lines)
-        if detected is None:
-            raise OrchError(
-                f"{file}: could not tell which engine wrote this log "
-                "(no vLLM or SGLang log prefix or metrics line found)",
-                hint="pass --engine vllm or --engine sglang",
-            )
-        name = detected
-    parsed = parse_log(lines, engine=name)
-    if not parsed.events and engine != EngineChoice.auto:
-        _refuse_wrong_engine(file, lines, name)
+    parsed = parse_log_file(file, engine=engine.value)
     if as_json:
         print_json(parsed.to_json())
         return
     out.print(render_events(parsed, limit=limit))
     out.print(render_summary(parsed, file=file))
-
-
-def _refuse_wrong_engine(file: Path, lines: list[str], engine: str) -> None:
-    """An explicit ``--engine`` that finds nothing where the other parser finds metrics lines
-    is a wrong guess, not an idle server: say so instead of printing 0 events."""
-    other = other_engine_events(lines, engine=engine)
-    if other is None:
-        return
-    name, counts = other
-    found = ", ".join(f"{kind} {n}" for kind, n in counts.items())
-    raise OrchError(
-        f"{file}: no {engine} metrics line in this log, but the {name} parser finds "
-        f"{sum(counts.values())} event(s) ({found}): it looks like a {name} log",
-        hint=f"use --engine {name}, or --engine auto to detect the engine",
-    )
 
 
 def _fmt(value: float | int | None, spec: str = "", suffix: str = "") -> str:

@@ -12,7 +12,8 @@ from orchestrator import __version__
 from orchestrator.cli import hosts, logs, servers
 from orchestrator.cli.common import EXIT_INTERRUPTED, err, print_json, report_error
 from orchestrator.cli.doctor import doctor_command
-from orchestrator.cli.run import report_command, run_command
+from orchestrator.cli.report import report_command
+from orchestrator.cli.run import run_command
 from orchestrator.errors import OrchError
 
 EPILOG = """\

@@ -1,4 +1,5 @@
-"""`orch run PLAYBOOK`: launch, load, measure, report. `--dry-run` shows what would be launched."""
+"""`orch run PLAYBOOK` on the command line: the plan or the results table, stop signals and
+exit codes (the work is in ``commands/run.py``). `--dry-run` shows what would be launched."""
 
 from __future__ import annotations
 
@@ -33,15 +34,12 @@ from orchestrator.cli.common import (
     print_json,
     without_host,
 )
-from orchestrator.cli.session import load_hosts, open_pool
-from orchestrator.config import Inventory, Playbook, load_playbook
-from orchestrator.engines.plan import PlannedLaunch, plan_launches, to_json
+from orchestrator.cli.display import Display
+from orchestrator.commands.run import PlaybookOutcome, RunPlan, plan_run, prompt_notes
+from orchestrator.commands.run import run as execute_plan
+from orchestrator.engines.plan import PlannedLaunch, to_json
 from orchestrator.errors import OrchError
-from orchestrator.loadgen.prompts import PromptSet
 from orchestrator.results.model import RunResult
-from orchestrator.runner import PlaybookOutcome, run_playbook
-from orchestrator.runner.display import Display
-from orchestrator.runner.pipeline import load_run_prompts
 
 # Ctrl-C, `kill`, a closed terminal or SSH session: all stop a run the same way.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -49,47 +47,6 @@ STOP_GRACE_S = 60.0  # how long the clean-up may still take after a second stop 
 STOP_GRACE_ENV = "ORCH_STOP_GRACE_S"
 
 PlaybookArg = Annotated[Path, typer.Argument(help="Playbook file (playbooks/*.yaml).", show_default=False)]
-
-
-@dataclass(frozen=True)
-class RunPlan:
-    """Everything `orch run` works out before touching a host."""
-
-    playbook: Playbook
-    inventory: Inventory
-    plans: list[PlannedLaunch]
-    prompts: list[PromptSet]  # one per plan
-
-
-def plan_run(playbook_file: Path, hosts_file: Path, only: list[str] | None) -> RunPlan:
-    """Validate the playbook, place its runs and read their prompt files (no host touched)."""
-    playbook = load_playbook(playbook_file)
-    inventory, _ = load_hosts(hosts_file, None)
-    plans = plan_launches(playbook, inventory, host_filter=only or None)
-    if not plans:
-        raise OrchError(f"no run of {playbook_file} matches a host",
-                        hint="check the playbook's `hosts` and --only against hosts.yaml")
-    return RunPlan(playbook, inventory, plans, load_run_prompts(playbook, plans))
-
-
-def load_plan(playbook_file: Path, hosts_file: Path, only: list[str] | None):
-    """(playbook, inventory, plans), prompt files validated too (as `orch doctor` uses it)."""
-    plan = plan_run(playbook_file, hosts_file, only)
-    return plan.playbook, plan.inventory, plan.plans
-
-
-def prompt_notes(plans: Sequence[PlannedLaunch], prompts: Sequence[PromptSet]) -> list[str]:
-    """One line per prompt source that had entries without a usable prompt (ShareGPT entries
-    with no human turn): the run sends fewer distinct prompts than the file holds."""
-    notes: dict[str, str] = {}
-    for plan, prompt_set in zip(plans, prompts, strict=True):
-        if prompt_set.skipped and prompt_set.source not in notes:
-            notes[prompt_set.source] = (
-                f"prompts {prompt_set.source.removeprefix('file:')}: {prompt_set.skipped} "
-                f"entr{'y' if prompt_set.skipped == 1 else 'ies'} skipped (no usable prompt, e.g. "
-                f"a ShareGPT conversation without a human turn); {len(prompt_set.items)} used "
-                f"(run {plan.run.name})")
-    return list(notes.values())
 
 
 def run_command(
@@ -140,12 +97,15 @@ def run_command(
     finally:
         stop.cancel_timer()
     if as_json:
-        print_json({"results_dir": str(outcome.results_dir),
-                    "runs": [r.to_json() for r in outcome.results]})
+        print_json(outcome_json(outcome))
     else:
         render_outcome(outcome)
-    if any(r.error is not None for r in outcome.results):
+    if outcome.failed:
         raise typer.Exit(1)
+
+
+def outcome_json(outcome: PlaybookOutcome) -> dict[str, object]:
+    return {"results_dir": str(outcome.results_dir), "runs": [r.to_json() for r in outcome.results]}
 
 
 @dataclass
@@ -206,7 +166,7 @@ def give_up(sig: signal.Signals, *, grace_s: float, display: Display,
     ``os._exit``: the clean-up is stuck in tasks that do not finish; unwinding them through
     asyncio (or joining their threads at interpreter exit) is exactly the wait being given up.
     """
-    display.__exit__(None, None, None)  # a live table would leave the terminal's cursor hidden
+    display.close()  # a live table would leave the terminal's cursor hidden
     hosts = busy_hosts(display, plans)
     where = "" if hosts_file == Path(DEFAULT_HOSTS_FILE) else f" --hosts {shlex.quote(str(hosts_file))}"
     where += "".join(f" --only {shlex.quote(h)}" for h in hosts)
@@ -221,8 +181,7 @@ def give_up(sig: signal.Signals, *, grace_s: float, display: Display,
 
 def busy_hosts(display: Display, plans: Sequence[PlannedLaunch]) -> list[str]:
     """Hosts with a run between launch and its end (every planned host if none is known yet)."""
-    busy = [row.host for row in display.rows.values()
-            if row.phase != "waiting" and not row.phase.startswith(("done", "failed"))]
+    busy = [row.host for row in display.rows.values() if row.phase.under_way]
     return list(dict.fromkeys(busy or [p.host.name for p in plans]))
 
 
@@ -242,13 +201,10 @@ async def _run(run_plan: RunPlan, ssh: SshOptions, results: Path, display: Displ
             loop.add_signal_handler(sig, stop.on_signal, sig, task.cancel)
         except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, Windows
             continue
-    async with open_pool(run_plan.inventory, ssh) as pool:
-        return await run_playbook(run_plan.playbook, run_plan.inventory, run_plan.plans,
-                                  pool=pool, results_root=results, display=display,
-                                  force=force, prompts=run_plan.prompts)
+    return await execute_plan(run_plan, ssh=ssh, results_root=results, observer=display, force=force)
 
 
-def render_plan(plans: list[PlannedLaunch]) -> None:
+def render_plan(plans: Sequence[PlannedLaunch]) -> None:
     for plan in plans:
         out.print(f"[bold]{escape(plan.run_name)}[/] on [bold]{escape(plan.host.name)}[/] (port {plan.port})")
         out.print("  argv: " + escape(shlex.join(plan.argv)))
@@ -324,23 +280,3 @@ def _render_collapse(r: RunResult) -> None:
             out.print(f"     - {escape(evidence)}")
         if cause.fix and not any("Fix:" in e for e in cause.evidence):
             out.print(f"     fix: {escape(cause.fix)}")
-
-
-def report_command(
-    results_dir: Annotated[Path, typer.Argument(help="A results folder written by `orch run`.",
-                                                show_default=False)],
-    as_json: JsonOpt = False,
-) -> None:
-    """Print the results table of an earlier `orch run` again (from its summary.json files)."""
-    from orchestrator.results.report import load_results
-
-    results = load_results(results_dir) if results_dir.is_dir() else []
-    if not results:
-        raise OrchError(f"{results_dir} holds no run results (summary.json files)",
-                        hint="give a folder like results/20261202T095948Z-demo")
-    if as_json:
-        print_json({"results_dir": str(results_dir), "runs": [r.to_json() for r in results]})
-        return
-    plot = results_dir / "comparison.png"
-    render_outcome(PlaybookOutcome(results_dir, results, results_dir / "summary.csv",
-                                   plot if plot.exists() else None))

@@ -1,7 +1,5 @@
-"""`orch ps` and `orch stop`: the engine servers orch started on the hosts, and stopping them.
+"""`orch ps` and `orch stop` on the command line (the work is in ``commands/servers.py``).
 
-Both read the hosts' ``<workdir>/runs/*/server.json`` through the agent, so they work from any
-controller (not only the one that launched): nothing is ever left orphaned on a GPU.
 Mounted by cli/main.py with ``register(app)``.
 """
 
@@ -9,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -17,7 +14,6 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.agent.client import Agent
 from orchestrator.cli.common import (
     DEFAULT_HOSTS_FILE,
     AcceptNewOpt,
@@ -27,70 +23,13 @@ from orchestrator.cli.common import (
     OnlyOpt,
     SshOptions,
     err,
-    host_message,
     out,
     print_json,
 )
-from orchestrator.cli.session import load_hosts, open_pool
-from orchestrator.config.hostconfig import HostConfig
-from orchestrator.errors import AgentError, OrchError
-from orchestrator.remote.wire import ErrorKind, ServerState, StatusSpec, StopOutcome, StopSpec
-
-
-@dataclass
-class HostServers:
-    """One host's answer: its servers (``ps``) or what was stopped, or why it could not be asked."""
-
-    host: str
-    servers: list[ServerState] = field(default_factory=list)
-    stopped: list[StopOutcome] = field(default_factory=list)
-    error: str | None = None  # without the host's name: every line that shows it names the host
-    hint: str | None = None
-
-
-async def _agent(pool: Any, host: HostConfig) -> Agent:
-    return Agent(await pool.get(host), host)
-
-
-async def _each(hosts: list[HostConfig], job: Any) -> list[HostServers]:
-    """Run ``job(host)`` on every host at once; a failing host becomes an error entry."""
-
-    async def one(host: HostConfig) -> HostServers:
-        try:
-            return await job(host)
-        except OrchError as exc:
-            return HostServers(host.name, error=host_message(exc, host.name), hint=exc.hint)
-
-    return list(await asyncio.gather(*(one(h) for h in hosts)))
-
-
-async def list_servers(pool: Any, hosts: list[HostConfig]) -> list[HostServers]:
-    async def job(host: HostConfig) -> HostServers:
-        agent = await _agent(pool, host)
-        data = await agent.status(StatusSpec(all=True, workdir=await agent.workdir()))
-        return HostServers(host.name, servers=list(data.servers))
-
-    return await _each(hosts, job)
-
-
-async def stop_servers(pool: Any, hosts: list[HostConfig], *, run_id: str | None = None,
-                       timeout_s: float = 30.0) -> list[HostServers]:
-    """Stop ``run_id`` wherever it exists, or every server (``run_id=None``); per-host results."""
-
-    async def job(host: HostConfig) -> HostServers:
-        agent = await _agent(pool, host)
-        spec = StopSpec(workdir=await agent.workdir(), timeout_s=timeout_s, run_id=run_id,
-                        all=run_id is None)
-        try:
-            data = await agent.stop(spec, timeout=timeout_s + 120)
-        except AgentError as exc:
-            if exc.kind is ErrorKind.NOT_FOUND:
-                return HostServers(host.name)
-            raise
-        return HostServers(host.name, stopped=list(data.stopped))
-
-    return await _each(hosts, job)
-
+from orchestrator.commands import servers as command
+from orchestrator.commands.servers import HostServers
+from orchestrator.commands.session import load_hosts
+from orchestrator.remote.wire import ServerState
 
 # -- rendering --------------------------------------------------------------------------------
 
@@ -168,11 +107,7 @@ def ps(
     inventory, hosts = load_hosts(hosts_file, only)
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
 
-    async def go() -> list[HostServers]:
-        async with open_pool(inventory, ssh) as pool:
-            return await list_servers(pool, hosts)
-
-    results = asyncio.run(go())
+    results = asyncio.run(command.ps(inventory, hosts, ssh))
     if as_json:
         print_json(ps_json(results))
     else:
@@ -200,12 +135,8 @@ def stop(
     inventory, hosts = load_hosts(hosts_file, only)
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
 
-    async def go() -> list[HostServers]:
-        async with open_pool(inventory, ssh) as pool:
-            return await stop_servers(pool, hosts, run_id=run_id, timeout_s=timeout)
-
-    results = asyncio.run(go())
-    stopped = [(r.host, s) for r in results for s in r.stopped if s.was_running]
+    report = asyncio.run(command.stop(inventory, hosts, ssh, run_id=run_id, timeout_s=timeout))
+    results, stopped = report.hosts, report.stopped
     if as_json:
         print_json({"stopped": [dict(s.to_json(), host=h) for h, s in stopped],
                     "errors": host_errors(results)})
@@ -217,14 +148,13 @@ def stop(
                       f"(pid {s.pid}, {'+'.join(s.signals)}; {gpu})")
         if not stopped:
             out.print("nothing was running" + (f" for run {escape(run_id)}" if run_id else "")
-                      + (" on the hosts that answered" if any(r.error for r in results) else ""))
+                      + (" on the hosts that answered" if report.failed else ""))
         print_host_errors(results)
-    known = any(r.stopped for r in results)
-    if run_id and not known and not any(r.error for r in results):
-        err.print(f"[red]no server was launched for run {escape(run_id)} on "
+    if report.unknown_run:
+        err.print(f"[red]no server was launched for run {escape(str(run_id))} on "
                   f"{', '.join(h.name for h in hosts)}[/] (see `orch ps`)")
         raise typer.Exit(1)
-    if any(r.error for r in results):
+    if report.failed:
         raise typer.Exit(1)
 
 

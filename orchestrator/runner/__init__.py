@@ -1,7 +1,2 @@
-"""Running playbooks: preflight (probe + doctor), per-run execution, summaries."""
-
-from __future__ import annotations
-
-from orchestrator.runner.pipeline import DoctorRefused, PlaybookOutcome, run_playbook
-
-__all__ = ["DoctorRefused", "PlaybookOutcome", "run_playbook"]
+"""One run's execution machinery: preflight (probe + doctor), the server, execution, the manifest
+and the result. The playbook as a whole is ``orchestrator.commands.run``."""

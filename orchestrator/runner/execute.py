@@ -23,17 +23,27 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agent.client import AgentClient
+from orchestrator.commands.progress import (
+    LatestAcceptance,
+    LiveThroughput,
+    Observer,
+    PhaseChanged,
+    RequestsDone,
+    RunPhase,
+)
+from orchestrator.config import RunSpec
 from orchestrator.config.hostconfig import Secrets, mask
-from orchestrator.engines import adapter_for
+from orchestrator.doctor import ModelConfig
+from orchestrator.doctor.findings import Finding
+from orchestrator.engines import engine_for
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import EngineError, HostError, OrchError
 from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.logparse import LogFollower
-from orchestrator.remote.wire import LoadgenSpec, PhaseEvent, ProgressEvent
+from orchestrator.remote.wire import PhaseEvent, ProgressEvent
 from orchestrator.results.model import RunError, RunResult, RunTimes
 from orchestrator.results.store import AppendLog, write_json, write_text
-from orchestrator.runner.display import MEASURING, Display
 from orchestrator.runner.server import Server, ServerRegistry
 from orchestrator.runner.summarize import build_result, iso_time
 
@@ -51,8 +61,8 @@ class RunJob:
     run_dir: Path
     prompts: PromptSet
     run_id: str
-    doctor: list[Any] = field(default_factory=list)  # Finding
-    drafter: Any = None  # ModelConfig of the drafter, for ranking collapse causes
+    doctor: list[Finding] = field(default_factory=list)
+    drafter: ModelConfig | None = None  # for ranking collapse causes
     manifest: dict[str, Any] = field(default_factory=dict)  # written, stamped, when the run starts
 
 
@@ -87,9 +97,10 @@ async def execute_run(
     agent: AgentClient,
     reconnect: Callable[[], Awaitable[AgentClient]],
     registry: ServerRegistry,
-    display: Display,
+    observer: Observer,
 ) -> RunResult:
-    """Run ``job`` and return its result (also written, masked, as ``summary.json``)."""
+    """Run ``job`` and return its result (also written, masked, as ``summary.json``); its
+    phases, request counts and live figures are told to ``observer`` as they happen."""
     plan, run = job.plan, job.plan.run
     started = begin_run(job)
     ready_at: float | None = None
@@ -101,24 +112,29 @@ async def execute_run(
     error: RunError | None = None
     server: Server | None = None
     tail_task: asyncio.Task[None] | None = None
+    key = job.key
+
+    def phase(new: RunPhase, reason: str | None = None) -> None:
+        observer.on_event(PhaseChanged(key, new, reason=reason))
+
     try:
-        display.update(job.key, phase="launching")
+        phase(RunPhase.LAUNCHING)
         server = await Server.start(agent, run, plan.host, run_id=job.run_id, port=plan.port,
                                     registry=registry, reconnect=reconnect)
-        tail_task = asyncio.create_task(_follow(server, state, server_log, events, display, job.key))
-        display.update(job.key, phase="loading model")
+        tail_task = asyncio.create_task(_follow(server, state, server_log, events, observer, key))
+        phase(RunPhase.LOADING)
         await server.wait_ready(
             timeout=run.ready_timeout_s,
             poll_interval=1.0,
-            on_progress=lambda phase, _s: display.update(job.key, phase=phase),
+            on_progress=lambda readiness, _s: phase(RunPhase.LOADING, readiness),
         )
         ready_at = time.time()
-        display.update(job.key, phase="warm-up")
-        loadgen = await _drive_load(job, server, agent, state, requests, display)
-        display.update(job.key, phase="stopping")
+        phase(RunPhase.WARM_UP)
+        loadgen = await _drive_load(job, server, agent, state, requests, observer)
+        phase(RunPhase.STOPPING)
     except OrchError as exc:
         error = run_error(exc)
-        display.update(job.key, phase=f"failed: {mask(exc.message, state.secrets)[:60]}")
+        phase(RunPhase.FAILED, mask(exc.message, state.secrets))
     finally:
         if server is not None:
             with contextlib.suppress(OrchError):
@@ -138,17 +154,17 @@ async def execute_run(
     result = build_result(job, state=state, loadgen=loadgen, error=error, times=times)
     result = result.masked(state.secrets)
     write_json(job.run_dir / "summary.json", result.to_json())
-    final = "failed" if error else ("done: COLLAPSE" if result.collapse else "done")
-    display.update(job.key, phase=final)
+    if error is None:  # a failure was told with its reason when it happened
+        phase(RunPhase.COLLAPSE if result.collapse else RunPhase.DONE)
     return result
 
 
-def _engine(run: Any) -> str:
-    return str(getattr(run.engine, "value", run.engine))
+def _engine(run: RunSpec) -> str:
+    return engine_for(run).name
 
 
 def run_secrets(job: RunJob) -> Secrets:
-    return adapter_for(job.plan.run).secrets(job.plan.run, job.plan.host)
+    return engine_for(job.plan.run).secrets(job.plan.run, job.plan.host)
 
 
 def masked(value: Any, secrets: Secrets) -> Any:
@@ -163,7 +179,7 @@ def masked(value: Any, secrets: Secrets) -> Any:
 
 
 async def _follow(server: Server, state: LiveState, server_log: AppendLog, events: AppendLog,
-                  display: Display, key: str) -> None:
+                  observer: Observer, key: str) -> None:
     """Stream the server's log into server.log, parse it live into events.jsonl.
 
     Each line is masked on arrival, so no copy of it (file, memory, summary) holds a secret.
@@ -178,7 +194,7 @@ async def _follow(server: Server, state: LiveState, server_log: AppendLog, event
             state.window.feed_line(text)
         if record is not None:
             events.write_json(masked(record.to_dict(), state.secrets))
-            display.update(key, acceptance=state.follower.latest_acceptance_length)
+            observer.on_event(LatestAcceptance(key, state.follower.latest_acceptance_length))
 
 
 async def _finish_tail(task: asyncio.Task[None]) -> None:
@@ -192,12 +208,12 @@ async def _finish_tail(task: asyncio.Task[None]) -> None:
 
 
 async def _drive_load(job: RunJob, server: Server, agent: AgentClient, state: LiveState,
-                      requests: AppendLog, display: Display) -> LoadgenResult:
+                      requests: AppendLog, observer: Observer) -> LoadgenResult:
     run = job.plan.run
-    spec = LoadgenSpec.from_json(build_loadgen_spec(
+    spec = build_loadgen_spec(
         run.workload, job.prompts, port=server.port, served_name=server.served_name,
         tokenizer=run.model, api_key=server.adapter.api_key(run),
-        metrics_path=server.adapter.metrics_path))
+        metrics_path=server.adapter.metrics_path)
     result: LoadgenResult | None = None
     done = failed = 0
     async with contextlib.aclosing(agent.loadgen(spec)) as events:
@@ -207,13 +223,13 @@ async def _drive_load(job: RunJob, server: Server, agent: AgentClient, state: Li
                 state.records.append(event)
                 if not event.warmup:
                     done, failed = done + event.ok, failed + (not event.ok)
-                    display.update(job.key, done=done, failed=failed)
+                    observer.on_event(RequestsDone(job.key, done=done, failed=failed))
             elif isinstance(event, PhaseEvent) and event.phase == "measure":
                 state.window_first_line = state.follower.line_no + 1
                 state.window = LogFollower(engine=_engine(run))
-                display.update(job.key, phase=MEASURING)
+                observer.on_event(PhaseChanged(job.key, RunPhase.MEASURING))
             elif isinstance(event, ProgressEvent):
-                display.update(job.key, tok_s=event.tok_s)
+                observer.on_event(LiveThroughput(job.key, event.tok_s))
             elif isinstance(event, LoadgenResult):
                 result = event
     if result is None:

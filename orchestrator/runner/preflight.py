@@ -7,16 +7,16 @@ loading, and a host without the GPUs or free memory a run needs is caught before
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.agent import Agent
 from orchestrator.agent.client import AgentClient
 from orchestrator.agent.facts import HostFacts
+from orchestrator.commands.fanout import each_host, each_of
 from orchestrator.config import HostConfig
-from orchestrator.doctor import HostProbe, check_run, model_from_agent
+from orchestrator.doctor import HostProbe, ModelConfig, check_run, model_from_agent
 from orchestrator.doctor.findings import Finding
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import OrchError
@@ -39,8 +39,8 @@ class HostSession:
 @dataclass
 class DoctorResult:
     findings: list[Finding] = field(default_factory=list)
-    target: Any = None  # ModelConfig
-    drafter: Any = None  # ModelConfig
+    target: ModelConfig | None = None
+    drafter: ModelConfig | None = None
 
     @property
     def errors(self) -> list[Finding]:
@@ -48,16 +48,12 @@ class DoctorResult:
 
 
 async def open_host(pool: ConnectionPool, host: HostConfig, ports: Sequence[int]) -> HostSession:
-    session = HostSession(host)
-    try:
-        conn = await pool.get(host)
-        agent = Agent(conn, host)
-        await agent.ensure()
-        session.agent = agent
-        session.facts = HostFacts.from_probe(await agent.probe(ports=sorted(set(ports))))
-    except OrchError as exc:
-        session.error = exc
-    return session
+    """Reach ``host``, push the agent, probe it (``ports``: the ones its runs will listen on)."""
+    conn = await pool.get(host)
+    agent = Agent(conn, host)
+    await agent.ensure()
+    facts = HostFacts.from_probe(await agent.probe(ports=sorted(set(ports))))
+    return HostSession(host, agent=agent, facts=facts)
 
 
 async def open_hosts(pool: ConnectionPool, plans: Sequence[PlannedLaunch]) -> dict[str, HostSession]:
@@ -67,8 +63,13 @@ async def open_hosts(pool: ConnectionPool, plans: Sequence[PlannedLaunch]) -> di
     for plan in plans:
         hosts.setdefault(plan.host.name, plan.host)
         ports.setdefault(plan.host.name, []).append(plan.port)
-    sessions = await asyncio.gather(*(open_host(pool, h, ports[n]) for n, h in hosts.items()))
-    return {s.host.name: s for s in sessions}
+
+    async def job(host: HostConfig) -> HostSession:
+        return await open_host(pool, host, ports[host.name])
+
+    outcomes = await each_host(list(hosts.values()), job)
+    return {o.host: o.unwrap() if o.error is None else HostSession(hosts[o.host], error=o.error)
+            for o in outcomes}
 
 
 async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
@@ -79,8 +80,7 @@ async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
     draft = run.speculative.draft_model
     models = [ModelRef(id=run.model)] + ([ModelRef(id=draft)] if draft else [])
     answer = await session.agent.read_model_configs(ReadModelConfigsSpec(models=models))
-    # the doctor reads the entries as JSON objects (its model tests build them as such)
-    found = {model_id: files.to_json() for model_id, files in answer.models.items()}
+    found = answer.models
     result = DoctorResult()
     result.target, note = model_from_agent(found, run.model, role="target")
     notes = [note]
@@ -104,11 +104,16 @@ async def doctor_plans(
     sessions: dict[str, HostSession], plans: Sequence[PlannedLaunch]
 ) -> list[DoctorResult]:
     async def one(plan: PlannedLaunch) -> DoctorResult:
-        session = sessions[plan.host.name]
-        try:
-            return await doctor_run(session, plan)
-        except OrchError as exc:  # the host went away: the run itself will report it
-            session.error = session.error or exc
-            return DoctorResult()
+        return await doctor_run(sessions[plan.host.name], plan)
 
-    return list(await asyncio.gather(*(one(p) for p in plans)))
+    results = []
+    for plan, outcome in zip(plans, await each_of(plans, one, host=_host_name), strict=True):
+        if outcome.error is not None:  # the host went away: the run itself will report it
+            session = sessions[plan.host.name]
+            session.error = session.error or outcome.error
+        results.append(outcome.unwrap() if outcome.error is None else DoctorResult())
+    return results
+
+
+def _host_name(plan: PlannedLaunch) -> str:
+    return plan.host.name

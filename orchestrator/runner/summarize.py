@@ -8,13 +8,16 @@ on (request records, the log followers, the two /metrics scrapes of the load gen
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from itertools import pairwise
+from typing import TYPE_CHECKING
 
 from orchestrator import __version__
 from orchestrator.config.playbook import RunSpec
-from orchestrator.doctor import detect_collapse, engine_silent_changes
+from orchestrator.doctor import RequestedSettings, detect_collapse, engine_silent_changes
 from orchestrator.doctor.collapse import Cause, Collapse
 from orchestrator.doctor.findings import Finding, problems
 from orchestrator.doctor.runspec import causes_for_run
@@ -56,14 +59,12 @@ ACCEPTANCE_SOURCES: dict[str, AcceptanceSource] = {
 LOOP_DELAY_WARN_MS = 20.0  # p99 of how late the load generator's 20 ms ticker woke up
 SEND_LAG_WARN_MS = 100.0  # p99 of how late requests were sent versus due
 RATE_SHORTFALL = 0.8  # open loop: requests sent at under 80% of the scheduled rate
+# SGLang: a window of two log intervals surely holds a line, whatever the estimate's error
+LOG_INTERVALS_WANTED = 2
 
 
 def iso_time(ts: float) -> str:
     return datetime.fromtimestamp(ts, timezone.utc).isoformat(timespec="milliseconds")
-
-
-def _value(x: Any) -> Any:
-    return getattr(x, "value", x)
 
 
 def prometheus_delta(engine: str, loadgen: LoadgenResult) -> tuple[SpecDelta | None, str | None]:
@@ -75,14 +76,14 @@ def prometheus_delta(engine: str, loadgen: LoadgenResult) -> tuple[SpecDelta | N
     return delta, delta.note
 
 
-def requested_settings(run: Any) -> dict[str, Any]:
+def requested_settings(run: RunSpec) -> RequestedSettings:
     """What the run asked of the engine, to spot settings the engine silently changed."""
     engine = get_engine(run.engine)
     page = engine.run_flag(run, "--page-size")
-    return {
-        "attention_backend": engine.run_flag(run, "--attention-backend"),
-        "page_size": int(page) if page and page.isdigit() else None,
-    }
+    return RequestedSettings(
+        attention_backend=engine.run_flag(run, "--attention-backend"),
+        page_size=int(page) if page and page.isdigit() else None,
+    )
 
 
 def log_lines(state: LiveState) -> list[int] | None:
@@ -100,24 +101,87 @@ def log_lines(state: LiveState) -> list[int] | None:
     return [first, first + count - 1] if count else None
 
 
+@dataclass(frozen=True)
+class DecodeSteps:
+    """The engine's decode steps in the measured window, as the client's stream shows them."""
+
+    count: float
+    step_s: float  # one step: the mean gap between a request's chunks
+
+
+def decode_steps(records: Sequence[RequestRecord]) -> DecodeSteps | None:
+    """How many decode steps the engine ran while the measured requests were decoding.
+
+    The engine streams every running request one chunk per decode step (SGLang's default
+    --stream-interval 1; one verify step under speculative decoding), so the mean gap between
+    chunks is the engine's step, and the time at least one request was decoding, divided by it,
+    the steps it ran. Prefill passes lengthen gaps, so the count errs low, never high.
+    """
+    spans: list[tuple[float, float]] = []
+    gaps: list[float] = []
+    for r in records:
+        if r.warmup or not r.ok or len(r.chunks) < 2:
+            continue
+        spans.append((r.start + r.chunks[0].t, r.start + r.chunks[-1].t))
+        gaps += [b.t - a.t for a, b in pairwise(r.chunks)]
+    step = math.fsum(gaps) / len(gaps) if gaps else 0.0
+    if step <= 0:
+        return None
+    busy, covered = 0.0, -math.inf
+    for first, last in sorted(spans):
+        busy += max(0.0, last - max(first, covered))
+        covered = max(covered, last)
+    return DecodeSteps(busy / step, step)
+
+
 def log_missing_note(engine: str, *, window_s: float | None, env: Mapping[str, str],
-                     argv: Sequence[str]) -> str:
+                     argv: Sequence[str], steps: DecodeSteps | None = None,
+                     completed: int | None = None) -> str:
     """Why the log gave no acceptance figure, and what to change so that it does.
 
     Engines print their spec-decode stats once per interval; a measured window shorter than
-    that (or one that ended before the next line) holds no such line at all.
+    that (or one that ended before the next line) holds no such line at all. vLLM's interval
+    is an env variable a run may set; SGLang's is a flag orch passes itself (and refuses in
+    extra_args), so there the only remedy is a longer window: ``steps`` (``decode_steps``) and
+    ``completed`` (measured requests) size it.
     """
     window = f"the measured window ({window_s:.1f} s)" if window_s else "the measured window"
-    if engine == "sglang":
-        steps = get_engine(engine).stats_interval_in_effect(env=env, argv=argv)
-        return (f"log: no Decode batch line with an accept len fell in {window}: SGLang prints "
-                f"one every {steps} decode steps (--decode-log-interval); lower it in the run's "
-                "extra_args, or measure longer (more num_prompts or duration_s)")
     interval = get_engine(engine).stats_interval_in_effect(env=env, argv=argv)
+    if engine == "sglang":
+        return _sglang_missing_note(window, interval, window_s=window_s, steps=steps,
+                                    completed=completed)
     return (f"log: no SpecDecoding metrics line fell in {window}: vLLM prints one every "
             f"VLLM_LOG_STATS_INTERVAL = {interval} s; set it lower in the run's env (e.g. "
             "env: {VLLM_LOG_STATS_INTERVAL: \"1\"}), or measure longer (more num_prompts or "
             "duration_s)")
+
+
+def _sglang_missing_note(window: str, interval: str, *, window_s: float | None,
+                         steps: DecodeSteps | None, completed: int | None) -> str:
+    head = (f"log: no Decode batch line with an accept len fell in {window}: SGLang prints one "
+            f"every {interval} decode steps (--decode-log-interval: orch sets it, a run cannot)")
+    try:
+        need = LOG_INTERVALS_WANTED * float(interval)
+    except ValueError:
+        need = 0.0
+    if steps is None or steps.count < 1 or need <= 0:
+        return head + "; measure longer (more num_prompts or duration_s)"
+    held = (f"the window held about {steps.count:.0f} decode steps "
+            f"({steps.step_s * 1000:.1f} ms each)")
+    if steps.count >= need:
+        return (head + f"; {held}, enough for a line: check that server.log's Decode batch "
+                "lines carry an accept len")
+    factor = need / steps.count
+    longer = [f"num_prompts {_ceil(completed * factor)}" if completed else "",
+              f"duration_s {_ceil(window_s * factor)}" if window_s else ""]
+    example = " or ".join(x for x in longer if x)
+    return (head + f"; {held}: measure at least {need:g} steps, {factor:.1f}x longer at this "
+            f"load" + (f" ({example})" if example else ""))
+
+
+def _ceil(x: float) -> int:
+    """Round up, but not for float noise: 8.0000000001 s of window is 8 s."""
+    return math.ceil(round(x, 6))
 
 
 def send_rates(records: Sequence[RequestRecord]) -> tuple[float | None, float | None]:
@@ -162,9 +226,9 @@ def run_settings(run: RunSpec) -> RunSettings:
     """What the run asked for, as its result records it (its manifest.json has the whole spec)."""
     w = run.workload
     return RunSettings(
-        engine=str(_value(run.engine)),
+        engine=run.engine,
         model=run.model,
-        speculative=SpeculativeSettings(method=str(_value(run.speculative.method)),
+        speculative=SpeculativeSettings(method=run.speculative.method,
                                         draft_model=run.speculative.draft_model,
                                         num_draft_tokens=run.speculative.num_draft_tokens),
         tensor_parallel=run.tensor_parallel,
@@ -302,7 +366,8 @@ def _with_measurement(result: RunResult, job: RunJob, *, loadgen: LoadgenResult,
     notes = [note] if note else []
     if spec.enabled and (log_src is None or log_src.acceptance_length is None):
         notes.append(log_missing_note(engine, window_s=loadgen.duration_s, env=job.plan.env,
-                                      argv=job.plan.argv))
+                                      argv=job.plan.argv, steps=decode_steps(state.records),
+                                      completed=requests.completed if requests else None))
     acc = combine_acceptance(
         prometheus=prom.acceptance_length if prom else None,
         log=log_src.acceptance_length if log_src else None,

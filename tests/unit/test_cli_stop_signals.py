@@ -15,9 +15,10 @@ from rich.console import Console
 
 from orchestrator.cli import run as cli_run
 from orchestrator.cli.common import without_host
+from orchestrator.cli.display import Display
 from orchestrator.cli.run import STOP_GRACE_ENV, StopSignals, busy_hosts, stop_grace_s
+from orchestrator.commands.progress import PhaseChanged, RunAdded, RunPhase
 from orchestrator.errors import OrchError
-from orchestrator.runner.display import Display
 
 
 def test_first_signal_cancels_later_ones_start_one_countdown(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -78,11 +79,12 @@ def test_bad_stop_grace_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, raw:
 
 def test_busy_hosts_are_those_with_a_run_under_way() -> None:
     display = Display(Console(file=io.StringIO()), live=False)
-    for key, run, host, phase in [("1", "a", "h1", "done"), ("2", "b", "h2", "measuring"),
-                                  ("3", "c", "h3", "waiting"), ("4", "d", "h4", "failed: x"),
-                                  ("5", "e", "h2", "stopping"), ("6", "f", "h5", "loading model")]:
-        display.add(key, run=run, host=host, total=None)
-        display.rows[key].phase = phase
+    for key, run, host, phase in [("1", "a", "h1", RunPhase.DONE), ("2", "b", "h2", RunPhase.MEASURING),
+                                  ("3", "c", "h3", RunPhase.WAITING), ("4", "d", "h4", RunPhase.FAILED),
+                                  ("5", "e", "h2", RunPhase.STOPPING), ("6", "f", "h5", RunPhase.LOADING),
+                                  ("7", "g", "h6", RunPhase.COLLAPSE)]:
+        display.on_event(RunAdded(key, run=run, host=host, total=None))
+        display.on_event(PhaseChanged(key, phase, reason="x" if phase is RunPhase.FAILED else None))
     assert busy_hosts(display, []) == ["h2", "h5"]
 
 

@@ -7,7 +7,15 @@ import io
 
 from rich.console import Console
 
-from orchestrator.runner.display import Display
+from orchestrator.cli.display import Display
+from orchestrator.commands.progress import (
+    LatestAcceptance,
+    LiveThroughput,
+    PhaseChanged,
+    RequestsDone,
+    RunAdded,
+    RunPhase,
+)
 
 
 class Clock:
@@ -29,27 +37,30 @@ def plain_display() -> tuple[Display, io.StringIO, Clock]:
 
 def test_progress_lines_every_5_s_per_run_while_measuring() -> None:
     display, buf, clock = plain_display()
-    display.add("a", run="vllm-dflash[concurrency=1]", host="sim-1", total=64)
-    display.add("b", run="sglang-mtp", host="sim-2", total=None)
+    display.on_event(RunAdded("a", run="vllm-dflash[concurrency=1]", host="sim-1", total=64))
+    display.on_event(RunAdded("b", run="sglang-mtp", host="sim-2", total=None))
     with display:
-        display.update("a", phase="warm-up")
+        display.on_event(PhaseChanged("a", RunPhase.WARM_UP))
         clock.now += 6
-        display.update("a", done=0, tok_s=50.0)  # warm-up: no progress line
-        display.update("a", phase="measuring")
-        display.update("b", phase="measuring")
+        display.on_event(RequestsDone("a", done=0, failed=0))  # warm-up: no progress line
+        display.on_event(LiveThroughput("a", 50.0))
+        display.on_event(PhaseChanged("a", RunPhase.MEASURING))
+        display.on_event(PhaseChanged("b", RunPhase.MEASURING))
+        display.on_event(LiveThroughput("b", 80.0))  # at once: too early
         clock.now += 2
-        display.update("a", done=3, tok_s=71.25)  # 2 s into measuring: too early
+        display.on_event(LiveThroughput("a", 71.25))  # 2 s into measuring: too early
+        display.on_event(RequestsDone("a", done=3, failed=0))
         clock.now += 3
-        display.update("a", acceptance=2.956)  # 5 s: a line
-        display.update("a", done=4)  # right after: none
-        display.update("b", done=10, failed=1, tok_s=80.0)  # the other run has its own clock
+        display.on_event(LatestAcceptance("a", 2.956))  # 5 s: a line
+        display.on_event(RequestsDone("a", done=4, failed=0))  # right after: none
+        display.on_event(RequestsDone("b", done=10, failed=1))  # the other run has its own clock
         clock.now += 4.9
-        display.update("a", done=9)
+        display.on_event(RequestsDone("a", done=9, failed=0))
         clock.now += 0.1
-        display.update("a", done=10)
-        display.update("a", phase="stopping")
+        display.on_event(RequestsDone("a", done=10, failed=0))
+        display.on_event(PhaseChanged("a", RunPhase.STOPPING))
         clock.now += 10
-        display.update("a", tok_s=1.0)  # no longer measuring
+        display.on_event(LiveThroughput("a", 1.0))  # no longer measuring
     assert buf.getvalue().splitlines() == [
         "sim-1 vllm-dflash[concurrency=1]: warm-up",
         "sim-1 vllm-dflash[concurrency=1]: measuring",
@@ -65,10 +76,29 @@ def test_live_display_prints_no_plain_lines() -> None:
     buf = io.StringIO()
     clock = Clock()
     display = Display(Console(file=buf, force_terminal=False, width=200), live=True, clock=clock)
-    display.add("a", run="r", host="h", total=4)
-    display.update("a", phase="measuring")
+    display.on_event(RunAdded("a", run="r", host="h", total=4))
+    display.on_event(PhaseChanged("a", RunPhase.MEASURING))
     clock.now += 30
-    display.update("a", done=2, tok_s=10.0)
+    display.on_event(RequestsDone("a", done=2, failed=0))
+    display.on_event(LiveThroughput("a", 10.0))
     assert buf.getvalue() == ""  # the (here not started) live table carries it instead
     table = display.table()
     assert [c.header for c in table.columns] == ["host", "run", "phase", "requests", "tok/s", "accept len"]
+
+
+def test_phase_lines_say_why_a_run_failed_and_name_a_collapse() -> None:
+    display, buf, _clock = plain_display()
+    display.on_event(RunAdded("a", run="r", host="h", total=4))
+    display.on_event(RunAdded("b", run="s", host="h", total=4))
+    display.on_event(PhaseChanged("a", RunPhase.LOADING))
+    display.on_event(PhaseChanged("a", RunPhase.LOADING, reason="loading (health 503)"))
+    display.on_event(PhaseChanged("a", RunPhase.LOADING, reason="loading (health 503)"))  # same
+    display.on_event(PhaseChanged("a", RunPhase.FAILED, reason="x" * 70 + " [/]"))
+    display.on_event(PhaseChanged("b", RunPhase.COLLAPSE))
+    assert buf.getvalue().splitlines() == [
+        "h r: loading model",
+        "h r: loading (health 503)",
+        "h r: failed: " + "x" * 60,
+        "h s: done: COLLAPSE",
+    ]
+    assert [row.phase.under_way for row in display.rows.values()] == [False, False]

@@ -8,13 +8,11 @@ runs the same paths against the real agent over real SSH.
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from orchestrator.agent.client import AgentClient
 from orchestrator.agent.fake import (
@@ -28,6 +26,7 @@ from orchestrator.agent.fake import (
     launch_result,
     status_of,
 )
+from orchestrator.commands.progress import PhaseChanged, RecordingObserver, RunPhase
 from orchestrator.config import RunSpec
 from orchestrator.engines.failures import OOM
 from orchestrator.engines.plan import PlannedLaunch
@@ -46,7 +45,6 @@ from orchestrator.remote.wire import (
     Wire,
 )
 from orchestrator.runner import server as server_mod
-from orchestrator.runner.display import Display
 from orchestrator.runner.execute import RunJob, execute_run
 from orchestrator.runner.server import Server, ServerRegistry
 
@@ -287,7 +285,7 @@ def job_for(tmp_path: Path, run: RunSpec) -> RunJob:
         plan=plan,
         run_dir=tmp_path / "r1",
         run_id="r1-id",
-        prompts=load_prompts({"prompts": "builtin:math"}, base_dir="."),
+        prompts=load_prompts(run.workload, base_dir="."),
     )
 
 
@@ -304,20 +302,25 @@ def test_execute_run_fails_the_run_when_the_load_generator_ends_without_a_result
         .always("tail", FakeLog(LOG, exited=False))
         .on("loadgen", Stream([PhaseEvent(phase="measure"), record]))
     )
-    display = Display(Console(file=io.StringIO()), live=False)
+    observer = RecordingObserver()
     job = job_for(tmp_path, run)
-    display.add(job.key, run=run.name, host=FAKE_HOST.name, total=2)
 
     async def scenario() -> Any:
         async with ServerRegistry() as registry:
             return await execute_run(
-                job, agent=agent, reconnect=agent.reconnect, registry=registry, display=display
+                job, agent=agent, reconnect=agent.reconnect, registry=registry, observer=observer
             )
 
     result = asyncio.run(scenario())
     assert result.error is not None
     assert result.error.type == "HostError"
     assert result.error.message == "fake-gpu: the load generator ended without a result"
+    phases = observer.phases(job.key)
+    assert phases[:2] == [RunPhase.LAUNCHING, RunPhase.LOADING]
+    assert phases[-3:] == [RunPhase.WARM_UP, RunPhase.MEASURING, RunPhase.FAILED]
+    failed = observer.events[-1]
+    assert failed == PhaseChanged(job.key, RunPhase.FAILED,
+                                  reason="the load generator ended without a result")
     summary = json.loads((job.run_dir / "summary.json").read_text())
     assert "the load generator ended without a result" in json.dumps(summary)
     assert [c.verb for c in agent.calls].count("stop") == 1  # the server was stopped anyway

@@ -11,8 +11,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.main import run as run_cli
-from orchestrator.cli.run import plan_run
-from orchestrator.runner.pipeline import run_folders
+from orchestrator.commands.run import plan_run, run_folders
 
 HOSTS = """\
 hosts:

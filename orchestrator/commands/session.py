@@ -4,16 +4,24 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from orchestrator.cli.common import SshOptions
 from orchestrator.config import HostConfig, Inventory, load_inventory
 from orchestrator.config.inventory import DEFAULT_SSH_CONFIG
 from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How host keys are checked (the command line's --known-hosts, --accept-new-host-keys)."""
+
+    known_hosts: Path | None = None
+    accept_new_host_keys: bool = False
 
 
 def load_hosts(hosts_file: Path, only: list[str] | None) -> tuple[Inventory, list[HostConfig]]:

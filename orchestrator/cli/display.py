@@ -1,0 +1,200 @@
+"""What the console shows while a playbook runs: one row per run, updated live.
+
+``Display`` is the CLI's ``Observer`` (``commands/progress.py``): the runner tells it typed events
+and all the text and markup is made here. On a terminal it drives a rich Live table (host, run,
+phase, requests, live tok/s, latest acceptance length from the log). Elsewhere (CI,
+`make demo | tee`) a redrawn table would be garbage, so each phase change becomes one plain line,
+and while a run is measuring a compact progress line (requests done/total, live tok/s, latest
+acceptance length) follows at most every ``progress_every_s`` per run: a long run is never
+silent, and a log is never flooded.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rich.console import Console
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from orchestrator.commands.progress import (
+    Connecting,
+    DoctorNotice,
+    ExecutionEnded,
+    ExecutionStarted,
+    LatestAcceptance,
+    LiveThroughput,
+    PhaseChanged,
+    RequestsDone,
+    RunAdded,
+    RunEvent,
+    RunPhase,
+)
+
+REASON_CHARS = 60  # of a failure's message, in the phase column
+
+
+@dataclass
+class RunRow:
+    run: str
+    host: str
+    phase: RunPhase = RunPhase.WAITING
+    reason: str | None = None
+    done: int = 0
+    failed: int = 0
+    total: int | None = None
+    tok_s: float | None = None
+    acceptance: float | None = None
+    since: float = field(default_factory=time.monotonic)
+    last_progress: float = 0.0  # when the last plain progress line was printed
+
+    @property
+    def phase_text(self) -> str:
+        return phase_text(self.phase, self.reason)
+
+
+def phase_text(phase: RunPhase, reason: str | None) -> str:
+    """How a phase reads: a failure with its reason, loading with the server's readiness."""
+    if phase is RunPhase.FAILED and reason:
+        return f"failed: {reason[:REASON_CHARS]}"
+    if phase is RunPhase.COLLAPSE:
+        return "done: COLLAPSE"
+    if phase is RunPhase.LOADING and reason:
+        return reason
+    return str(phase.value)
+
+
+def progress_line(row: RunRow) -> str:
+    """The plain (off-terminal) progress line of a run that is measuring."""
+    total = "?" if row.total is None else str(row.total)
+    parts = [f"{row.done}/{total} requests" + (f" ({row.failed} failed)" if row.failed else "")]
+    parts.append("- tok/s" if row.tok_s is None else f"{row.tok_s:.1f} tok/s")
+    parts.append("accept len -" if row.acceptance is None else f"accept len {row.acceptance:.2f}")
+    return f"{row.host} {row.run}: {RunPhase.MEASURING.value}: " + ", ".join(parts)
+
+
+def doctor_line(notice: DoctorNotice) -> str:
+    """A doctor finding on a run that launches anyway, in one line (its first sentence)."""
+    f = notice.finding
+    tail = (
+        "warning" if notice.overridden_by is None else f"launching anyway: {notice.overridden_by}"
+    )
+    return (
+        f"[yellow]doctor {f.severity}[/] {escape(notice.run)} on {escape(notice.host)}: "
+        f"{escape(f'[{f.check}]')} {escape(f.message.split('. ')[0])} ({escape(tail)})"
+    )
+
+
+class Display:
+    def __init__(
+        self,
+        console: Console,
+        *,
+        live: bool | None = None,
+        progress_every_s: float = 5.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.console = console
+        self.rows: dict[str, RunRow] = {}
+        self.live_enabled = console.is_terminal if live is None else live
+        self.progress_every_s = progress_every_s
+        self.clock = clock
+        self._live: Live | None = None
+
+    def on_event(self, event: RunEvent) -> None:
+        if isinstance(event, RunAdded):
+            self.rows[event.key] = RunRow(
+                run=event.run, host=event.host, total=event.total, since=self.clock()
+            )
+        elif isinstance(event, PhaseChanged):
+            self._phase(self.rows[event.key], event.phase, event.reason)
+        elif isinstance(event, RequestsDone):
+            row = self.rows[event.key]
+            row.done, row.failed = event.done, event.failed
+            self._figures_changed(row)
+        elif isinstance(event, LiveThroughput):
+            self.rows[event.key].tok_s = event.tok_s
+            self._figures_changed(self.rows[event.key])
+        elif isinstance(event, LatestAcceptance):
+            self.rows[event.key].acceptance = event.length
+            self._figures_changed(self.rows[event.key])
+        elif isinstance(event, Connecting):
+            self.console.print(f"connecting to {event.hosts} host(s) ...")
+        elif isinstance(event, DoctorNotice):
+            self.console.print(doctor_line(event))
+        elif isinstance(event, ExecutionStarted):
+            self.open()
+        elif isinstance(event, ExecutionEnded):
+            self.close()
+
+    def _phase(self, row: RunRow, phase: RunPhase, reason: str | None) -> None:
+        if (phase, reason) == (row.phase, row.reason):
+            self.refresh()
+            return
+        row.phase, row.reason = phase, reason
+        row.since = row.last_progress = self.clock()
+        if not self.live_enabled:
+            self.console.print(
+                f"[bold]{escape(row.host)}[/] {escape(row.run)}: {escape(row.phase_text)}"
+            )
+        self.refresh()
+
+    def _figures_changed(self, row: RunRow) -> None:
+        now = self.clock()
+        if (
+            not self.live_enabled
+            and row.phase is RunPhase.MEASURING
+            and now - row.last_progress >= self.progress_every_s
+        ):
+            row.last_progress = now
+            self.console.print(escape(progress_line(row)), highlight=False)
+        self.refresh()
+
+    def refresh(self) -> None:
+        if self._live is not None:
+            self._live.update(self.table())
+
+    def table(self) -> Table:
+        table = Table(box=None, pad_edge=False)
+        for col in ("host", "run", "phase", "requests", "tok/s", "accept len"):
+            table.add_column(col)
+        for row in self.rows.values():
+            elapsed = self.clock() - row.since
+            total = "?" if row.total is None else str(row.total)
+            requests = f"{row.done}/{total}" + (
+                f" ([red]{row.failed} failed[/])" if row.failed else ""
+            )
+            table.add_row(
+                escape(row.host),
+                escape(row.run),
+                f"{escape(row.phase_text)} [dim]{elapsed:.0f}s[/]",
+                requests,
+                "-" if row.tok_s is None else f"{row.tok_s:.1f}",
+                "-" if row.acceptance is None else f"{row.acceptance:.2f}",
+            )
+        return table
+
+    def open(self) -> None:
+        """Start the live table (on a terminal)."""
+        if self.live_enabled and self._live is None:
+            self._live = Live(
+                self.table(), console=self.console, refresh_per_second=4, transient=False
+            )
+            self._live.__enter__()
+
+    def close(self) -> None:
+        """Stop the live table, leaving its last state on screen (and the cursor visible)."""
+        if self._live is not None:
+            self._live.update(self.table())
+            self._live.__exit__(None, None, None)
+            self._live = None
+
+    def __enter__(self) -> Display:
+        self.open()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

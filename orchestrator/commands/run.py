@@ -1,0 +1,331 @@
+"""`orch run PLAYBOOK`: a whole playbook, hosts in parallel, each host's runs one after another.
+
+Order of events: plan and validate every run, prompt files included (no host touched yet) -> open
+every host and probe it -> doctor every run on its host, refusing errors unless forced -> create
+the results folder -> execute runs (each creates its folder and manifest as it starts) ->
+``summary.csv`` and ``comparison.png``. Every server started is registered so that an exception
+or a cancellation (Ctrl-C) anywhere stops them all before this returns.
+
+What happens meanwhile is told to an ``Observer`` (``commands/progress.py``) as typed events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from orchestrator.commands.progress import (
+    Connecting,
+    DoctorNotice,
+    ExecutionEnded,
+    ExecutionStarted,
+    Observer,
+    PhaseChanged,
+    RunAdded,
+    RunPhase,
+)
+from orchestrator.commands.session import SshOptions, load_hosts, open_pool
+from orchestrator.config import Inventory, Playbook, RunSpec, load_playbook
+from orchestrator.doctor.findings import Finding
+from orchestrator.engines.plan import PlannedLaunch, plan_launches
+from orchestrator.errors import ConfigError, OrchError
+from orchestrator.loadgen.prompts import PromptSet, load_prompts
+from orchestrator.results.model import RunResult
+from orchestrator.results.plot import write_comparison
+from orchestrator.results.report import write_summary_csv
+from orchestrator.results.store import new_results_dir, safe_name
+from orchestrator.runner.execute import RunJob, execute_run, failed_result
+from orchestrator.runner.manifest import manifest
+from orchestrator.runner.preflight import DoctorResult, HostSession, doctor_plans, open_hosts
+from orchestrator.runner.server import ServerRegistry, pool_reconnect
+
+if TYPE_CHECKING:
+    from orchestrator.transport import ConnectionPool
+
+
+@dataclass(frozen=True)
+class RunPlan:
+    """Everything `orch run` works out before touching a host."""
+
+    playbook: Playbook
+    inventory: Inventory
+    plans: list[PlannedLaunch]
+    prompts: list[PromptSet]  # one per plan
+
+
+@dataclass
+class PlaybookOutcome:
+    """A playbook run's results folder, its runs' results in run order, and the files made
+    from them."""
+
+    results_dir: Path
+    results: list[RunResult]
+    csv_path: Path
+    plot_path: Path | None
+
+    @property
+    def failed(self) -> bool:
+        return any(r.error is not None for r in self.results)
+
+
+class DoctorRefused(OrchError):
+    """The doctor found errors in runs that did not opt out (``doctor: warn``) and no --force."""
+
+    def __init__(self, refused: list[tuple[PlannedLaunch, list[Finding]]]) -> None:
+        lines = []
+        for plan, errors in refused:
+            for f in errors:
+                lines.append(f"run {plan.run.name!r} on {plan.host.name}: [{f.check}] {f.message}")
+        super().__init__(
+            "the doctor refused to launch:\n  " + "\n  ".join(lines),
+            hint="fix the configuration; or pass --force, or set `doctor: warn` on the run, to "
+            "launch anyway (e.g. to measure the collapse on purpose)",
+        )
+        self.refused = refused
+
+
+# -- planning (no host touched) ---------------------------------------------------------------
+
+
+def plan_run(playbook_file: Path, hosts_file: Path, only: list[str] | None) -> RunPlan:
+    """Validate the playbook, place its runs and read their prompt files (no host touched)."""
+    playbook = load_playbook(playbook_file)
+    inventory, _ = load_hosts(hosts_file, None)
+    plans = plan_launches(playbook, inventory, host_filter=only or None)
+    if not plans:
+        raise OrchError(
+            f"no run of {playbook_file} matches a host",
+            hint="check the playbook's `hosts` and --only against hosts.yaml",
+        )
+    return RunPlan(playbook, inventory, plans, load_run_prompts(playbook, plans))
+
+
+def prompt_notes(plans: Sequence[PlannedLaunch], prompts: Sequence[PromptSet]) -> list[str]:
+    """One line per prompt source that had entries without a usable prompt (ShareGPT entries
+    with no human turn): the run sends fewer distinct prompts than the file holds."""
+    notes: dict[str, str] = {}
+    for plan, prompt_set in zip(plans, prompts, strict=True):
+        if prompt_set.skipped and prompt_set.source not in notes:
+            notes[prompt_set.source] = (
+                f"prompts {prompt_set.source.removeprefix('file:')}: {prompt_set.skipped} "
+                f"entr{'y' if prompt_set.skipped == 1 else 'ies'} skipped (no usable prompt, e.g. "
+                f"a ShareGPT conversation without a human turn); {len(prompt_set.items)} used "
+                f"(run {plan.run.name})"
+            )
+    return list(notes.values())
+
+
+def load_run_prompts(playbook: Playbook, plans: Sequence[PlannedLaunch]) -> list[PromptSet]:
+    """Every plan's prompt set, read and validated now, before any host is touched: a bad line
+    in a JSONL file must not surface after minutes of connecting and model loading.
+
+    Runs sharing a source (matrix runs, several hosts) share one read. Errors point at the
+    playbook's line that names the source (``runs[1].workload.prompts``); one inside a prompt
+    file also names that file and line.
+    """
+    base_dir = playbook.source_path.parent if playbook.source_path else Path.cwd()
+    loaded: dict[tuple[str | None, int | None], PromptSet] = {}
+    out = []
+    for plan in plans:
+        workload = plan.run.workload
+        key = (workload.prompts, workload.input_len)
+        if key not in loaded:
+            try:
+                loaded[key] = load_prompts(workload, base_dir=base_dir)
+            except ConfigError as exc:
+                raise prompt_error(playbook, plan.run, exc) from exc
+        out.append(loaded[key])
+    return out
+
+
+def prompt_error(playbook: Playbook, run: RunSpec, exc: ConfigError) -> ConfigError:
+    """``exc`` from reading ``run``'s prompts, located at the playbook line naming them.
+
+    ``exc.file`` is the prompt file when the problem is inside it: its line goes in the message
+    (``data/p.jsonl:3: not valid JSON ...``) while the error's own location is the playbook's.
+    """
+    message = exc.message
+    if exc.file is not None and exc.line is not None:
+        message = f"{exc.location}: {message}"
+    elif exc.file is not None and exc.file not in message:
+        message = f"{exc.file}: {message}"
+    fields = [exc.path or "workload.prompts", "workload.prompts", "workload"]
+    # matrix runs share their prompts: no combination is to blame (a matrix over prompts is
+    # located at its own value)
+    return playbook.error_at(
+        run, list(dict.fromkeys(fields)), message, hint=exc.hint, name_matrix_run=False
+    )
+
+
+def run_folders(keys: Sequence[str]) -> list[str]:
+    """One folder name per run: ``safe_name`` of ``run@host``, numbered when two coincide
+    (long matrix names are cut at the same length; ``a[x=1]`` and ``a_x_1`` read alike), so
+    that no run ever finds its folder taken mid-playbook."""
+    used: set[str] = set()
+    out = []
+    for key in keys:
+        base = name = safe_name(key)
+        n = 1
+        while name in used:
+            n += 1
+            name = f"{base}-{n}"
+        used.add(name)
+        out.append(name)
+    return out
+
+
+def _job_key(plan: PlannedLaunch) -> str:
+    return f"{plan.run.name}@{plan.host.name}"
+
+
+# -- execution --------------------------------------------------------------------------------
+
+
+def refused_runs(
+    plans: Sequence[PlannedLaunch], doctor: Sequence[DoctorResult], *, force: bool
+) -> list[tuple[PlannedLaunch, list[Finding]]]:
+    if force:
+        return []
+    return [
+        (p, d.errors)
+        for p, d in zip(plans, doctor, strict=True)
+        if d.errors and str(p.run.doctor) == "error"
+    ]
+
+
+def _doctor_notices(
+    plans: Sequence[PlannedLaunch], doctor: Sequence[DoctorResult], *, force: bool
+) -> list[DoctorNotice]:
+    notices = []
+    for plan, result in zip(plans, doctor, strict=True):
+        why = "--force" if force else f"doctor: {plan.run.doctor}"
+        notices += [
+            DoctorNotice(
+                run=plan.run.name,
+                host=plan.host.name,
+                finding=f,
+                overridden_by=why if f.severity == "error" else None,
+            )
+            for f in result.findings
+            if f.severity != "ok"
+        ]
+    return notices
+
+
+async def run_playbook(
+    playbook: Playbook,
+    plans: Sequence[PlannedLaunch],
+    *,
+    pool: ConnectionPool,
+    results_root: Path,
+    observer: Observer,
+    force: bool = False,
+    prompts: Sequence[PromptSet] | None = None,
+) -> PlaybookOutcome:
+    """``prompts``: one per plan, as ``load_run_prompts`` returns (loaded here when None)."""
+    if prompts is None:
+        prompts = load_run_prompts(playbook, plans)
+    observer.on_event(Connecting(hosts=len({p.host.name for p in plans})))
+    sessions = await open_hosts(pool, plans)
+    doctor = await doctor_plans(sessions, plans)
+    refused = refused_runs(plans, doctor, force=force)
+    if refused:
+        raise DoctorRefused(refused)
+    for notice in _doctor_notices(plans, doctor, force=force):
+        observer.on_event(notice)
+    results_dir = new_results_dir(results_root, playbook.name)
+    jobs = []
+    folders = run_folders([_job_key(p) for p in plans])
+    for order, (plan, doc, prompt_set) in enumerate(zip(plans, doctor, prompts, strict=True)):
+        key = _job_key(plan)
+        job = RunJob(
+            key=key,
+            order=order,
+            plan=plan,
+            run_dir=results_dir / folders[order],
+            prompts=prompt_set,
+            run_id=f"{safe_name(plan.run.name)}-{uuid.uuid4().hex[:8]}",
+            doctor=doc.findings,
+            drafter=doc.drafter,
+        )
+        job.manifest = manifest(job, playbook, sessions[plan.host.name], doc)
+        w = plan.run.workload
+        observer.on_event(
+            RunAdded(
+                key,
+                run=plan.run.name,
+                host=plan.host.name,
+                total=None if w.duration_s else w.num_prompts,
+            )
+        )
+        jobs.append(job)
+    results: dict[str, RunResult] = {}
+    async with ServerRegistry() as registry:
+        observer.on_event(ExecutionStarted())
+        try:
+            await asyncio.gather(
+                *(
+                    _host_worker(
+                        sessions[name],
+                        [j for j in jobs if j.plan.host.name == name],
+                        pool=pool,
+                        registry=registry,
+                        observer=observer,
+                        results=results,
+                    )
+                    for name in dict.fromkeys(j.plan.host.name for j in jobs)
+                )
+            )
+        finally:
+            observer.on_event(ExecutionEnded())
+    ordered = [results[j.key] for j in jobs]
+    csv_path = write_summary_csv(results_dir / "summary.csv", ordered)
+    plot_path = write_comparison(
+        results_dir / "comparison.png", ordered, title=f"{playbook.name}: {results_dir.name}"
+    )
+    return PlaybookOutcome(results_dir, ordered, csv_path, plot_path)
+
+
+async def _host_worker(
+    session: HostSession,
+    jobs: list[RunJob],
+    *,
+    pool: ConnectionPool,
+    registry: ServerRegistry,
+    observer: Observer,
+    results: dict[str, RunResult],
+) -> None:
+    """One host's runs, in playbook order; a failed run is recorded and the next one goes on."""
+    for job in jobs:
+        if session.agent is None or session.facts is None:
+            error = session.error or OrchError("host not reachable")
+            results[job.key] = failed_result(job, error)
+            observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=error.message))
+            continue
+        results[job.key] = await execute_run(
+            job,
+            agent=session.agent,
+            reconnect=pool_reconnect(pool, session.host, session.agent),
+            registry=registry,
+            observer=observer,
+        )
+
+
+async def run(
+    plan: RunPlan, *, ssh: SshOptions, results_root: Path, observer: Observer, force: bool = False
+) -> PlaybookOutcome:
+    """`orch run`: ``plan`` executed over one SSH pool (closed, servers stopped, on return)."""
+    async with open_pool(plan.inventory, ssh) as pool:
+        return await run_playbook(
+            plan.playbook,
+            plan.plans,
+            pool=pool,
+            results_root=results_root,
+            observer=observer,
+            force=force,
+            prompts=plan.prompts,
+        )

@@ -1,0 +1,106 @@
+"""A run's manifest.json: what was asked for and where, known before its server starts.
+
+Written (by ``execute.begin_run``) the moment the run starts and never rewritten, with every
+secret as ``***``: the resolved run spec, argv, env, the host's facts, orch's version, the
+playbook's git commit, the doctor's findings and the prompts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from orchestrator import __version__
+from orchestrator.config import Playbook, mask
+from orchestrator.engines import engine_for
+from orchestrator.engines.plan import PlannedLaunch
+from orchestrator.runner.execute import RunJob
+from orchestrator.runner.preflight import DoctorResult, HostSession
+
+
+def git_commit(path: Path) -> dict[str, Any] | None:
+    """The commit (and dirtiness) of the git checkout holding the playbook, if any."""
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(path), "rev-parse", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(path), "status", "--porcelain", "--", "."],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=True,
+        ).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return {"commit": head, "dirty": bool(dirty.strip())}
+
+
+def masked_run(plan: PlannedLaunch) -> dict[str, Any]:
+    """The resolved run spec with its secrets as ``***``, like the argv and env next to it.
+
+    The spec holds the user's own values: a literal under a secret-looking env key, an
+    ``--api-key`` in extra_args. (``${VAR}`` references stay unexpanded in it.)
+    """
+    adapter = engine_for(plan.run)
+    secrets = adapter.secrets(plan.run, plan.host)
+    dump = plan.run.model_dump(mode="json")
+    dump["env"] = adapter.masked_env(dump.get("env") or {}, secrets)
+    return {key: _mask_strings(value, secrets) for key, value in dump.items()}
+
+
+def _mask_strings(value: Any, secrets: Iterable[str]) -> Any:
+    if isinstance(value, str):
+        return mask(value, secrets)
+    if isinstance(value, list):
+        return [_mask_strings(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: _mask_strings(v, secrets) for k, v in value.items()}
+    return value
+
+
+def manifest(
+    job: RunJob, playbook: Playbook, session: HostSession, doctor: DoctorResult
+) -> dict[str, Any]:
+    plan = job.plan
+    facts = session.facts
+    source = playbook.source_path
+    return {
+        "run": masked_run(plan),
+        "run_id": job.run_id,
+        "host": plan.host.name,
+        "host_config": {
+            "address": plan.host.address,
+            "port": plan.host.port,
+            "user": plan.host.user,
+            "python": plan.host.python,
+            "workdir": plan.host.workdir,
+            "transport": plan.host.transport,
+            "gpus": str(plan.host.gpus) if plan.host.gpus else None,
+        },
+        "argv": plan.argv,
+        "env": plan.env_masked,
+        "port": plan.port,
+        "host_facts": dataclasses.asdict(facts) if facts else None,
+        "engine_version": facts.engines.get(str(plan.run.engine)) if facts else None,
+        "orch_version": __version__,
+        "playbook": {
+            "name": playbook.name,
+            "path": str(source) if source else None,
+            "git": git_commit(source.parent) if source else None,
+        },
+        "doctor": [f.to_json() for f in doctor.findings],
+        "prompts": {
+            "source": job.prompts.source,
+            "count": len(job.prompts.items),
+            "skipped": job.prompts.skipped,
+            "input_len": job.prompts.input_len,
+        },
+    }
