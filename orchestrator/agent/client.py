@@ -25,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 
 from orchestrator.agent.bundle import AgentBundle, build_bundle
 from orchestrator.config.hostconfig import HostConfig
+from orchestrator.engines import engine_packages
 from orchestrator.errors import AgentError, ConfigError, OrchError, RemoteCommandError
 from orchestrator.remote.wire import (
     CONTRACT_VERSION,
@@ -62,7 +63,8 @@ from orchestrator.remote.wire import (
 )
 from orchestrator.remote.wire import decode_line as decode_wire_line
 
-PROBE_PACKAGES = ("vllm", "sglang", "torch", "transformers")
+# asked about besides the engines' own packages (their versions explain engine behaviour)
+PROBE_LIBRARIES = ("torch", "transformers")
 _VERB = re.compile(r"^[a-z][a-z0-9_]*$")
 _TAIL_LINES = 15
 PYTHON_HINT = (
@@ -74,6 +76,12 @@ CONTRACT_HINT = (
     "pushed it, or delete the agent-*.pyz files in the host's workdir so this one is pushed"
 )
 R = TypeVar("R", bound=Wire)
+
+
+def probe_packages() -> tuple[str, ...]:
+    """What a probe asks the version of: every engine's package (the registry's), then the
+    libraries. A function, not a constant: the registry loads the engine objects on first use."""
+    return (*engine_packages().values(), *PROBE_LIBRARIES)
 
 
 class _Completed(Protocol):
@@ -130,7 +138,7 @@ class AgentClient(Protocol):
         self, spec: EchoSpec, *, keep_spec: bool = False, timeout: float | None = None
     ) -> EchoResult: ...
     async def probe(
-        self, *, ports: Sequence[int] = (), packages: Sequence[str] = PROBE_PACKAGES
+        self, *, ports: Sequence[int] = (), packages: Sequence[str] | None = None
     ) -> ProbeResult: ...
     async def launch(self, spec: LaunchSpec) -> LaunchResult: ...
     async def status(self, spec: StatusSpec, *, timeout: float | None = None) -> StatusResult: ...
@@ -249,9 +257,11 @@ class Agent:
         )
 
     async def probe(
-        self, *, ports: Sequence[int] = (), packages: Sequence[str] = PROBE_PACKAGES
+        self, *, ports: Sequence[int] = (), packages: Sequence[str] | None = None
     ) -> ProbeResult:
-        spec = ProbeSpec(workdir=await self.workdir(), ports=list(ports), packages=list(packages))
+        """``packages``: whose versions to report; None is ``probe_packages()``."""
+        spec = ProbeSpec(workdir=await self.workdir(), ports=list(ports),
+                         packages=list(probe_packages() if packages is None else packages))
         return _typed(await self._call("probe", spec), ProbeResult)
 
     async def launch(self, spec: LaunchSpec) -> LaunchResult:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from orchestrator.agent.bundle import AgentBundle
-from orchestrator.agent.client import PROBE_PACKAGES
+from orchestrator.agent.client import probe_packages
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.errors import AgentError, HostUnreachable, OrchError
 from orchestrator.remote.wire import (
@@ -129,9 +129,10 @@ class FakeAgent:
         return self._answer("echo", spec, EchoResult)
 
     async def probe(
-        self, *, ports: Sequence[int] = (), packages: Sequence[str] = PROBE_PACKAGES
+        self, *, ports: Sequence[int] = (), packages: Sequence[str] | None = None
     ) -> ProbeResult:
-        spec = ProbeSpec(workdir=self.host.workdir, ports=list(ports), packages=list(packages))
+        spec = ProbeSpec(workdir=self.host.workdir, ports=list(ports),
+                         packages=list(probe_packages() if packages is None else packages))
         return self._answer("probe", spec, ProbeResult)
 
     async def launch(self, spec: LaunchSpec) -> LaunchResult:
@@ -303,8 +304,12 @@ def server_state(
     )
 
 
-def status_of(run_id: str, **state: int | bool | None) -> StatusResult:
-    return StatusResult(servers=[server_state(run_id, **state)])  # type: ignore[arg-type]
+def status_of(
+    run_id: str, *, alive: bool, returncode: int | None = None, log_size: int | None = 0
+) -> StatusResult:
+    return StatusResult(
+        servers=[server_state(run_id, alive=alive, returncode=returncode, log_size=log_size)]
+    )
 
 
 def http_answer(status: int | None, body: str = "", error: str | None = None) -> HttpResult:

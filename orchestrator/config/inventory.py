@@ -356,7 +356,7 @@ def _resolve(
         transport=transport,
         # None when hosts.yaml does not set it: the connection pool's default applies then,
         # while a value the user wrote (15 included) always wins (ConnectionPool.timeout_for)
-        connect_timeout=values.get("connect_timeout"),  # type: ignore[arg-type]
+        connect_timeout=values.get("connect_timeout"),
         source=f"{doc.file}:{line}",
         env_marks=env_marks,
     )

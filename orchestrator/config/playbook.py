@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_origin
 
 from pydantic import (
     AfterValidator,
@@ -252,7 +252,12 @@ def _partial(model: type[StrictModel], name: str, drop: tuple[str, ...]) -> type
     )
 
 
-RunDefaults = _partial(RunSpec, "RunDefaults", drop=("name",))
+if TYPE_CHECKING:
+    # a model class built at run time: a checker sees the base it is built on (and its fields
+    # reach code as ``model_dump()`` only; see the runs' merge with defaults)
+    RunDefaults = StrictModel
+else:
+    RunDefaults = _partial(RunSpec, "RunDefaults", drop=("name",))
 
 
 class Playbook(StrictModel):
@@ -265,7 +270,7 @@ class Playbook(StrictModel):
     hosts: Selectors | None = Field(
         None, description="Host names, tags or groups (default: every host)."
     )
-    defaults: RunDefaults | None = Field(None, description="Run fields deep-merged into every run.")  # type: ignore[valid-type]
+    defaults: RunDefaults | None = Field(None, description="Run fields deep-merged into every run.")
     runs: Annotated[list[RunSpec], Field(min_length=1)] = Field(description="The runs, in order.")
 
     _source_path: Path | None = PrivateAttr(None)
@@ -572,5 +577,5 @@ class _PlaybookHead(StrictModel):
     name: str = Field(min_length=1)
     description: str | None = None
     hosts: Selectors | None = None
-    defaults: RunDefaults | None = None  # type: ignore[valid-type]
+    defaults: RunDefaults | None = None
     runs: Annotated[list[dict[str, Any]], Field(min_length=1)]

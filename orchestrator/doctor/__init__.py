@@ -16,7 +16,7 @@ from orchestrator.doctor.collapse import (
     detect_collapse,
     rank_causes,
 )
-from orchestrator.doctor.enginelog import engine_silent_changes
+from orchestrator.doctor.enginelog import RequestedSettings, engine_silent_changes
 from orchestrator.doctor.findings import Finding, has_errors, problems, to_json
 from orchestrator.doctor.host import HostProbe, estimate_parameters, run_host_checks
 from orchestrator.doctor.launch import launch_checks
@@ -30,6 +30,7 @@ __all__ = [
     "Finding",
     "HostProbe",
     "ModelConfig",
+    "RequestedSettings",
     "acceptance_floor",
     "causes_for_run",
     "check_run",

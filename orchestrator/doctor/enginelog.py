@@ -17,7 +17,8 @@ Patterns search anywhere in a line, so the log prefix (date, TP rank, level) doe
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from dataclasses import dataclass
 
 from orchestrator.doctor.findings import Finding, warning
 
@@ -53,20 +54,25 @@ def chosen_settings(log_lines: Iterable[str]) -> dict[str, tuple[str, str]]:
     return chosen
 
 
-def engine_silent_changes(log_lines: Iterable[str],
-                          requested: Mapping[str, str | int | None]) -> list[Finding]:
-    """Warnings for settings the log shows differ from the requested ones.
+@dataclass(frozen=True)
+class RequestedSettings:
+    """What a run asked of the engine among the settings SGLang may silently change; None is
+    not asked for, so the engine's own choice is not a change."""
 
-    ``requested`` holds what the run asked for: ``attention_backend`` (str), ``page_size``
-    (int) and ``speculative_num_draft_tokens`` (int); a missing or None value was not asked
-    for, so the engine's own choice is not a change. Returns only the changes.
-    """
+    attention_backend: str | None = None
+    page_size: int | None = None
+    speculative_num_draft_tokens: int | None = None
+
+
+def engine_silent_changes(log_lines: Iterable[str],
+                          requested: RequestedSettings) -> list[Finding]:
+    """Warnings for settings the log shows differ from the requested ones (only the changes)."""
     chosen = chosen_settings(log_lines)
     findings: list[Finding] = []
-    backend = requested.get("attention_backend")
+    backend = requested.attention_backend
     if backend is not None and "attention_backend" in chosen:
         value, line = chosen["attention_backend"]
-        if value.lower() != str(backend).lower():
+        if value.lower() != backend.lower():
             findings.append(warning(
                 "attention_backend",
                 f"SGLang replaced the requested attention backend {backend!r} with {value!r} "
@@ -74,18 +80,18 @@ def engine_silent_changes(log_lines: Iterable[str],
                 "(KV cache dtype, GPU, page size) or request a backend it accepts.",
                 requested=backend, chosen=value, line=line,
             ))
-    page = requested.get("page_size")
+    page = requested.page_size
     if page is not None and "page_size" in chosen:
         value, line = chosen["page_size"]
-        if int(value) != int(page):
+        if int(value) != page:
             findings.append(warning(
                 "page_size",
                 f"SGLang changed the requested page size {page} to {value} (log: {line!r}); "
                 f"prefix caching and memory use then differ from the plan. Fix: request page_size "
                 f"{value} explicitly or pick an attention backend that supports {page}.",
-                requested=int(page), chosen=int(value), line=line,
+                requested=page, chosen=int(value), line=line,
             ))
-    drafts = requested.get("speculative_num_draft_tokens")
+    drafts = requested.speculative_num_draft_tokens
     if drafts is not None and "speculative_num_draft_tokens" in chosen:
         value, line = chosen["speculative_num_draft_tokens"]
         findings.append(warning(

@@ -8,7 +8,6 @@ launch uses, so ``--attention-b flash_attn`` counts as the attention backend her
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from orchestrator.config.playbook import RunSpec
 from orchestrator.doctor.checks import run_checks
@@ -18,6 +17,7 @@ from orchestrator.doctor.host import HostProbe, run_host_checks
 from orchestrator.doctor.launch import launch_checks
 from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.engines import engine_for
+from orchestrator.remote.wire import ModelFiles
 
 
 def check_run(
@@ -92,28 +92,28 @@ def causes_for_run(run: RunSpec, findings: list[Finding], *, drafter: ModelConfi
     )
 
 
-def model_from_agent(models: Mapping[str, Any], model_id: str, *, role: str) -> tuple[ModelConfig | None, Finding | None]:
+def model_from_agent(models: Mapping[str, ModelFiles], model_id: str, *,
+                     role: str) -> tuple[ModelConfig | None, Finding | None]:
     """Turn one entry of ``read_model_configs``' result into a ModelConfig, or a finding that
     says why it could not be read (``role`` is "target" or "drafter")."""
     entry = models.get(model_id)
-    if not isinstance(entry, Mapping) or not entry.get("found"):
-        why = entry.get("error") if isinstance(entry, Mapping) else None
+    if entry is None or not entry.found:
+        why = entry.error if entry is not None else None
         return None, error("model_files", f"the {role} {model_id!r} was not found on the host"
                            f"{': ' + why if why else ''}. Fix: download it into the Hugging Face "
                            "cache there (huggingface-cli download) or give its local path.",
                            model=model_id, role=role)
-    config = entry.get("config")
-    if not isinstance(config, Mapping):
-        return None, error("model_files", f"the {role} {model_id!r} at {entry.get('path')} has no "
-                           f"readable config.json{': ' + entry['error'] if entry.get('error') else ''}.",
-                           model=model_id, role=role, path=entry.get("path"))
-    model = ModelConfig.from_json(config, entry.get("tokenizer_config"), name=model_id,
-                                  chat_template=entry.get("chat_template"))
+    if entry.config is None:
+        return None, error("model_files", f"the {role} {model_id!r} at {entry.path} has no "
+                           f"readable config.json{': ' + entry.error if entry.error else ''}.",
+                           model=model_id, role=role, path=entry.path)
+    model = ModelConfig.from_json(entry.config, entry.tokenizer_config, name=model_id,
+                                  chat_template=entry.chat_template)
     note = None
-    if role == "target" and entry.get("tokenizer_config") is None:
+    if role == "target" and entry.tokenizer_config is None:
         note = warning("model_files", f"the target {model_id!r} has no readable tokenizer_config.json: "
                        "the mask-token and thinking checks fall back to published tokenizer facts.",
-                       model=model_id, role=role, path=entry.get("path"))
+                       model=model_id, role=role, path=entry.path)
     return model, note
 
 
@@ -121,6 +121,6 @@ def _extra_args(run: RunSpec) -> list[str]:
     return [str(a) for a in run.extra_args]
 
 
-def _env(run: RunSpec, env: Mapping[str, Any] | None) -> dict[str, str]:
+def _env(run: RunSpec, env: Mapping[str, str] | None) -> dict[str, str]:
     """The env the engine runs with when the caller knows it, else the run's own."""
     return {str(k): str(v) for k, v in (run.env if env is None else env).items()}

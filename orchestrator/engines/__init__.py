@@ -51,9 +51,6 @@ def engine_for(run: RunSpec) -> Engine:
     return get_engine(run.engine, run=run.name)
 
 
-adapter_for = engine_for  # the name used before engines were objects (runner/ still calls it)
-
-
 def engine_packages() -> dict[str, str]:
     """Engine name -> the Python package a host's probe reports its version of."""
     return {name: engine.package for name, engine in _registry().items()}
@@ -70,4 +67,4 @@ def __getattr__(name: str) -> Any:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["ENGINES", "Engine", "adapter_for", "engine_for", "engine_packages", "get_engine"]
+__all__ = ["ENGINES", "Engine", "engine_for", "engine_packages", "get_engine"]

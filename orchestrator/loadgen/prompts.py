@@ -23,13 +23,15 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.playbook import WorkloadSpec
 from orchestrator.errors import ConfigError
+from orchestrator.remote.wire import LoadgenSpec, PromptSource
 
 Item = str | dict[str, Any]  # plain text, or {"messages": [...]}
 BUILTIN_SETS = ("chat", "code", "math")
@@ -57,26 +59,12 @@ class PromptSet:
         return sample_items(self.items, n, seed=seed)
 
 
-def _get(workload: Any, name: str, default: Any = None) -> Any:
-    if isinstance(workload, Mapping):
-        return workload.get(name, default)
-    return getattr(workload, name, default)
-
-
-def _open_loop_cap(workload: Any) -> int | None:
-    """An open loop's cap on requests in flight: ``WorkloadSpec.open_loop_cap`` (which knows
-    what came from the playbook's defaults); for a mapping, a ``concurrency`` key."""
-    if isinstance(workload, Mapping):
-        return workload.get("concurrency")
-    return workload.open_loop_cap
-
-
-def load_prompts(workload: Any, *, base_dir: Path | str) -> PromptSet:
+def load_prompts(workload: WorkloadSpec, *, base_dir: Path | str) -> PromptSet:
     """The workload's prompt set; ConfigError naming the file and line for a bad file."""
-    source = _get(workload, "prompts") or "builtin:mixed"
+    source = workload.prompts or "builtin:mixed"
     if source == "random":
-        input_len = _get(workload, "input_len")
-        if not isinstance(input_len, int) or input_len < 1:
+        input_len = workload.input_len
+        if input_len is None or input_len < 1:
             raise ConfigError(
                 f"random prompts need input_len (a positive number of tokens), got {input_len!r}",
                 path="workload.input_len",
@@ -167,10 +155,10 @@ def _parse_array(text: str, *, file: str) -> tuple[list[Item], int]:
     lines = _LineCounter(text)
     items: list[Item] = []
     skipped = index = 0
-    pos = _SPACE.match(text, text.index("[") + 1).end()
+    pos = _skip_space(text, text.index("[") + 1)
     closed = text.startswith("]", pos)  # an empty array has no records
     if closed:
-        pos = _SPACE.match(text, pos + 1).end()
+        pos = _skip_space(text, pos + 1)
     while not closed:
         try:
             obj, end = decoder.raw_decode(text, pos)
@@ -183,7 +171,7 @@ def _parse_array(text: str, *, file: str) -> tuple[list[Item], int]:
             skipped += 1
         else:
             items.append(item)
-        pos = _SPACE.match(text, end).end()
+        pos = _skip_space(text, end)
         closed = text.startswith("]", pos)
         if not closed and not text.startswith(",", pos):
             raise ConfigError(
@@ -191,7 +179,7 @@ def _parse_array(text: str, *, file: str) -> tuple[list[Item], int]:
                 file=file,
                 line=lines.at(pos),
             )
-        pos = _SPACE.match(text, pos + 1).end()  # past the ',' or the ']'
+        pos = _skip_space(text, pos + 1)  # past the ',' or the ']'
         index += 1
     if pos < len(text):
         raise ConfigError(
@@ -201,6 +189,12 @@ def _parse_array(text: str, *, file: str) -> tuple[list[Item], int]:
             hint=f"the file needs {_LAYOUT}",
         )
     return items, skipped
+
+
+def _skip_space(text: str, pos: int) -> int:
+    """The offset of the first non-whitespace character at or after ``pos``."""
+    match = _SPACE.match(text, pos)
+    return match.end() if match else pos  # the pattern matches the empty string: never None
 
 
 class _LineCounter:
@@ -272,7 +266,7 @@ def sample_items(items: tuple[Item, ...] | list[Item], n: int, *, seed: int | st
 
 
 def build_loadgen_spec(
-    workload: Any,
+    workload: WorkloadSpec,
     prompts: PromptSet,
     *,
     port: int,
@@ -282,7 +276,7 @@ def build_loadgen_spec(
     timeout_s: float = 600.0,
     metrics_path: str | None = "/metrics",
     host: str = "127.0.0.1",
-) -> dict[str, Any]:
+) -> LoadgenSpec:
     """The ``loadgen`` verb's spec (see ``orchestrator/remote/loadgen.py``) for one run.
 
     ``duration_s`` replaces ``num_prompts`` when set. With a ``request_rate`` (open loop) the
@@ -292,46 +286,33 @@ def build_loadgen_spec(
     ``tokenizer`` (the run's model id or path) lets the host make random prompts of an exact
     token length and count tokens when the server sends no per-chunk usage.
     """
-    seed = _get(workload, "seed", 0)
-    warmup = _get(workload, "warmup", 0) or 0
-    duration_s = _get(workload, "duration_s")
-    num_prompts = None if duration_s is not None else _get(workload, "num_prompts")
-    request_rate = _get(workload, "request_rate")
-    concurrency = _get(workload, "concurrency")
-    if request_rate is not None:
-        concurrency = _open_loop_cap(workload)
+    w = workload
+    num_prompts = None if w.duration_s is not None else w.num_prompts
     if prompts.is_random:
-        num = warmup + (num_prompts or RANDOM_POOL)
-        prompt_spec: dict[str, Any] = {
-            "kind": "random",
-            "input_len": prompts.input_len,
-            "num": num,
-            "tokenizer": tokenizer,
-            "range_ratio": 0.0,
-        }
+        num = w.warmup + (num_prompts or RANDOM_POOL)
+        source = PromptSource(kind="random", input_len=prompts.input_len, num=num,
+                              tokenizer=tokenizer, range_ratio=0.0)
     else:
-        num = warmup + (num_prompts or len(prompts.items))
-        prompt_spec = {"kind": "list", "items": prompts.sample(num, seed=seed)}
-    spec: dict[str, Any] = {
-        "base_url": f"http://{host}:{port}",
-        "api": _get(workload, "api", "chat"),
-        "model": served_name,
-        "prompts": prompt_spec,
-        "num_prompts": num_prompts,
-        "duration_s": duration_s,
-        "concurrency": concurrency,
-        "request_rate": request_rate,
-        "burstiness": _get(workload, "burstiness", 1.0) or 1.0,
-        "max_tokens": _get(workload, "max_tokens"),
-        "temperature": _get(workload, "temperature"),
-        "ignore_eos": bool(_get(workload, "ignore_eos", False)),
-        "chat_template_kwargs": _get(workload, "chat_template_kwargs"),
-        "warmup": warmup,
-        "seed": seed,
-        "timeout_s": timeout_s,
-        "tokenizer": tokenizer,
-        "metrics_path": metrics_path,
-    }
-    if api_key:
-        spec["api_key"] = api_key
-    return spec
+        num = w.warmup + (num_prompts or len(prompts.items))
+        source = PromptSource(kind="list", items=list(prompts.sample(num, seed=w.seed)))
+    return LoadgenSpec(
+        base_url=f"http://{host}:{port}",
+        api=w.api,
+        model=served_name,
+        prompts=source,
+        num_prompts=num_prompts,
+        duration_s=w.duration_s,
+        concurrency=w.concurrency if w.request_rate is None else w.open_loop_cap,
+        request_rate=w.request_rate,
+        burstiness=w.burstiness,
+        max_tokens=w.max_tokens,
+        temperature=w.temperature,
+        ignore_eos=w.ignore_eos,
+        chat_template_kwargs=w.chat_template_kwargs,
+        warmup=w.warmup,
+        seed=w.seed,
+        timeout_s=timeout_s,
+        api_key=api_key or None,
+        tokenizer=tokenizer,
+        metrics_path=metrics_path,
+    )

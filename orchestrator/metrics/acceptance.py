@@ -13,8 +13,7 @@ that batches chunks).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 DISAGREEMENT = 0.10
 SOURCES = ("prometheus", "log", "client")
@@ -31,9 +30,6 @@ class Acceptance:
     per_position_source: str | None
     disagreement: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def relative_gap(a: float, b: float) -> float:

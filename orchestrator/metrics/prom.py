@@ -17,8 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
-from typing import Any
+from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -127,9 +126,6 @@ class SpecDelta:
     generation_tokens: float | None
     source: str
     note: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def generation_tokens_delta(before: Scrape, after: Scrape, *, engine: str) -> float | None:

@@ -46,8 +46,7 @@ The statistics are pydantic models because they are part of the run result writt
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -167,10 +166,10 @@ def request_stats(
     records: Sequence[RequestRecord],
     *,
     window_s: float | None = None,
-    loop_delay_ms: LagStats | Mapping[str, Any] | None = None,
+    loop_delay_ms: LagStats | None = None,
 ) -> RequestStats:
     """The run's request statistics; ``window_s`` is the loadgen result's ``duration_s`` when
-    known, ``loop_delay_ms`` its ``client_lag["loop_delay_ms"]``.
+    known, ``loop_delay_ms`` its client lag's ``loop_delay_ms``.
 
     Warm-up records are dropped here, so callers can pass everything the verb emitted.
     """
@@ -201,10 +200,8 @@ def request_stats(
     methods = sorted({r.token_count_method for r in done if r.token_count_method})
     lags = [lag for lag in (r.send_lag for r in measured) if lag is not None]
     send = Stats.of(lags, scale=1000.0)
-    loop = (loop_delay_ms if isinstance(loop_delay_ms, LagStats) or loop_delay_ms is None
-            else LagStats.model_validate(dict(loop_delay_ms)))
     client_lag = ClientLag(send_lag_ms=LagStats(p50=send.median, p99=send.p99, max=send.max),
-                           loop_delay_ms=loop)
+                           loop_delay_ms=loop_delay_ms)
     return RequestStats(
         completed=len(done),
         failed=len(measured) - len(done),

@@ -7,11 +7,12 @@ loading answers both), so HTTP errors and connection failures come back as value
 
 from __future__ import annotations
 
+import email.message
 import json
 import socket
 import urllib.error
 import urllib.request
-from typing import Any, Dict, Optional
+from typing import IO, Any, Dict, Optional
 
 from .protocol import AgentFailure, Emit, parse_spec
 from .wire import ErrorKind, HttpResult, HttpSpec
@@ -23,7 +24,15 @@ MAX_BODY = 32 * 1024 * 1024
 class _NoRedirect(urllib.request.HTTPRedirectHandler):
     """A redirect could leave loopback: hand the 3xx back instead of following it."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+    def redirect_request(
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: email.message.Message,
+        newurl: str,
+    ) -> Optional[urllib.request.Request]:
         return None
 
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.engines import get_engine
+from orchestrator.errors import SpecError
 from orchestrator.results.model import RunResult, WorkloadSettings
 from orchestrator.results.store import write_bytes
 
@@ -30,7 +32,6 @@ COLLAPSE_COLOR = "#c0392b"
 COLLAPSE_HATCH = "//"
 COLLAPSE_LABEL = "acceptance collapse"
 LONG_RUN_NAME = 20  # longer names break before a matrix suffix ("name\n[concurrency=4]")
-ENGINE_NAMES = {"vllm": "vLLM", "sglang": "SGLang"}
 METHOD_NAMES = {
     "dflash": "DFlash",
     "mtp": "MTP",
@@ -63,9 +64,18 @@ class TickStyle:
     ha: str
 
 
+def engine_display_name(engine: str) -> str:
+    """The registry's name for people ("vLLM"); a result of an engine this orch does not know
+    (written by another version) keeps the name it was written with."""
+    try:
+        return get_engine(engine).display_name
+    except SpecError:
+        return engine
+
+
 def configuration_label(result: RunResult) -> str:
     """ "vLLM DFlash", "SGLang MTP", "vLLM (no speculation)": the legend's words for a colour."""
-    engine = ENGINE_NAMES.get(result.settings.engine, result.settings.engine)
+    engine = engine_display_name(result.settings.engine)
     method = result.settings.speculative.method
     if method == "none":
         return f"{engine} (no speculation)"

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.cli.doctor import doctor_local
 from orchestrator.cli.main import run as run_cli
+from orchestrator.commands.doctor import doctor_local
 from orchestrator.doctor import ModelConfig, problems, reference_layer_ids, run_checks
 from orchestrator.doctor.checks import check_mask_token_id
 from orchestrator.doctor.reference import version_tuple

@@ -12,6 +12,7 @@ from orchestrator.doctor import (
     Finding,
     HostProbe,
     ModelConfig,
+    RequestedSettings,
     acceptance_floor,
     causes_for_run,
     check_run,
@@ -24,6 +25,7 @@ from orchestrator.doctor import (
 )
 from orchestrator.doctor.host import Gpu
 from orchestrator.engines import get_engine
+from orchestrator.remote.wire import ModelFiles
 
 # Real per-position rates: the healthy one is engines.md's vLLM example line.
 HEALTHY = [0.863, 0.706, 0.588, 0.471, 0.314, 0.255, 0.176]
@@ -189,13 +191,13 @@ DRAFTS = ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1
 )
 def test_engine_silent_changes(lines: list[Any], requested: dict[str, Any],
                                expected: list[tuple[str, Any, Any]]) -> None:
-    findings = engine_silent_changes(lines, requested)
+    findings = engine_silent_changes(lines, RequestedSettings(**requested))
     assert [(f.check, f.details["requested"], f.details["chosen"]) for f in findings] == expected
     assert all(f.severity == "warning" for f in findings)
 
 
 def test_silent_change_message() -> None:
-    (finding,) = engine_silent_changes([FA3_FP8], {"attention_backend": "fa3"})
+    (finding,) = engine_silent_changes([FA3_FP8], RequestedSettings(attention_backend="fa3"))
     assert finding.message.startswith("SGLang replaced the requested attention backend 'fa3' with "
                                       "'triton' (log: ")
 
@@ -220,10 +222,19 @@ def _run(**overrides: Any) -> RunSpec:
     return RunSpec.model_validate({**data, **overrides})
 
 
+def model_files(model_id: str, *, found: bool = True, path: str | None = None,
+                config: dict[str, Any] | None = None,
+                tokenizer_config: dict[str, Any] | None = None,
+                error: str | None = None) -> ModelFiles:
+    return ModelFiles(id=model_id, path=path, found=found, config=config,
+                      tokenizer_config=tokenizer_config, generation_config=None,
+                      chat_template=None, error=error)
+
+
 def test_check_run_from_agent_results() -> None:
-    models = {"Qwen/Qwen3-8B": {"found": True, "path": "/m/qwen3", "config": TARGET,
-                                "tokenizer_config": None, "error": None},
-              "z-lab/Qwen3-8B-DFlash-b16": {"found": True, "path": "/m/d", "config": DRAFTER}}
+    models = {"Qwen/Qwen3-8B": model_files("Qwen/Qwen3-8B", path="/m/qwen3", config=TARGET),
+              "z-lab/Qwen3-8B-DFlash-b16": model_files("z-lab/Qwen3-8B-DFlash-b16", path="/m/d",
+                                                       config=DRAFTER)}
     target, note = model_from_agent(models, "Qwen/Qwen3-8B", role="target")
     drafter, none = model_from_agent(models, "z-lab/Qwen3-8B-DFlash-b16", role="drafter")
     assert (note.check, note.severity) == ("model_files", "warning") and none is None
@@ -245,12 +256,25 @@ def test_check_run_from_agent_results() -> None:
 
 
 def test_model_from_agent_missing_model() -> None:
-    models = {"Qwen/Qwen3-8B": {"found": False, "error": "not found (looked in cache /x)"}}
+    models = {"Qwen/Qwen3-8B": model_files("Qwen/Qwen3-8B", found=False,
+                                           error="not found (looked in cache /x)")}
     model, finding = model_from_agent(models, "Qwen/Qwen3-8B", role="target")
     assert model is None
     assert (finding.check, finding.severity) == ("model_files", "error")
     assert finding.message.startswith("the target 'Qwen/Qwen3-8B' was not found on the host: not "
                                       "found (looked in cache /x).")
+    model, finding = model_from_agent(models, "z-lab/other", role="drafter")
+    assert model is None and finding.message.startswith(
+        "the drafter 'z-lab/other' was not found on the host. Fix: download it")
+
+
+def test_model_from_agent_found_without_a_config() -> None:
+    models = {"m": model_files("m", path="/m/x", error="config.json: not valid JSON")}
+    model, finding = model_from_agent(models, "m", role="drafter")
+    assert model is None
+    assert (finding.check, finding.severity, finding.message) == (
+        "model_files", "error",
+        "the drafter 'm' at /m/x has no readable config.json: config.json: not valid JSON.")
 
 
 
@@ -382,7 +406,7 @@ SIM_MODELS = Path(__file__).parents[2] / "orchestrator" / "sim" / "models"
 def test_demo_playbook_gets_no_new_error() -> None:
     """playbooks/demo.yaml with the simulator's model directories: only the deliberately broken
     run has errors (mask id, layer ids); both vLLM DFlash runs set the launch settings."""
-    from orchestrator.cli.doctor import load_local_model
+    from orchestrator.commands.doctor import load_local_model
     from orchestrator.config import load_playbook
 
     book = load_playbook(Path(__file__).parents[2] / "playbooks" / "demo.yaml")

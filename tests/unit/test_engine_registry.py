@@ -8,6 +8,7 @@ from typing import Any, get_args
 
 import pytest
 
+from orchestrator.agent.client import probe_packages
 from orchestrator.config import RunSpec, SpeculativeSpec
 from orchestrator.doctor import ModelConfig, causes_for_run, check_run
 from orchestrator.engines import ENGINES, engine_for, engine_packages, get_engine
@@ -17,6 +18,7 @@ from orchestrator.engines.sglang import SglangEngine
 from orchestrator.engines.vllm import VllmEngine
 from orchestrator.errors import SpecError
 from orchestrator.metrics.prom import Scrape
+from orchestrator.remote.wire import DEFAULT_PACKAGES
 
 # name, class, display name, package, (port, health, models, metrics, server_info), ready line
 FACTS = [
@@ -47,6 +49,11 @@ def test_registry_is_keyed_by_the_names_the_playbook_accepts() -> None:
     assert get_args(SpeculativeSpec.model_fields["method"].annotation) == SPECULATIVE_METHODS
     assert engine_packages() == {"vllm": "vllm", "sglang": "sglang"}
     assert get_engine(" VLLM") is ENGINES["vllm"]
+
+
+def test_a_probe_asks_each_engines_package_and_the_agents_default_is_the_same() -> None:
+    """The agent cannot import the registry (standard library only), so its default is a copy."""
+    assert probe_packages() == ("vllm", "sglang", "torch", "transformers") == DEFAULT_PACKAGES
 
 
 def test_unknown_engine_is_a_spec_error_on_the_engine_field() -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.playbook import WorkloadSpec
 from orchestrator.loadgen.prompts import build_loadgen_spec, load_prompts
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.summary import request_stats
@@ -75,13 +76,17 @@ def test_spec_defaults():
 
 
 def test_the_controllers_spec_fits_the_contract():
-    workload = {"prompts": "builtin:math", "num_prompts": 4, "request_rate": 2.0, "seed": 3}
-    raw = build_loadgen_spec(workload, load_prompts(workload, base_dir="."), port=9,
-                             served_name="m", api_key="sk-1")
+    workload = WorkloadSpec(prompts="builtin:math", num_prompts=4, request_rate=2.0, seed=3,
+                            warmup=0)
+    built = build_loadgen_spec(workload, load_prompts(workload, base_dir="."), port=9,
+                               served_name="m", api_key="sk-1")
+    raw = json.loads(json.dumps(built.to_json()))
     spec = LoadgenSpec.from_json(raw)
+    assert spec == built
     assert (spec.port, spec.base_url, spec.num_prompts, spec.request_rate, spec.api_key) == (
         None, "http://127.0.0.1:9", 4, 2.0, "sk-1")
     assert spec.prompts.kind == "list" and len(spec.prompts.items) == 4
+    assert loadgen.LoadSpec.parse(raw).base_url == "http://127.0.0.1:9"  # the agent reads it
     with pytest.raises(WireError, match="LoadgenSpec: unknown field 'extra'"):
         LoadgenSpec.from_json({**raw, "extra": 1})
 
@@ -456,20 +461,20 @@ def records_of(events: list[Wire]) -> list[RequestRecord]:
 def test_closed_loop_matches_the_simulators_ground_truth(sim):
     since = time.time()
     events: list[Wire] = []
-    prompts = load_prompts({"prompts": "builtin:math"}, base_dir=".")
-    workload = {
-        "prompts": "builtin:math",
-        "num_prompts": 16,
-        "warmup": 2,
-        "concurrency": 4,
-        "max_tokens": 160,
-        "ignore_eos": True,
-        "temperature": 0.0,
-        "seed": 3,
-        "chat_template_kwargs": {"enable_thinking": False},
-    }
+    workload = WorkloadSpec(
+        prompts="builtin:math",
+        num_prompts=16,
+        warmup=2,
+        concurrency=4,
+        max_tokens=160,
+        ignore_eos=True,
+        temperature=0.0,
+        seed=3,
+        chat_template_kwargs={"enable_thinking": False},
+    )
+    prompts = load_prompts(workload, base_dir=".")
     spec = build_loadgen_spec(workload, prompts, port=sim, served_name="Qwen/Qwen3.6-27B")
-    result = loadgen.run(spec, events.append)
+    result = loadgen.run(spec.to_json(), events.append)
     records = records_of(events)
     truth = ground_truth(sim, since)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.cli.run import plan_run
+from orchestrator.commands.run import plan_run
 from orchestrator.config import load_playbook
 from orchestrator.engines.plan import spec_fields
 from orchestrator.errors import ConfigError, SpecError

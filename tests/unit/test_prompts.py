@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.config.playbook import WorkloadSpec
 from orchestrator.errors import ConfigError
 from orchestrator.loadgen.prompts import (
     BUILTIN_NAMES,
@@ -18,6 +19,12 @@ from orchestrator.loadgen.prompts import (
     parse_prompt_lines,
     sample_items,
 )
+from orchestrator.remote.wire import LoadgenSpec, PromptSource
+
+
+def workload_of(**fields: object) -> WorkloadSpec:
+    return WorkloadSpec.model_validate(fields)
+
 
 MESSAGES = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi?"}]
 
@@ -54,7 +61,7 @@ SHAPES = [
 def test_each_record_shape(tmp_path: Path, record, expected):
     path = tmp_path / "p.jsonl"
     path.write_text(json.dumps(record) + "\n")
-    ps = load_prompts({"prompts": "p.jsonl"}, base_dir=tmp_path)
+    ps = load_prompts(workload_of(prompts="p.jsonl"), base_dir=tmp_path)
     assert ps.items == (expected,)
     assert ps.source == f"file:{path}"
     assert not ps.is_random
@@ -65,7 +72,7 @@ def test_mixed_file_with_blank_lines_and_sharegpt_without_human_turn(tmp_path: P
     lines.insert(2, "")
     lines.append(json.dumps({"conversations": [{"from": "gpt", "value": "no question here"}]}))
     (tmp_path / "mixed.jsonl").write_text("\n".join(lines) + "\n")
-    ps = load_prompts({"prompts": str(tmp_path / "mixed.jsonl")}, base_dir="/nonexistent")
+    ps = load_prompts(workload_of(prompts=str(tmp_path / "mixed.jsonl")), base_dir="/nonexistent")
     assert ps.items == tuple(expected for _, expected in SHAPES[:4])
     assert ps.skipped == 1
 
@@ -79,7 +86,7 @@ def test_sharegpt_json_array_file(tmp_path: Path):
         {"id": "b", "conversations": [{"from": "human", "value": "q2"}]},
     ]
     (tmp_path / "sg.json").write_text(json.dumps(data, indent=2))
-    assert load_prompts({"prompts": "sg.json"}, base_dir=tmp_path).items == ("q1", "q2")
+    assert load_prompts(workload_of(prompts="sg.json"), base_dir=tmp_path).items == ("q1", "q2")
 
 
 BAD_FILES = [
@@ -99,7 +106,7 @@ def test_bad_file_names_file_and_line(tmp_path: Path, text, line, message):
     path = tmp_path / "bad.jsonl"
     path.write_text(text)
     with pytest.raises(ConfigError) as info:
-        load_prompts({"prompts": "bad.jsonl"}, base_dir=tmp_path)
+        load_prompts(workload_of(prompts="bad.jsonl"), base_dir=tmp_path)
     err = info.value
     assert err.file == str(path)
     assert err.line == line
@@ -133,7 +140,7 @@ def test_bad_json_array_names_file_and_line(tmp_path: Path, text, line, message)
     path = tmp_path / "bad.json"
     path.write_text(text)
     with pytest.raises(ConfigError) as info:
-        load_prompts({"prompts": "bad.json"}, base_dir=tmp_path)
+        load_prompts(workload_of(prompts="bad.json"), base_dir=tmp_path)
     assert (info.value.file, info.value.line) == (str(path), line)
     assert message in info.value.message
     assert str(info.value).startswith(f"{path}:{line}: ")
@@ -147,14 +154,14 @@ def test_json_file_is_read_by_its_content(tmp_path: Path):
     (tmp_path / "array.jsonl").write_text("\n  " + json.dumps(records, indent=1))
     (tmp_path / "bom.json").write_text(json.dumps(records), encoding="utf-8-sig")
     for name in ("lines.json", "array.jsonl", "bom.json"):
-        ps = load_prompts({"prompts": name}, base_dir=tmp_path)
+        ps = load_prompts(workload_of(prompts=name), base_dir=tmp_path)
         assert (ps.items, ps.skipped) == (expected, 1), name
     (tmp_path / "empty.json").write_text(" [ ] ")
     with pytest.raises(ConfigError, match=r"holds no usable prompt \(0 entries skipped\)"):
-        load_prompts({"prompts": "empty.json"}, base_dir=tmp_path)
+        load_prompts(workload_of(prompts="empty.json"), base_dir=tmp_path)
     (tmp_path / "object.json").write_text('{\n  "prompt": "pretty-printed"\n}\n')
     with pytest.raises(ConfigError, match="not valid JSON") as info:
-        load_prompts({"prompts": "object.json"}, base_dir=tmp_path)
+        load_prompts(workload_of(prompts="object.json"), base_dir=tmp_path)
     assert info.value.line == 1 and "single JSON array of records" in info.value.hint
 
 
@@ -163,43 +170,43 @@ def test_line_separators_inside_json_strings_do_not_split_records(tmp_path: Path
     prompts = ["a\u2028b", "c\x85d\u2029e", "f\x1cg"]
     text = "".join(json.dumps({"prompt": p}, ensure_ascii=False) + "\r\n" for p in prompts)
     (tmp_path / "seps.jsonl").write_text(text, encoding="utf-8", newline="")
-    assert load_prompts({"prompts": "seps.jsonl"}, base_dir=tmp_path).items == tuple(prompts)
+    assert load_prompts(workload_of(prompts="seps.jsonl"), base_dir=tmp_path).items == tuple(prompts)
 
 
 def test_missing_and_empty_files(tmp_path: Path):
     with pytest.raises(ConfigError, match="does not exist") as info:
-        load_prompts({"prompts": "nope.jsonl"}, base_dir=tmp_path)
+        load_prompts(workload_of(prompts="nope.jsonl"), base_dir=tmp_path)
     assert info.value.file == str(tmp_path / "nope.jsonl")
     assert "relative to the playbook" in info.value.hint
     (tmp_path / "empty.jsonl").write_text("\n\n")
     with pytest.raises(ConfigError, match="holds no usable prompt"):
-        load_prompts({"prompts": "empty.jsonl"}, base_dir=tmp_path)
+        load_prompts(workload_of(prompts="empty.jsonl"), base_dir=tmp_path)
 
 
 def test_builtin_sets_are_real_and_varied():
     sizes = {}
     for name in BUILTIN_NAMES:
-        ps = load_prompts({"prompts": f"builtin:{name}"}, base_dir=".")
+        ps = load_prompts(workload_of(prompts=f"builtin:{name}"), base_dir=".")
         assert ps.source == f"builtin:{name}"
         assert len(set(map(json.dumps, ps.items))) == len(ps.items)  # no duplicates
         sizes[name] = len(ps.items)
     assert all(20 <= sizes[n] <= 30 for n in ("chat", "code", "math"))
     assert sizes["mixed"] == sizes["chat"] + sizes["code"] + sizes["math"]
     lengths = [
-        len(json.dumps(i)) for i in load_prompts({"prompts": "builtin:mixed"}, base_dir=".").items
+        len(json.dumps(i)) for i in load_prompts(workload_of(prompts="builtin:mixed"), base_dir=".").items
     ]
     assert max(lengths) > 5 * min(lengths)
-    chat = load_prompts({"prompts": "builtin:chat"}, base_dir=".").items
+    chat = load_prompts(workload_of(prompts="builtin:chat"), base_dir=".").items
     assert any(isinstance(i, dict) for i in chat) and any(isinstance(i, str) for i in chat)
 
 
 def test_unknown_builtin_and_random_without_length():
     with pytest.raises(ConfigError, match="unknown built-in prompt set 'poetry'") as info:
-        load_prompts({"prompts": "builtin:poetry"}, base_dir=".")
+        load_prompts(workload_of(prompts="builtin:poetry"), base_dir=".")
     assert "builtin:mixed" in info.value.hint
     with pytest.raises(ConfigError, match="input_len"):
-        load_prompts({"prompts": "random"}, base_dir=".")
-    ps = load_prompts({"prompts": "random", "input_len": 128}, base_dir=".")
+        load_prompts(workload_of(prompts="random"), base_dir=".")
+    ps = load_prompts(workload_of(prompts="random", input_len=128), base_dir=".")
     assert ps.is_random and ps.input_len == 128 and ps.items == ()
 
 
@@ -220,75 +227,72 @@ def test_parse_lines_is_pure():
 
 
 def test_build_loadgen_spec_from_a_list():
-    workload = {
-        "prompts": "builtin:math",
-        "num_prompts": 40,
-        "warmup": 2,
-        "seed": 7,
-        "concurrency": 4,
-        "max_tokens": 256,
-        "temperature": 0.0,
-        "ignore_eos": True,
-        "api": "completions",
-        "chat_template_kwargs": {"enable_thinking": False},
-    }
+    workload = workload_of(
+        prompts="builtin:math",
+        num_prompts=40,
+        warmup=2,
+        seed=7,
+        concurrency=4,
+        max_tokens=256,
+        temperature=0.0,
+        ignore_eos=True,
+        api="completions",
+        chat_template_kwargs={"enable_thinking": False},
+    )
     ps = load_prompts(workload, base_dir=".")
     spec = build_loadgen_spec(
         workload, ps, port=8123, served_name="qwen", tokenizer="Qwen/Qwen3.6-27B", api_key="sk-1"
     )
-    assert spec["base_url"] == "http://127.0.0.1:8123"
-    assert spec["model"] == "qwen" and spec["api"] == "completions"
-    assert spec["prompts"]["kind"] == "list"
-    assert spec["prompts"]["items"] == sample_items(ps.items, 42, seed=7)
-    assert (spec["num_prompts"], spec["warmup"], spec["concurrency"], spec["request_rate"]) == (
-        40,
-        2,
-        4,
-        None,
+    assert spec == LoadgenSpec(
+        base_url="http://127.0.0.1:8123",
+        model="qwen",
+        api="completions",
+        prompts=PromptSource(kind="list", items=sample_items(ps.items, 42, seed=7)),
+        num_prompts=40,
+        duration_s=None,
+        warmup=2,
+        concurrency=4,
+        request_rate=None,
+        burstiness=1.0,
+        max_tokens=256,
+        temperature=0.0,
+        ignore_eos=True,
+        seed=7,
+        chat_template_kwargs={"enable_thinking": False},
+        timeout_s=600.0,
+        tokenizer="Qwen/Qwen3.6-27B",
+        api_key="sk-1",
+        metrics_path="/metrics",
     )
-    assert (spec["max_tokens"], spec["ignore_eos"], spec["seed"], spec["burstiness"]) == (
-        256,
-        True,
-        7,
-        1.0,
-    )
-    assert spec["chat_template_kwargs"] == {"enable_thinking": False}
-    assert spec["tokenizer"] == "Qwen/Qwen3.6-27B" and spec["api_key"] == "sk-1"
-    assert spec["metrics_path"] == "/metrics"
-    json.dumps(spec)
+    assert LoadgenSpec.from_json(json.loads(json.dumps(spec.to_json()))) == spec
 
 
 def test_build_loadgen_spec_random_and_duration():
-    workload = {
-        "prompts": "random",
-        "input_len": 512,
-        "duration_s": 30,
-        "request_rate": 5.0,
-        "burstiness": 0.5,
-        "warmup": 1,
-    }
+    workload = workload_of(
+        prompts="random",
+        input_len=512,
+        duration_s=30,
+        request_rate=5.0,
+        burstiness=0.5,
+        warmup=1,
+    )
     spec = build_loadgen_spec(
         workload, load_prompts(workload, base_dir="."), port=1, served_name="m"
     )
-    assert spec["prompts"] == {
-        "kind": "random",
-        "input_len": 512,
-        "num": 1 + RANDOM_POOL,
-        "tokenizer": None,
-        "range_ratio": 0.0,
-    }
-    assert (spec["num_prompts"], spec["duration_s"], spec["request_rate"], spec["burstiness"]) == (
+    assert spec.prompts == PromptSource(
+        kind="random", input_len=512, num=1 + RANDOM_POOL, tokenizer=None, range_ratio=0.0
+    )
+    assert (spec.num_prompts, spec.duration_s, spec.request_rate, spec.burstiness) == (
         None,
         30,
         5.0,
         0.5,
     )
-    assert "api_key" not in spec
+    assert spec.concurrency is None  # an open loop the run did not cap
+    assert spec.api_key is None
 
 
 def test_build_loadgen_spec_from_the_playbook_model(tmp_path: Path):
-    from orchestrator.config.playbook import WorkloadSpec
-
     (tmp_path / "mine.jsonl").write_text('{"prompt": "one"}\n{"prompt": "two"}\n')
     closed = WorkloadSpec.model_validate(
         {"prompts": "mine.jsonl", "num_prompts": 3}, context={"base_dir": str(tmp_path)}
@@ -296,14 +300,14 @@ def test_build_loadgen_spec_from_the_playbook_model(tmp_path: Path):
     ps = load_prompts(closed, base_dir="/elsewhere")  # the model already made the path absolute
     assert ps.items == ("one", "two")
     spec = build_loadgen_spec(closed, ps, port=9, served_name="m")
-    assert (spec["concurrency"], spec["request_rate"], spec["num_prompts"]) == (1, None, 3)
-    assert len(spec["prompts"]["items"]) == closed.warmup + 3
+    assert (spec.concurrency, spec.request_rate, spec.num_prompts) == (1, None, 3)
+    assert len(spec.prompts.items) == closed.warmup + 3
     # open loop: the closed-loop default concurrency of 1 must not cap it; a written one does
     open_loop = WorkloadSpec.model_validate({"request_rate": 4.0, "duration_s": 10})
     spec = build_loadgen_spec(
         open_loop, load_prompts(open_loop, base_dir="."), port=9, served_name="m"
     )
-    assert (spec["concurrency"], spec["request_rate"], spec["num_prompts"], spec["duration_s"]) == (
+    assert (spec.concurrency, spec.request_rate, spec.num_prompts, spec.duration_s) == (
         None,
         4.0,
         None,
@@ -311,7 +315,7 @@ def test_build_loadgen_spec_from_the_playbook_model(tmp_path: Path):
     )
     capped = WorkloadSpec.model_validate({"request_rate": 4.0, "concurrency": 2})
     spec = build_loadgen_spec(capped, load_prompts(capped, base_dir="."), port=9, served_name="m")
-    assert (spec["concurrency"], spec["num_prompts"]) == (2, 64)
+    assert (spec.concurrency, spec.num_prompts) == (2, 64)
 
 
 def test_build_loadgen_spec_caps_an_open_loop_only_with_the_runs_own_concurrency(tmp_path: Path):
@@ -329,5 +333,5 @@ def test_build_loadgen_spec_caps_an_open_loop_only_with_the_runs_own_concurrency
     for run in load_playbook(tmp_path / "p.yaml").expand():
         ps = load_prompts(run.workload, base_dir=tmp_path)
         spec = build_loadgen_spec(run.workload, ps, port=9, served_name="m")
-        specs[run.name] = (spec["concurrency"], spec["request_rate"])
+        specs[run.name] = (spec.concurrency, spec.request_rate)
     assert specs == {"closed": (8, None), "open": (None, 50), "capped": (2, 50)}

@@ -10,7 +10,9 @@ import pytest
 
 from orchestrator import __version__
 from orchestrator.config import load_inventory, load_playbook
+from orchestrator.engines import get_engine
 from orchestrator.engines.plan import PlannedLaunch, plan_launches
+from orchestrator.errors import SpecError
 from orchestrator.loadgen.prompts import PromptSet
 from orchestrator.loadgen.records import Chunk, LoadgenResult, RequestRecord
 from orchestrator.loadgen.records import ClientLag as WireClientLag
@@ -20,8 +22,10 @@ from orchestrator.metrics.summary import ClientLag, LagStats
 from orchestrator.results.model import RunResult, RunTimes, WorkloadSettings
 from orchestrator.runner.execute import LiveState, RunJob
 from orchestrator.runner.summarize import (
+    DecodeSteps,
     build_result,
     client_warnings,
+    decode_steps,
     log_missing_note,
     send_rates,
 )
@@ -146,6 +150,49 @@ def test_a_spec_line_in_the_window_needs_no_note(plans) -> None:
 )
 def test_log_missing_note_names_the_interval(engine, env, argv, expected) -> None:
     assert expected in log_missing_note(engine, window_s=2.0, env=env, argv=argv)
+
+
+SGLANG_HEAD = ("log: no Decode batch line with an accept len fell in the measured window (0.6 s): "
+               "SGLang prints one every 40 decode steps (--decode-log-interval: orch sets it, a "
+               "run cannot)")
+
+
+def test_sglang_note_sizes_a_longer_window_instead_of_a_flag_orch_refuses(plans) -> None:
+    """orch passes --decode-log-interval itself and refuses it in extra_args, so the note must
+    not send the user there: it says how many steps the window held (two requests decoding
+    0.15 s each, apart, at 50 ms a step: 6) against the 80 that surely hold a line."""
+    plan = plans["sglang-mtp"]
+    extra = plan.run.model_copy(update={"extra_args": ["--decode-log-interval", "10"]})
+    with pytest.raises(SpecError, match="--decode-log-interval, which orch sets"):
+        get_engine("sglang").validate(extra)
+    state = live("sglang", [], [], [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
+    acc = summarize(plan, state, loadgen(mode="open", rate=4.0)).acceptance
+    assert acc is not None and acc.log is None
+    assert [n for n in acc.notes if n.startswith("log:")] == [
+        SGLANG_HEAD + "; the window held about 6 decode steps (50.0 ms each): measure at least "
+        "80 steps, 13.3x longer at this load (num_prompts 27 or duration_s 8)"]
+
+
+def test_sglang_note_without_a_step_estimate_or_with_enough_steps() -> None:
+    argv = ["--decode-log-interval", "40"]
+    assert log_missing_note("sglang", window_s=0.6, env={}, argv=argv) == (
+        SGLANG_HEAD + "; measure longer (more num_prompts or duration_s)")
+    enough = DecodeSteps(count=95.0, step_s=0.02)
+    assert log_missing_note("sglang", window_s=0.6, env={}, argv=argv, steps=enough,
+                            completed=2) == (
+        SGLANG_HEAD + "; the window held about 95 decode steps (20.0 ms each), enough for a line: "
+        "check that server.log's Decode batch lines carry an accept len")
+
+
+def test_decode_steps_count_overlapping_requests_once() -> None:
+    """Two requests decoding at once share the engine's steps: 0.15 s busy twice over, overlapped
+    by 0.05 s, is 0.25 s of decoding, 5 steps of 50 ms. Warm-up requests do not count."""
+    records = [record(0, start=1.0, due=1.0), record(1, start=1.1, due=1.1),
+               record(2, start=0.0, due=0.0, warmup=True)]
+    steps = decode_steps(records)
+    assert steps is not None
+    assert (steps.count, steps.step_s) == (pytest.approx(5.0), pytest.approx(0.05))
+    assert decode_steps(records[2:]) is None
 
 
 def test_times_and_no_warning_for_a_healthy_client(plans) -> None:

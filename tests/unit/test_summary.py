@@ -299,7 +299,7 @@ def test_send_lag_and_loop_delay_are_reported():
         rec(i, start=float(i), due=float(i) - lag, chunks=[(0.25, 1), (0.5, 1)])
         for i, lag in enumerate([0.0, 0.0625, 0.125, 0.25])
     ]
-    s = request_stats(records, window_s=4.0, loop_delay_ms={"p50": 0.5, "p99": 3.0, "max": 9.0})
+    s = request_stats(records, window_s=4.0, loop_delay_ms=LagStats(p50=0.5, p99=3.0, max=9.0))
     assert s.client_lag.send_lag_ms.max == 250.0
     assert s.client_lag.send_lag_ms.p50 == pytest.approx(93.75, rel=1e-12)
     assert s.client_lag.loop_delay_ms == LagStats(p50=0.5, p99=3.0, max=9.0)
