@@ -260,8 +260,11 @@ class Agent:
         self, *, ports: Sequence[int] = (), packages: Sequence[str] | None = None
     ) -> ProbeResult:
         """``packages``: whose versions to report; None is ``probe_packages()``."""
-        spec = ProbeSpec(workdir=await self.workdir(), ports=list(ports),
-                         packages=list(probe_packages() if packages is None else packages))
+        spec = ProbeSpec(
+            workdir=await self.workdir(),
+            ports=list(ports),
+            packages=list(probe_packages() if packages is None else packages),
+        )
         return _typed(await self._call("probe", spec), ProbeResult)
 
     async def launch(self, spec: LaunchSpec) -> LaunchResult:

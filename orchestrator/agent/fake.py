@@ -131,8 +131,11 @@ class FakeAgent:
     async def probe(
         self, *, ports: Sequence[int] = (), packages: Sequence[str] | None = None
     ) -> ProbeResult:
-        spec = ProbeSpec(workdir=self.host.workdir, ports=list(ports),
-                         packages=list(probe_packages() if packages is None else packages))
+        spec = ProbeSpec(
+            workdir=self.host.workdir,
+            ports=list(ports),
+            packages=list(probe_packages() if packages is None else packages),
+        )
         return self._answer("probe", spec, ProbeResult)
 
     async def launch(self, spec: LaunchSpec) -> LaunchResult:

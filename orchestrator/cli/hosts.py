@@ -59,8 +59,9 @@ def check(
         raise typer.Exit(1)
 
 
-async def _check_with_progress(inventory: Inventory, hosts: list[HostConfig], ssh: SshOptions, *,
-                               quiet: bool) -> list[HostReport]:
+async def _check_with_progress(
+    inventory: Inventory, hosts: list[HostConfig], ssh: SshOptions, *, quiet: bool
+) -> list[HostReport]:
     with Progress(
         SpinnerColumn(),
         TextColumn("[bold]{task.description}"),
@@ -69,8 +70,10 @@ async def _check_with_progress(inventory: Inventory, hosts: list[HostConfig], ss
         transient=True,
         disable=quiet or not err.is_terminal,
     ) as progress:
-        tasks = {h.name: progress.add_task(h.name, phase=HostPhase.WAITING.value, total=None)
-                 for h in hosts}
+        tasks = {
+            h.name: progress.add_task(h.name, phase=HostPhase.WAITING.value, total=None)
+            for h in hosts
+        }
 
         def on_phase(name: str, phase: HostPhase) -> None:
             progress.update(tasks[name], phase=phase.value)
@@ -87,19 +90,33 @@ def render_table(reports: list[HostReport]) -> Table:
     for r in reports:
         f = r.facts
         if f is None:
-            table.add_row(escape(r.name), "-", "-", "-", "-", "-", f"[red]{escape(r.failure or '')}[/]")
+            table.add_row(
+                escape(r.name), "-", "-", "-", "-", "-", f"[red]{escape(r.failure or '')}[/]"
+            )
             continue
         gpus = ", ".join(sorted({g.name or "?" for g in f.gpus})) if f.gpus else "none"
         gpus = f"{len(f.gpus)} x {gpus}" if f.gpus else gpus
-        mem = "\n".join(
-            f"{g.index}: {_mib(g.memory_used_mib)} / {_mib(g.memory_total_mib)}" for g in f.gpus
-        ) or "-"
-        problems = "\n".join(
-            [f"[red]{escape(p)}[/]" for p in r.gpu_problems] + [f"[yellow]{escape(p)}[/]" for p in r.warnings]
-        ) or "[green]ok[/]"
+        mem = (
+            "\n".join(
+                f"{g.index}: {_mib(g.memory_used_mib)} / {_mib(g.memory_total_mib)}" for g in f.gpus
+            )
+            or "-"
+        )
+        problems = (
+            "\n".join(
+                [f"[red]{escape(p)}[/]" for p in r.gpu_problems]
+                + [f"[yellow]{escape(p)}[/]" for p in r.warnings]
+            )
+            or "[green]ok[/]"
+        )
         table.add_row(
-            escape(r.name), gpus, mem, f.driver_version or "-",
-            f.engines.get("vllm") or "-", f.engines.get("sglang") or "-", problems,
+            escape(r.name),
+            gpus,
+            mem,
+            f.driver_version or "-",
+            f.engines.get("vllm") or "-",
+            f.engines.get("sglang") or "-",
+            problems,
         )
     return table
 
@@ -113,8 +130,12 @@ def report_json(r: HostReport) -> dict[str, Any]:
         "error": r.error,
         "hint": r.hint,
         "gpus": [
-            {"index": g.index, "name": g.name, "memory_total_mib": g.memory_total_mib,
-             "memory_used_mib": g.memory_used_mib}
+            {
+                "index": g.index,
+                "name": g.name,
+                "memory_total_mib": g.memory_total_mib,
+                "memory_used_mib": g.memory_used_mib,
+            }
             for g in (facts.gpus if facts else [])
         ],
         "driver": facts.driver_version if facts else None,

@@ -46,18 +46,30 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 60.0  # how long the clean-up may still take after a second stop signal
 STOP_GRACE_ENV = "ORCH_STOP_GRACE_S"
 
-PlaybookArg = Annotated[Path, typer.Argument(help="Playbook file (playbooks/*.yaml).", show_default=False)]
+PlaybookArg = Annotated[
+    Path, typer.Argument(help="Playbook file (playbooks/*.yaml).", show_default=False)
+]
 
 
 def run_command(
     playbook_file: PlaybookArg,
     hosts_file: HostsFileOpt = Path(DEFAULT_HOSTS_FILE),
     only: OnlyOpt = None,
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print each run's exact argv and "
-                                          "environment per host (secrets as ***); touch nothing.")] = False,
+    dry_run: Annotated[
+        bool,
+        typer.Option(
+            "--dry-run",
+            help="Print each run's exact argv and "
+            "environment per host (secrets as ***); touch nothing.",
+        ),
+    ] = False,
     as_json: JsonOpt = False,
-    force: Annotated[bool, typer.Option("--force", help="Launch runs the doctor found errors in.")] = False,
-    results: Annotated[Path, typer.Option("--results", help="Folder that receives the results.")] = Path("results"),
+    force: Annotated[
+        bool, typer.Option("--force", help="Launch runs the doctor found errors in.")
+    ] = False,
+    results: Annotated[
+        Path, typer.Option("--results", help="Folder that receives the results.")
+    ] = Path("results"),
     accept_new_host_keys: AcceptNewOpt = False,
     known_hosts: KnownHostsOpt = None,
 ) -> None:
@@ -78,8 +90,12 @@ def run_command(
         return
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
     display = Display(err)
-    stop = StopSignals(grace_s=stop_grace_s(), give_up=lambda sig: give_up(
-        sig, grace_s=stop.grace_s, display=display, plans=plans, hosts_file=hosts_file))
+    stop = StopSignals(
+        grace_s=stop_grace_s(),
+        give_up=lambda sig: give_up(
+            sig, grace_s=stop.grace_s, display=display, plans=plans, hosts_file=hosts_file
+        ),
+    )
     try:
         outcome = asyncio.run(_run(run_plan, ssh, results, display, force, stop=stop))
     except KeyboardInterrupt:
@@ -137,8 +153,10 @@ class StopSignals:
             self.timer.daemon = True
             self.timer.start()
         left = max(0.0, (self.deadline or 0.0) - time.monotonic())
-        err.print(f"[yellow]{sig.name}:[/] stopping the servers this run started, please wait "
-                  f"(giving up in {left:.0f} s)")
+        err.print(
+            f"[yellow]{sig.name}:[/] stopping the servers this run started, please wait "
+            f"(giving up in {left:.0f} s)"
+        )
 
     def cancel_timer(self) -> None:
         if self.timer is not None:
@@ -154,13 +172,21 @@ def stop_grace_s() -> float:
     except ValueError:
         value = -1.0
     if not value >= 0:
-        raise OrchError(f"{STOP_GRACE_ENV}={raw!r} is not a number of seconds",
-                        hint=f"unset it, or give e.g. {STOP_GRACE_ENV}=60")
+        raise OrchError(
+            f"{STOP_GRACE_ENV}={raw!r} is not a number of seconds",
+            hint=f"unset it, or give e.g. {STOP_GRACE_ENV}=60",
+        )
     return value
 
 
-def give_up(sig: signal.Signals, *, grace_s: float, display: Display,
-            plans: Sequence[PlannedLaunch], hosts_file: Path) -> NoReturn:
+def give_up(
+    sig: signal.Signals,
+    *,
+    grace_s: float,
+    display: Display,
+    plans: Sequence[PlannedLaunch],
+    hosts_file: Path,
+) -> NoReturn:
     """Exit now, naming the hosts whose servers may outlive orch and how to stop them.
 
     ``os._exit``: the clean-up is stuck in tasks that do not finish; unwinding them through
@@ -168,11 +194,18 @@ def give_up(sig: signal.Signals, *, grace_s: float, display: Display,
     """
     display.close()  # a live table would leave the terminal's cursor hidden
     hosts = busy_hosts(display, plans)
-    where = "" if hosts_file == Path(DEFAULT_HOSTS_FILE) else f" --hosts {shlex.quote(str(hosts_file))}"
+    where = (
+        "" if hosts_file == Path(DEFAULT_HOSTS_FILE) else f" --hosts {shlex.quote(str(hosts_file))}"
+    )
     where += "".join(f" --only {shlex.quote(h)}" for h in hosts)
-    err.print(f"[bold red]gave up:[/] the clean-up still ran {grace_s:.0f} s after the second "
-              f"signal; engine servers may still run on {escape(', '.join(hosts))}")
-    for what, command in (("list them", f"orch ps{where}"), ("stop them", f"orch stop --all{where}")):
+    err.print(
+        f"[bold red]gave up:[/] the clean-up still ran {grace_s:.0f} s after the second "
+        f"signal; engine servers may still run on {escape(', '.join(hosts))}"
+    )
+    for what, command in (
+        ("list them", f"orch ps{where}"),
+        ("stop them", f"orch stop --all{where}"),
+    ):
         err.print(f"  {what}: {escape(command)}", soft_wrap=True)  # unwrapped: to copy and paste
     sys.stdout.flush()
     sys.stderr.flush()
@@ -185,8 +218,15 @@ def busy_hosts(display: Display, plans: Sequence[PlannedLaunch]) -> list[str]:
     return list(dict.fromkeys(busy or [p.host.name for p in plans]))
 
 
-async def _run(run_plan: RunPlan, ssh: SshOptions, results: Path, display: Display, force: bool,
-               *, stop: StopSignals) -> PlaybookOutcome:
+async def _run(
+    run_plan: RunPlan,
+    ssh: SshOptions,
+    results: Path,
+    display: Display,
+    force: bool,
+    *,
+    stop: StopSignals,
+) -> PlaybookOutcome:
     """The playbook, cancelled by the first of Ctrl-C, SIGTERM or SIGHUP: servers left running
     would hold the GPUs with nobody to stop them.
 
@@ -201,12 +241,16 @@ async def _run(run_plan: RunPlan, ssh: SshOptions, results: Path, display: Displ
             loop.add_signal_handler(sig, stop.on_signal, sig, task.cancel)
         except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, Windows
             continue
-    return await execute_plan(run_plan, ssh=ssh, results_root=results, observer=display, force=force)
+    return await execute_plan(
+        run_plan, ssh=ssh, results_root=results, observer=display, force=force
+    )
 
 
 def render_plan(plans: Sequence[PlannedLaunch]) -> None:
     for plan in plans:
-        out.print(f"[bold]{escape(plan.run_name)}[/] on [bold]{escape(plan.host.name)}[/] (port {plan.port})")
+        out.print(
+            f"[bold]{escape(plan.run_name)}[/] on [bold]{escape(plan.host.name)}[/] (port {plan.port})"
+        )
         out.print("  argv: " + escape(shlex.join(plan.argv)))
         for key, value in plan.env_masked.items():
             out.print(f"  env:  {escape(key)}={escape(value)}")
@@ -216,30 +260,55 @@ def _fmt(v: float | None, spec: str = ".1f") -> str:
     return "-" if v is None else format(v, spec)
 
 
-VERDICTS = {"failed": "[red]failed[/]", "collapse": "[bold red]COLLAPSE[/]",
-            "disagree": "[yellow]sources disagree[/]", "ok": "[green]ok[/]"}
+VERDICTS = {
+    "failed": "[red]failed[/]",
+    "collapse": "[bold red]COLLAPSE[/]",
+    "disagree": "[yellow]sources disagree[/]",
+    "ok": "[green]ok[/]",
+}
 
 
 def render_outcome(outcome: PlaybookOutcome) -> None:
     """The results table, then each failure, collapse and warning in words."""
-    table = Table(title=f"results: {outcome.results_dir}", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("run", "host", "engine", "method", "done", "failed", "out tok/s",
-                "decode tok/s", "TTFT ms", "TPOT ms", "accept", "verdict"):
+    table = Table(
+        title=f"results: {outcome.results_dir}", title_justify="left", box=box.SIMPLE_HEAD
+    )
+    for col in (
+        "run",
+        "host",
+        "engine",
+        "method",
+        "done",
+        "failed",
+        "out tok/s",
+        "decode tok/s",
+        "TTFT ms",
+        "TPOT ms",
+        "accept",
+        "verdict",
+    ):
         table.add_column(col, no_wrap=col in ("run", "host", "engine", "method", "verdict"))
     for r in outcome.results:
         req, acc = r.requests, r.acceptance
         table.add_row(
-            escape(r.run.name), escape(r.run.host), escape(r.settings.engine),
-            escape(r.settings.speculative.method), str(req.completed if req else 0),
-            str(req.failed if req else 0), _fmt(req.output_throughput if req else None),
+            escape(r.run.name),
+            escape(r.run.host),
+            escape(r.settings.engine),
+            escape(r.settings.speculative.method),
+            str(req.completed if req else 0),
+            str(req.failed if req else 0),
+            _fmt(req.output_throughput if req else None),
             _fmt(req.decode_tok_s.median if req else None),
             _fmt(req.ttft_ms.median if req else None),
             _fmt(req.tpot_ms.median if req else None, ".2f"),
-            _fmt(acc.length if acc else None, ".2f"), VERDICTS[r.verdict],
+            _fmt(acc.length if acc else None, ".2f"),
+            VERDICTS[r.verdict],
         )
     out.print(table)
-    out.print("[dim]decode tok/s, TTFT and TPOT: medians over requests; accept: acceptance length "
-              "(tokens per step)[/]")
+    out.print(
+        "[dim]decode tok/s, TTFT and TPOT: medians over requests; accept: acceptance length "
+        "(tokens per step)[/]"
+    )
     for r in outcome.results:
         _render_error(r)
     for r in outcome.results:
@@ -248,8 +317,10 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
         for change in r.engine_changes:
             out.print(f"[yellow]{escape(r.run.name)}: {escape(change.message)}[/]")
         for warning in r.warnings:
-            out.print(f"[yellow]warning: {escape(r.run.name)} on {escape(r.run.host)}: "
-                      f"{escape(warning)}[/]")
+            out.print(
+                f"[yellow]warning: {escape(r.run.name)} on {escape(r.run.host)}: "
+                f"{escape(warning)}[/]"
+            )
     out.print(f"summary: {outcome.csv_path}")
     if outcome.plot_path:
         out.print(f"plot:    {outcome.plot_path}")
@@ -260,7 +331,9 @@ def _render_error(r: RunResult) -> None:
     if error is None:
         return
     message = without_host(error.message, r.run.host)
-    out.print(f"[bold red]{escape(r.run.name)} on {escape(r.run.host)} failed:[/] {escape(message)}")
+    out.print(
+        f"[bold red]{escape(r.run.name)} on {escape(r.run.host)} failed:[/] {escape(message)}"
+    )
     if error.hint:
         out.print(f"  hint: {escape(error.hint)}")
     if error.log_tail:
@@ -273,7 +346,9 @@ def _render_collapse(r: RunResult) -> None:
     collapse = r.collapse
     if collapse is None:
         return
-    out.print(f"[bold red]{escape(r.run.name)} on {escape(r.run.host)}:[/] {escape(collapse.message)}")
+    out.print(
+        f"[bold red]{escape(r.run.name)} on {escape(r.run.host)}:[/] {escape(collapse.message)}"
+    )
     for cause in collapse.likely_causes[:4]:
         out.print(f"  {cause.rank}. [bold]{escape(cause.cause)}[/] ({escape(cause.source)})")
         for evidence in cause.evidence:

@@ -60,12 +60,21 @@ def ps_table(results: list[HostServers]) -> Table:
         table.add_column(col)
     for result in results:
         if result.error:
-            table.add_row(escape(result.host), "-", f"[red]{escape(result.error)}[/]", "", "", "", "")
+            table.add_row(
+                escape(result.host), "-", f"[red]{escape(result.error)}[/]", "", "", "", ""
+            )
         for s in result.servers:
             state = state_text(s)
             color = "green" if state == "running" else "dim"
-            table.add_row(escape(result.host), escape(s.run_id), f"[{color}]{state}[/]",
-                          str(s.pid), str(s.port), uptime_text(s.uptime_s), escape(s.log))
+            table.add_row(
+                escape(result.host),
+                escape(s.run_id),
+                f"[{color}]{state}[/]",
+                str(s.pid),
+                str(s.port),
+                uptime_text(s.uptime_s),
+                escape(s.log),
+            )
     return table
 
 
@@ -84,11 +93,21 @@ def print_host_errors(results: list[HostServers]) -> None:
 def ps_json(results: list[HostServers]) -> dict[str, Any]:
     now = time.time()
     servers = [
-        {"host": r.host, "run_id": s.run_id, "alive": s.alive,
-         "state": state_text(s), "pid": s.pid, "port": s.port,
-         "started_at": s.started_at, "uptime_s": s.uptime_s,
-         "returncode": s.returncode, "log": s.log, "checked_at": now}
-        for r in results for s in r.servers
+        {
+            "host": r.host,
+            "run_id": s.run_id,
+            "alive": s.alive,
+            "state": state_text(s),
+            "pid": s.pid,
+            "port": s.port,
+            "started_at": s.started_at,
+            "uptime_s": s.uptime_s,
+            "returncode": s.returncode,
+            "log": s.log,
+            "checked_at": now,
+        }
+        for r in results
+        for s in r.servers
     ]
     return {"servers": servers, "errors": host_errors(results)}
 
@@ -120,11 +139,17 @@ def ps(
 
 
 def stop(
-    run_id: Annotated[str | None, typer.Argument(help="The run id to stop (see `orch ps`).")] = None,
-    all_servers: Annotated[bool, typer.Option("--all", help="Stop every server orch started.")] = False,
+    run_id: Annotated[
+        str | None, typer.Argument(help="The run id to stop (see `orch ps`).")
+    ] = None,
+    all_servers: Annotated[
+        bool, typer.Option("--all", help="Stop every server orch started.")
+    ] = False,
     hosts_file: HostsFileOpt = Path(DEFAULT_HOSTS_FILE),
     only: OnlyOpt = None,
-    timeout: Annotated[float, typer.Option("--timeout", help="Seconds between SIGTERM and SIGKILL.")] = 30.0,
+    timeout: Annotated[
+        float, typer.Option("--timeout", help="Seconds between SIGTERM and SIGKILL.")
+    ] = 30.0,
     as_json: JsonOpt = False,
     accept_new_host_keys: AcceptNewOpt = False,
     known_hosts: KnownHostsOpt = None,
@@ -138,21 +163,35 @@ def stop(
     report = asyncio.run(command.stop(inventory, hosts, ssh, run_id=run_id, timeout_s=timeout))
     results, stopped = report.hosts, report.stopped
     if as_json:
-        print_json({"stopped": [dict(s.to_json(), host=h) for h, s in stopped],
-                    "errors": host_errors(results)})
+        print_json(
+            {
+                "stopped": [dict(s.to_json(), host=h) for h, s in stopped],
+                "errors": host_errors(results),
+            }
+        )
     else:
         for host, s in stopped:
-            gpu = {True: "GPU memory released", False: "GPU memory NOT released",
-                   None: "no nvidia-smi"}[s.gpu_released]
-            out.print(f"{escape(host)}: stopped {escape(str(s.run_id))} "
-                      f"(pid {s.pid}, {'+'.join(s.signals)}; {gpu})")
+            gpu = {
+                True: "GPU memory released",
+                False: "GPU memory NOT released",
+                None: "no nvidia-smi",
+            }[s.gpu_released]
+            out.print(
+                f"{escape(host)}: stopped {escape(str(s.run_id))} "
+                f"(pid {s.pid}, {'+'.join(s.signals)}; {gpu})"
+            )
         if not stopped:
-            out.print("nothing was running" + (f" for run {escape(run_id)}" if run_id else "")
-                      + (" on the hosts that answered" if report.failed else ""))
+            out.print(
+                "nothing was running"
+                + (f" for run {escape(run_id)}" if run_id else "")
+                + (" on the hosts that answered" if report.failed else "")
+            )
         print_host_errors(results)
     if report.unknown_run:
-        err.print(f"[red]no server was launched for run {escape(str(run_id))} on "
-                  f"{', '.join(h.name for h in hosts)}[/] (see `orch ps`)")
+        err.print(
+            f"[red]no server was launched for run {escape(str(run_id))} on "
+            f"{', '.join(h.name for h in hosts)}[/] (see `orch ps`)"
+        )
         raise typer.Exit(1)
     if report.failed:
         raise typer.Exit(1)

@@ -142,8 +142,13 @@ class Secrets(frozenset[str]):
     standalone: frozenset[str]
     env_keys: frozenset[str]
 
-    def __new__(cls, values: Iterable[str] = (), *, standalone: Iterable[str] = (),
-                env_keys: Iterable[str] = ()) -> Secrets:
+    def __new__(
+        cls,
+        values: Iterable[str] = (),
+        *,
+        standalone: Iterable[str] = (),
+        env_keys: Iterable[str] = (),
+    ) -> Secrets:
         alone = frozenset(v for v in standalone if v)
         self = super().__new__(cls, {v for v in values if v} | alone)
         self.standalone = alone
@@ -157,8 +162,10 @@ class Secrets(frozenset[str]):
 
 # A value printed under a secret-looking name: vLLM's ``'api_key': ['sk-..']``, SGLang's
 # ``api_key='sk-..'``, JSON's ``"hf_token": "hf_.."``. Only quoted values: ``api_key=None`` stays.
-_NAMED = re.compile(r"""(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<sep>['"]?\s*[:=]\s*)"""
-                    r"""(?P<value>\[[^\]]*\]|'[^']*'|"[^"]*")""")
+_NAMED = re.compile(
+    r"""(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<sep>['"]?\s*[:=]\s*)"""
+    r"""(?P<value>\[[^\]]*\]|'[^']*'|"[^"]*")"""
+)
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 

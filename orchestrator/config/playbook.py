@@ -60,7 +60,9 @@ ArgList = Annotated[
 class SpeculativeSpec(StrictModel):
     """Speculative decoding. ``num_draft_tokens`` means tokens drafted per step, whatever the engine calls it."""
 
-    method: SpeculativeMethod = Field("none", description="none, dflash, mtp, eagle, eagle3 or ngram.")
+    method: SpeculativeMethod = Field(
+        "none", description="none, dflash, mtp, eagle, eagle3 or ngram."
+    )
     draft_model: str | None = Field(
         None, description="Drafter model id or path (dflash, eagle, eagle3)."
     )
@@ -245,7 +247,9 @@ def _partial(model: type[StrictModel], name: str, drop: tuple[str, ...]) -> type
     fields: dict[str, Any] = {}
     for f, info in model.model_fields.items():
         if f not in drop:
-            typ: Any = Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+            typ: Any = (
+                Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
+            )
             fields[f] = (typ | None, Field(None, description=info.description))
     return create_model(
         name, __base__=StrictModel, __doc__="Run fields merged into every run.", **fields

@@ -17,8 +17,14 @@ from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import MODEL_FREE_METHODS, NO_SPECULATION, canonical_method
 from orchestrator.engines import get_engine
 
-__all__ = ["Cause", "Collapse", "acceptance_floor", "detect_collapse", "engine_silent_changes",
-           "rank_causes"]
+__all__ = [
+    "Cause",
+    "Collapse",
+    "acceptance_floor",
+    "detect_collapse",
+    "engine_silent_changes",
+    "rank_causes",
+]
 
 # Mean acceptance length below which a model-based drafter counts as collapsed, by draft
 # tokens per step (3 or more -> 1.5). With one draft token a healthy MTP head reaches about
@@ -66,15 +72,22 @@ def detect_collapse(
     positions = [float(p) for p in per_position] if per_position else None
     reasons: list[str] = []
     if acceptance_length is not None and acceptance_length < floor:
-        reasons.append(f"mean acceptance length {acceptance_length:.2f} is below {floor:.2f}, the floor "
-                       f"for {method} with {num_draft_tokens or 'default'} draft tokens")
+        reasons.append(
+            f"mean acceptance length {acceptance_length:.2f} is below {floor:.2f}, the floor "
+            f"for {method} with {num_draft_tokens or 'default'} draft tokens"
+        )
     if positions and positions[0] <= NEAR_ZERO:
-        reasons.append(f"per-position acceptance is near zero from the first position "
-                       f"({positions[0]:.3f} <= {NEAR_ZERO})")
+        reasons.append(
+            f"per-position acceptance is near zero from the first position "
+            f"({positions[0]:.3f} <= {NEAR_ZERO})"
+        )
     if not reasons:
         return None
-    message = ("speculation collapsed: " + "; ".join(reasons)
-               + ". Drafts are rejected, so the run is slower than without speculation.")
+    message = (
+        "speculation collapsed: "
+        + "; ".join(reasons)
+        + ". Drafts are rejected, so the run is slower than without speculation."
+    )
     return Collapse(method, num_draft_tokens, acceptance_length, floor, positions, reasons, message)
 
 
@@ -152,17 +165,24 @@ def rank_causes(
     findings = list(findings)
     engine = get_engine(engine).name
     for severity in ("error", "warning"):
-        for finding in sorted((f for f in findings if f.severity == severity and f.check in CHECK_CAUSES),
-                              key=lambda f: _CHECK_ORDER.index(f.check)):
+        for finding in sorted(
+            (f for f in findings if f.severity == severity and f.check in CHECK_CAUSES),
+            key=lambda f: _CHECK_ORDER.index(f.check),
+        ):
             name = CHECK_CAUSES[finding.check]
             cause = causes.setdefault(name, Cause(0, name, "finding", fix=_fix(name, engine)))
             cause.evidence.append(finding.message)
             cause.checks.append(finding.check)
-    for name, evidence in _suspicions(engine=engine, method=canonical_method(method),
-                                      attention_backend=attention_backend, env=env or {},
-                                      extra_args=list(extra_args or ()),
-                                      chat_template_kwargs=chat_template_kwargs or {},
-                                      kv_cache_dtype=kv_cache_dtype, drafter=drafter):
+    for name, evidence in _suspicions(
+        engine=engine,
+        method=canonical_method(method),
+        attention_backend=attention_backend,
+        env=env or {},
+        extra_args=list(extra_args or ()),
+        chat_template_kwargs=chat_template_kwargs or {},
+        kv_cache_dtype=kv_cache_dtype,
+        drafter=drafter,
+    ):
         if name not in causes:
             causes[name] = Cause(0, name, "configuration", [evidence], _fix(name, engine))
     ranked = list(causes.values())
@@ -173,36 +193,75 @@ def rank_causes(
 
 def _fix(cause: str, engine: str) -> str:
     if cause == "attention_backend" and engine == "sglang":
-        return "request an attention backend SGLang keeps on this GPU and KV cache dtype (see its log)"
+        return (
+            "request an attention backend SGLang keeps on this GPU and KV cache dtype (see its log)"
+        )
     return _FIXES.get(cause, "")
 
 
 def _suspicions(
-    *, engine: str, method: str | None, attention_backend: str | None, env: Mapping[str, str],
-    extra_args: list[str], chat_template_kwargs: Mapping[str, Any], kv_cache_dtype: str | None,
+    *,
+    engine: str,
+    method: str | None,
+    attention_backend: str | None,
+    env: Mapping[str, str],
+    extra_args: list[str],
+    chat_template_kwargs: Mapping[str, Any],
+    kv_cache_dtype: str | None,
     drafter: ModelConfig | None,
 ) -> list[tuple[str, str]]:
     found: list[tuple[str, str]] = []
     flags = get_engine(engine)
     dflash_on_vllm = engine == "vllm" and method in (None, "dflash")
-    backend = attention_backend or flags.flag_value(extra_args, "--attention-backend") or env.get(
-        "VLLM_ATTENTION_BACKEND")
+    backend = (
+        attention_backend
+        or flags.flag_value(extra_args, "--attention-backend")
+        or env.get("VLLM_ATTENTION_BACKEND")
+    )
     if dflash_on_vllm and (backend or "").lower() != "flash_attn":
-        found.append(("attention_backend", f"vLLM's DFlash drafter is run with --attention-backend "
-                      f"flash_attn; this run used {backend or 'the engine default'}"))
-    if dflash_on_vllm and drafter is not None and drafter.mixes_sliding_and_full and env.get(
-            "VLLM_USE_V2_MODEL_RUNNER") != "1":
-        found.append(("model_runner", "the drafter mixes sliding-window and full attention layers, "
-                      "which vLLM serves correctly only with VLLM_USE_V2_MODEL_RUNNER=1 (not set)"))
-    thinking_off = chat_template_kwargs.get("enable_thinking") is False or chat_template_kwargs.get(
-        "thinking") is False
-    if method not in ("mtp", *MODEL_FREE_METHODS) and not thinking_off and not (
-            drafter is not None and drafter.trained_with_thinking):
-        found.append(("thinking_mode", "the workload does not set enable_thinking: false; a drafter "
-                      "trained without thinking accepts far less on <think> text"))
+        found.append(
+            (
+                "attention_backend",
+                f"vLLM's DFlash drafter is run with --attention-backend "
+                f"flash_attn; this run used {backend or 'the engine default'}",
+            )
+        )
+    if (
+        dflash_on_vllm
+        and drafter is not None
+        and drafter.mixes_sliding_and_full
+        and env.get("VLLM_USE_V2_MODEL_RUNNER") != "1"
+    ):
+        found.append(
+            (
+                "model_runner",
+                "the drafter mixes sliding-window and full attention layers, "
+                "which vLLM serves correctly only with VLLM_USE_V2_MODEL_RUNNER=1 (not set)",
+            )
+        )
+    thinking_off = (
+        chat_template_kwargs.get("enable_thinking") is False
+        or chat_template_kwargs.get("thinking") is False
+    )
+    if (
+        method not in ("mtp", *MODEL_FREE_METHODS)
+        and not thinking_off
+        and not (drafter is not None and drafter.trained_with_thinking)
+    ):
+        found.append(
+            (
+                "thinking_mode",
+                "the workload does not set enable_thinking: false; a drafter "
+                "trained without thinking accepts far less on <think> text",
+            )
+        )
     kv = kv_cache_dtype or flags.flag_value(extra_args, "--kv-cache-dtype")
     if kv and kv.lower() not in ("auto", "bf16", "bfloat16", "fp16", "float16"):
-        found.append(("kv_cache_quantization", f"the KV cache is quantized ({kv}): target and "
-                      "drafter attend over approximated keys and values, which lowers acceptance"))
+        found.append(
+            (
+                "kv_cache_quantization",
+                f"the KV cache is quantized ({kv}): target and "
+                "drafter attend over approximated keys and values, which lowers acceptance",
+            )
+        )
     return found
-

@@ -23,7 +23,9 @@ from dataclasses import dataclass
 from orchestrator.doctor.findings import Finding, warning
 
 ATTENTION_BACKEND_PATTERNS: tuple[re.Pattern[str], ...] = (
-    re.compile(r"Attention backend not explicitly specified\. Use (?P<value>\w+) backend by default"),
+    re.compile(
+        r"Attention backend not explicitly specified\. Use (?P<value>\w+) backend by default"
+    ),
     re.compile(r"Attention backend not specified\. Falling back to '(?P<value>\w+)'"),
     re.compile(r"Setting attention backend to (?P<value>\w+)"),
     re.compile(r"will fallback to (?P<value>\w+) backend"),
@@ -32,7 +34,9 @@ PAGE_SIZE_PATTERNS: tuple[re.Pattern[str], ...] = (
     re.compile(r"change page_size to (?P<value>\d+)"),
     re.compile(r"changing page_size from \d+ to (?P<value>\d+)"),
 )
-DRAFT_TOKENS_PATTERN = re.compile(r"speculative_num_draft_tokens is adjusted to (?P<value>[\w +]+?) when")
+DRAFT_TOKENS_PATTERN = re.compile(
+    r"speculative_num_draft_tokens is adjusted to (?P<value>[\w +]+?) when"
+)
 
 
 def chosen_settings(log_lines: Iterable[str]) -> dict[str, tuple[str, str]]:
@@ -42,8 +46,10 @@ def chosen_settings(log_lines: Iterable[str]) -> dict[str, tuple[str, str]]:
     for line in log_lines:
         if not line:
             continue
-        for setting, patterns in (("attention_backend", ATTENTION_BACKEND_PATTERNS),
-                                  ("page_size", PAGE_SIZE_PATTERNS)):
+        for setting, patterns in (
+            ("attention_backend", ATTENTION_BACKEND_PATTERNS),
+            ("page_size", PAGE_SIZE_PATTERNS),
+        ):
             for pattern in patterns:
                 match = pattern.search(line)
                 if match:
@@ -64,8 +70,7 @@ class RequestedSettings:
     speculative_num_draft_tokens: int | None = None
 
 
-def engine_silent_changes(log_lines: Iterable[str],
-                          requested: RequestedSettings) -> list[Finding]:
+def engine_silent_changes(log_lines: Iterable[str], requested: RequestedSettings) -> list[Finding]:
     """Warnings for settings the log shows differ from the requested ones (only the changes)."""
     chosen = chosen_settings(log_lines)
     findings: list[Finding] = []
@@ -73,31 +78,43 @@ def engine_silent_changes(log_lines: Iterable[str],
     if backend is not None and "attention_backend" in chosen:
         value, line = chosen["attention_backend"]
         if value.lower() != backend.lower():
-            findings.append(warning(
-                "attention_backend",
-                f"SGLang replaced the requested attention backend {backend!r} with {value!r} "
-                f"(log: {line!r}); speed is then not that of {backend}. Fix: change what forced it "
-                "(KV cache dtype, GPU, page size) or request a backend it accepts.",
-                requested=backend, chosen=value, line=line,
-            ))
+            findings.append(
+                warning(
+                    "attention_backend",
+                    f"SGLang replaced the requested attention backend {backend!r} with {value!r} "
+                    f"(log: {line!r}); speed is then not that of {backend}. Fix: change what forced it "
+                    "(KV cache dtype, GPU, page size) or request a backend it accepts.",
+                    requested=backend,
+                    chosen=value,
+                    line=line,
+                )
+            )
     page = requested.page_size
     if page is not None and "page_size" in chosen:
         value, line = chosen["page_size"]
         if int(value) != page:
-            findings.append(warning(
-                "page_size",
-                f"SGLang changed the requested page size {page} to {value} (log: {line!r}); "
-                f"prefix caching and memory use then differ from the plan. Fix: request page_size "
-                f"{value} explicitly or pick an attention backend that supports {page}.",
-                requested=page, chosen=int(value), line=line,
-            ))
+            findings.append(
+                warning(
+                    "page_size",
+                    f"SGLang changed the requested page size {page} to {value} (log: {line!r}); "
+                    f"prefix caching and memory use then differ from the plan. Fix: request page_size "
+                    f"{value} explicitly or pick an attention backend that supports {page}.",
+                    requested=page,
+                    chosen=int(value),
+                    line=line,
+                )
+            )
     drafts = requested.speculative_num_draft_tokens
     if drafts is not None and "speculative_num_draft_tokens" in chosen:
         value, line = chosen["speculative_num_draft_tokens"]
-        findings.append(warning(
-            "num_draft_tokens",
-            f"SGLang overrode the requested --speculative-num-draft-tokens {drafts} ({value}; log: "
-            f"{line!r}). Fix: with topk 1 set num_draft_tokens to speculative_num_steps + 1.",
-            requested=drafts, chosen=value, line=line,
-        ))
+        findings.append(
+            warning(
+                "num_draft_tokens",
+                f"SGLang overrode the requested --speculative-num-draft-tokens {drafts} ({value}; log: "
+                f"{line!r}). Fix: with topk 1 set num_draft_tokens to speculative_num_steps + 1.",
+                requested=drafts,
+                chosen=value,
+                line=line,
+            )
+        )
     return findings

@@ -51,8 +51,13 @@ class HostProbe:
     def from_probe(cls, probe: ProbeResult) -> HostProbe:
         """From the ``probe`` verb's result, parsed once by the wire contract."""
         gpus = [Gpu(g.index, g.name, g.memory_total_mib, g.memory_used_mib) for g in probe.gpus]
-        return cls(gpus=gpus, driver_version=probe.driver_version, engines=dict(probe.packages),
-                   free_ports=set(probe.ports.free), checked_ports=set(probe.ports.checked))
+        return cls(
+            gpus=gpus,
+            driver_version=probe.driver_version,
+            engines=dict(probe.packages),
+            free_ports=set(probe.ports.free),
+            checked_ports=set(probe.ports.checked),
+        )
 
 
 def run_host_checks(
@@ -79,8 +84,14 @@ def run_host_checks(
         check_driver(host),
         check_gpu_count(host, tensor_parallel),
         check_gpu_model(gpus, expected_gpu),
-        check_gpu_memory(gpus, engine=engine, tensor_parallel=tensor_parallel, target=target,
-                         drafter=drafter, memory_fraction=memory_fraction),
+        check_gpu_memory(
+            gpus,
+            engine=engine,
+            tensor_parallel=tensor_parallel,
+            target=target,
+            drafter=drafter,
+            memory_fraction=memory_fraction,
+        ),
         check_engine_version(host, engine=engine, method=method),
         check_port(host, port, engine=engine, default=default_port),
     ]
@@ -88,8 +99,11 @@ def run_host_checks(
 
 def check_driver(host: HostProbe) -> Finding:
     if not host.driver_version:
-        return error("driver", "no NVIDIA driver answered (nvidia-smi missing or failing). "
-                     "Fix: install the NVIDIA driver, or check `nvidia-smi` works for this user.")
+        return error(
+            "driver",
+            "no NVIDIA driver answered (nvidia-smi missing or failing). "
+            "Fix: install the NVIDIA driver, or check `nvidia-smi` works for this user.",
+        )
     return ok("driver", f"NVIDIA driver {host.driver_version}.", version=host.driver_version)
 
 
@@ -97,9 +111,13 @@ def check_gpu_count(host: HostProbe, tensor_parallel: int) -> Finding:
     found = len(host.gpus)
     details = {"found": found, "tensor_parallel": tensor_parallel}
     if found < tensor_parallel:
-        return error("gpu_count", f"the run needs {tensor_parallel} GPU(s) (tensor_parallel) but the "
-                     f"host has {found}. Fix: lower tensor_parallel to {max(found, 1)} or run on a "
-                     "host with more GPUs.", **details)
+        return error(
+            "gpu_count",
+            f"the run needs {tensor_parallel} GPU(s) (tensor_parallel) but the "
+            f"host has {found}. Fix: lower tensor_parallel to {max(found, 1)} or run on a "
+            "host with more GPUs.",
+            **details,
+        )
     return ok("gpu_count", f"{found} GPU(s) for tensor_parallel {tensor_parallel}.", **details)
 
 
@@ -109,12 +127,20 @@ def check_gpu_model(gpus: list[Gpu], expected: str | None) -> Finding:
     if not gpus:
         return warning("gpu_model", "no GPU to check.", **details)
     if expected and not all(expected.lower() in n.lower() for n in names):
-        return warning("gpu_model", f"the inventory says {expected!r} but the run's GPUs are "
-                       f"{names}: results will not be comparable. Fix: correct `gpus` in hosts.yaml "
-                       "or pick the intended host.", **details)
+        return warning(
+            "gpu_model",
+            f"the inventory says {expected!r} but the run's GPUs are "
+            f"{names}: results will not be comparable. Fix: correct `gpus` in hosts.yaml "
+            "or pick the intended host.",
+            **details,
+        )
     if len(set(names)) > 1:
-        return warning("gpu_model", f"the run's GPUs are of different models {names}: tensor "
-                       "parallel runs at the slowest one's pace.", **details)
+        return warning(
+            "gpu_model",
+            f"the run's GPUs are of different models {names}: tensor "
+            "parallel runs at the slowest one's pace.",
+            **details,
+        )
     return ok("gpu_model", f"{len(gpus)} x {names[0]}.", **details)
 
 
@@ -133,19 +159,37 @@ def check_gpu_memory(
     fraction = memory_fraction or get_engine(engine).doctor.default_memory_fraction
     weights = sum(estimate_weight_bytes(m) or 0 for m in (target, drafter) if m is not None)
     per_gpu = weights / max(tensor_parallel, 1)
-    details: dict[str, Any] = {"memory_fraction": fraction, "weights_gib": round(weights / GIB, 1),
-                               "weights_per_gpu_gib": round(per_gpu / GIB, 1), "gpus": []}
+    details: dict[str, Any] = {
+        "memory_fraction": fraction,
+        "weights_gib": round(weights / GIB, 1),
+        "weights_per_gpu_gib": round(per_gpu / GIB, 1),
+        "gpus": [],
+    }
     worst: Finding | None = None
     for gpu in gpus:
         if gpu.memory_total_mib is None or gpu.free_mib is None:
             continue
         total, free = gpu.memory_total_mib * MIB, gpu.free_mib * MIB
         budget = fraction * total
-        details["gpus"].append({"index": gpu.index, "total_gib": _gib(total), "free_gib": _gib(free),
-                                "budget_gib": _gib(budget)})
-        finding = _memory_verdict(gpu.index, free=free, budget=budget, per_gpu=per_gpu,
-                                  fraction=fraction, tensor_parallel=tensor_parallel)
-        if finding and (worst is None or (worst.severity == "warning" and finding.severity == "error")):
+        details["gpus"].append(
+            {
+                "index": gpu.index,
+                "total_gib": _gib(total),
+                "free_gib": _gib(free),
+                "budget_gib": _gib(budget),
+            }
+        )
+        finding = _memory_verdict(
+            gpu.index,
+            free=free,
+            budget=budget,
+            per_gpu=per_gpu,
+            fraction=fraction,
+            tensor_parallel=tensor_parallel,
+        )
+        if finding and (
+            worst is None or (worst.severity == "warning" and finding.severity == "error")
+        ):
             worst = finding
     if not details["gpus"]:
         return warning(name, "GPU memory figures are unavailable: not checked.", **details)
@@ -156,21 +200,31 @@ def check_gpu_memory(
     return ok(name, f"every GPU has its {fraction:.0%} budget free{need}.", **details)
 
 
-def _memory_verdict(index: int, *, free: float, budget: float, per_gpu: float, fraction: float,
-                    tensor_parallel: int) -> Finding | None:
+def _memory_verdict(
+    index: int, *, free: float, budget: float, per_gpu: float, fraction: float, tensor_parallel: int
+) -> Finding | None:
     if free < budget:
-        return error("gpu_memory", f"GPU {index} has {_gib(free)} GiB free but the engine asks for "
-                     f"{fraction:.0%} of it ({_gib(budget)} GiB) and will refuse to start. Fix: stop "
-                     "what else runs on that GPU (see `orch hosts check`) or lower "
-                     "gpu_memory_fraction.")
+        return error(
+            "gpu_memory",
+            f"GPU {index} has {_gib(free)} GiB free but the engine asks for "
+            f"{fraction:.0%} of it ({_gib(budget)} GiB) and will refuse to start. Fix: stop "
+            "what else runs on that GPU (see `orch hosts check`) or lower "
+            "gpu_memory_fraction.",
+        )
     if per_gpu > budget:
-        return error("gpu_memory", f"the weights need about {_gib(per_gpu)} GiB per GPU with "
-                     f"tensor_parallel {tensor_parallel}, more than GPU {index}'s {_gib(budget)} GiB "
-                     "budget. Fix: raise tensor_parallel, use a quantized checkpoint, or a bigger GPU.")
+        return error(
+            "gpu_memory",
+            f"the weights need about {_gib(per_gpu)} GiB per GPU with "
+            f"tensor_parallel {tensor_parallel}, more than GPU {index}'s {_gib(budget)} GiB "
+            "budget. Fix: raise tensor_parallel, use a quantized checkpoint, or a bigger GPU.",
+        )
     if per_gpu > MAX_WEIGHT_SHARE * budget:
-        return warning("gpu_memory", f"the weights take about {_gib(per_gpu)} GiB of GPU {index}'s "
-                       f"{_gib(budget)} GiB budget, leaving little KV cache. Fix: raise "
-                       "tensor_parallel or gpu_memory_fraction.")
+        return warning(
+            "gpu_memory",
+            f"the weights take about {_gib(per_gpu)} GiB of GPU {index}'s "
+            f"{_gib(budget)} GiB budget, leaving little KV cache. Fix: raise "
+            "tensor_parallel or gpu_memory_fraction.",
+        )
     return None
 
 
@@ -180,26 +234,42 @@ def check_engine_version(host: HostProbe, *, engine: str, method: str | None) ->
     canonical = canonical_method(method)
     details = {"engine": engine, "version": version, "method": canonical}
     if not version:
-        return error(name, f"{engine} is not installed for the host's Python. Fix: install it, or set "
-                     "`python` in hosts.yaml to the interpreter of the engine's virtual environment.",
-                     **details)
+        return error(
+            name,
+            f"{engine} is not installed for the host's Python. Fix: install it, or set "
+            "`python` in hosts.yaml to the interpreter of the engine's virtual environment.",
+            **details,
+        )
     support = get_engine(engine).doctor.method_support.get(canonical) if canonical else None
     if canonical is None or support is None:
         return ok(name, f"{engine} {version} installed.", **details)
     have = version_tuple(version)
     details["source"] = support.source
     if support.min_version and have < version_tuple(support.min_version):
-        return error(name, f"{engine} {version} has no {canonical!r} speculative method (it arrived in "
-                     f"{support.min_version}). Fix: upgrade {engine} to {support.min_version} or later.",
-                     expected=support.min_version, **details)
-    if support.min_version or (support.confirmed_version and have >= version_tuple(support.confirmed_version)):
+        return error(
+            name,
+            f"{engine} {version} has no {canonical!r} speculative method (it arrived in "
+            f"{support.min_version}). Fix: upgrade {engine} to {support.min_version} or later.",
+            expected=support.min_version,
+            **details,
+        )
+    if support.min_version or (
+        support.confirmed_version and have >= version_tuple(support.confirmed_version)
+    ):
         return ok(name, f"{engine} {version} supports {canonical!r}.", **details)
-    return warning(name, f"{engine} {version} is older than {support.confirmed_version}, the release "
-                   f"known to support {canonical!r}: it may not. Fix: upgrade {engine} if the launch "
-                   "fails.", expected=support.confirmed_version, **details)
+    return warning(
+        name,
+        f"{engine} {version} is older than {support.confirmed_version}, the release "
+        f"known to support {canonical!r}: it may not. Fix: upgrade {engine} if the launch "
+        "fails.",
+        expected=support.confirmed_version,
+        **details,
+    )
 
 
-def check_port(host: HostProbe, port: int | None, *, engine: str = "vllm", default: bool = False) -> Finding:
+def check_port(
+    host: HostProbe, port: int | None, *, engine: str = "vllm", default: bool = False
+) -> Finding:
     """The server's port must be free at doctor time: nothing of orch's own listens yet (the
     doctor runs before any server starts, and runs sharing a host reuse the port one after
     another), so a taken port means something else holds it and the launch would fail."""
@@ -208,12 +278,17 @@ def check_port(host: HostProbe, port: int | None, *, engine: str = "vllm", defau
     details = {"port": port, "default": default}
     if port is None:
         return warning("port", "the run's port is not known: not checked.", **details)
-    if host.free_ports is None or (host.checked_ports is not None and port not in host.checked_ports):
+    if host.free_ports is None or (
+        host.checked_ports is not None and port not in host.checked_ports
+    ):
         return warning("port", f"{what} was not probed: not checked.", **details)
     if port not in host.free_ports:
-        return error("port", f"{what} is already in use on the host: the server cannot listen "
-                     "there. Fix: stop what listens there, or set the run's `port` to a free one.",
-                     **details)
+        return error(
+            "port",
+            f"{what} is already in use on the host: the server cannot listen "
+            "there. Fix: stop what listens there, or set the run's `port` to a free one.",
+            **details,
+        )
     return ok("port", f"{what} is free.", **details)
 
 

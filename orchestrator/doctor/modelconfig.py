@@ -69,11 +69,15 @@ class ModelConfig:
         dflash = dflash if isinstance(dflash, Mapping) else {}
         mtp_field = next((f for f in MTP_LAYER_FIELDS if _int(text.get(f)) is not None), None)
         template = chat_template_text(tokenizer_config, chat_template)
-        block_field = "dflash_config.block_size" if "block_size" in dflash else (
-            "block_size" if "block_size" in config else None
+        block_field = (
+            "dflash_config.block_size"
+            if "block_size" in dflash
+            else ("block_size" if "block_size" in config else None)
         )
         types = text.get("layer_types")
-        layer_types = tuple(t for t in types if isinstance(t, str)) if isinstance(types, list) else ()
+        layer_types = (
+            tuple(t for t in types if isinstance(t, str)) if isinstance(types, list) else ()
+        )
         thinking, basis = trained_with_thinking(config, dflash, name)
         return cls(
             name=name or _str(config.get("_name_or_path")),
@@ -124,7 +128,9 @@ def trained_with_thinking(
     for where, source in (("dflash_config.", dflash), ("", config)):
         for key in THINKING_FIELDS:
             if isinstance(source.get(key), bool):
-                return source[key], f"{where}{key} = {str(source[key]).lower()} in the drafter config"
+                return source[
+                    key
+                ], f"{where}{key} = {str(source[key]).lower()} in the drafter config"
     for candidate in (name, _str(config.get("_name_or_path"))):
         if candidate and _basename(candidate) in NON_THINKING_DRAFTERS:
             return False, f"{_basename(candidate)} is published as a non-thinking drafter"

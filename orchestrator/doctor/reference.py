@@ -24,12 +24,13 @@ def reference_layer_ids(num_target_layers: int, captures: int) -> list[int]:
     Python's round (half to even). 36 layers, 5 captures -> [1, 9, 17, 25, 33].
     """
     if num_target_layers <= 0 or captures <= 0:
-        raise ValueError(f"need positive layer and capture counts, got {num_target_layers}, {captures}")
+        raise ValueError(
+            f"need positive layer and capture counts, got {num_target_layers}, {captures}"
+        )
     if captures == 1:
         return [num_target_layers // 2]
     start, end = 1, num_target_layers - 3
     return [round(start + i * (end - start) / (captures - 1)) for i in range(captures)]
-
 
 
 # --- Tokenizer families -------------------------------------------------------------------------
@@ -149,6 +150,4 @@ THINKING_FIELDS: tuple[str, ...] = ("trained_with_thinking", "enable_thinking", 
 
 # Published drafters documented as trained without thinking (z-lab's model table marks them
 # "(non-thinking)"), matched on the last part of the model id or directory name.
-NON_THINKING_DRAFTERS: frozenset[str] = frozenset(
-    {"qwen3-4b-dflash-b16", "qwen3-8b-dflash-b16"}
-)
+NON_THINKING_DRAFTERS: frozenset[str] = frozenset({"qwen3-4b-dflash-b16", "qwen3-8b-dflash-b16"})

@@ -44,17 +44,34 @@ def check_run(
     spec = run.speculative
     findings: list[Finding] = []
     if target is not None:
-        findings += run_checks(target=target, drafter=drafter, engine=engine, method=spec.method,
-                               num_draft_tokens=spec.num_draft_tokens,
-                               chat_template_kwargs=run.workload.chat_template_kwargs)
-    findings += launch_checks(engine=engine, method=spec.method, drafter=drafter,
-                              extra_args=_extra_args(run), env=_env(run, env))
+        findings += run_checks(
+            target=target,
+            drafter=drafter,
+            engine=engine,
+            method=spec.method,
+            num_draft_tokens=spec.num_draft_tokens,
+            chat_template_kwargs=run.workload.chat_template_kwargs,
+        )
+    findings += launch_checks(
+        engine=engine,
+        method=spec.method,
+        drafter=drafter,
+        extra_args=_extra_args(run),
+        env=_env(run, env),
+    )
     if host is not None:
         chosen_port, is_default = planned_port(run, port=port)
         findings += run_host_checks(
-            host=host, engine=engine, method=spec.method, tensor_parallel=run.tensor_parallel,
-            port=chosen_port, default_port=is_default, target=target, drafter=drafter,
-            memory_fraction=run.gpu_memory_fraction, expected_gpu=expected_gpu,
+            host=host,
+            engine=engine,
+            method=spec.method,
+            tensor_parallel=run.tensor_parallel,
+            port=chosen_port,
+            default_port=is_default,
+            target=target,
+            drafter=drafter,
+            memory_fraction=run.gpu_memory_fraction,
+            expected_gpu=expected_gpu,
         )
     return findings
 
@@ -71,8 +88,13 @@ def planned_port(run: RunSpec, *, port: int | None = None) -> tuple[int, bool]:
     return chosen, run.port is None and chosen == engine.default_port
 
 
-def causes_for_run(run: RunSpec, findings: list[Finding], *, drafter: ModelConfig | None = None,
-                   env: Mapping[str, str] | None = None) -> list[Cause]:
+def causes_for_run(
+    run: RunSpec,
+    findings: list[Finding],
+    *,
+    drafter: ModelConfig | None = None,
+    env: Mapping[str, str] | None = None,
+) -> list[Cause]:
     """``rank_causes`` with the engine, env, extra args and kwargs taken from the run.
 
     ``env``: the environment the engine ran with (host's, then run's), as for ``check_run``;
@@ -92,28 +114,44 @@ def causes_for_run(run: RunSpec, findings: list[Finding], *, drafter: ModelConfi
     )
 
 
-def model_from_agent(models: Mapping[str, ModelFiles], model_id: str, *,
-                     role: str) -> tuple[ModelConfig | None, Finding | None]:
+def model_from_agent(
+    models: Mapping[str, ModelFiles], model_id: str, *, role: str
+) -> tuple[ModelConfig | None, Finding | None]:
     """Turn one entry of ``read_model_configs``' result into a ModelConfig, or a finding that
     says why it could not be read (``role`` is "target" or "drafter")."""
     entry = models.get(model_id)
     if entry is None or not entry.found:
         why = entry.error if entry is not None else None
-        return None, error("model_files", f"the {role} {model_id!r} was not found on the host"
-                           f"{': ' + why if why else ''}. Fix: download it into the Hugging Face "
-                           "cache there (huggingface-cli download) or give its local path.",
-                           model=model_id, role=role)
+        return None, error(
+            "model_files",
+            f"the {role} {model_id!r} was not found on the host"
+            f"{': ' + why if why else ''}. Fix: download it into the Hugging Face "
+            "cache there (huggingface-cli download) or give its local path.",
+            model=model_id,
+            role=role,
+        )
     if entry.config is None:
-        return None, error("model_files", f"the {role} {model_id!r} at {entry.path} has no "
-                           f"readable config.json{': ' + entry.error if entry.error else ''}.",
-                           model=model_id, role=role, path=entry.path)
-    model = ModelConfig.from_json(entry.config, entry.tokenizer_config, name=model_id,
-                                  chat_template=entry.chat_template)
+        return None, error(
+            "model_files",
+            f"the {role} {model_id!r} at {entry.path} has no "
+            f"readable config.json{': ' + entry.error if entry.error else ''}.",
+            model=model_id,
+            role=role,
+            path=entry.path,
+        )
+    model = ModelConfig.from_json(
+        entry.config, entry.tokenizer_config, name=model_id, chat_template=entry.chat_template
+    )
     note = None
     if role == "target" and entry.tokenizer_config is None:
-        note = warning("model_files", f"the target {model_id!r} has no readable tokenizer_config.json: "
-                       "the mask-token and thinking checks fall back to published tokenizer facts.",
-                       model=model_id, role=role, path=entry.path)
+        note = warning(
+            "model_files",
+            f"the target {model_id!r} has no readable tokenizer_config.json: "
+            "the mask-token and thinking checks fall back to published tokenizer facts.",
+            model=model_id,
+            role=role,
+            path=entry.path,
+        )
     return model, note
 
 

@@ -33,19 +33,25 @@ def added_tokens(tokenizer_config: Mapping[str, Any] | None) -> dict[int, AddedT
         except (TypeError, ValueError):
             continue
         if isinstance(entry, Mapping):
-            tokens[token_id] = AddedToken(str(entry.get("content", "")), bool(entry.get("special", False)))
+            tokens[token_id] = AddedToken(
+                str(entry.get("content", "")), bool(entry.get("special", False))
+            )
         elif isinstance(entry, str):
             tokens[token_id] = AddedToken(entry, False)
     return tokens
 
 
-def chat_template_text(tokenizer_config: Mapping[str, Any] | None, extra: str | None = None) -> str | None:
+def chat_template_text(
+    tokenizer_config: Mapping[str, Any] | None, extra: str | None = None
+) -> str | None:
     """The chat template: tokenizer_config's (a string or a list of named templates) or ``extra``
     (a chat_template.jinja file beside it, which newer checkpoints ship instead)."""
     template = (tokenizer_config or {}).get("chat_template")
     if isinstance(template, list):
         named = {t.get("name"): t.get("template") for t in template if isinstance(t, Mapping)}
-        template = named.get("default") or next((t for t in named.values() if isinstance(t, str)), None)
+        template = named.get("default") or next(
+            (t for t in named.values() if isinstance(t, str)), None
+        )
     if isinstance(template, str) and template:
         return template
     return extra or None
@@ -72,7 +78,9 @@ def template_thinking(template: str | None) -> ThinkingDefault:
     return "on" if "<think>" in template else "none"
 
 
-def thinking_requested(default: ThinkingDefault, chat_template_kwargs: Mapping[str, Any] | None) -> bool:
+def thinking_requested(
+    default: ThinkingDefault, chat_template_kwargs: Mapping[str, Any] | None
+) -> bool:
     """Whether requests will think, given the template's default and the workload's kwargs."""
     kwargs = chat_template_kwargs or {}
     if default == "none":

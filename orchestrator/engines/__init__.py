@@ -42,7 +42,8 @@ def get_engine(name: str, *, run: str | None = None) -> Engine:
     except KeyError:
         raise SpecError(
             f"engine {key!r} is not supported (known: {', '.join(sorted(engines))})",
-            run=run, field=("engine",),
+            run=run,
+            field=("engine",),
         ) from None
 
 

@@ -104,8 +104,11 @@ class Engine(ABC):
 
     def stats_interval_in_effect(self, *, env: Mapping[str, str], argv: Sequence[str]) -> str:
         """The stats interval the run's server uses (env or argv), else the engine's default."""
-        flag = self.flag_value(argv, self.stats_interval.setting) if (
-            self.stats_interval.source == "flag") else None
+        flag = (
+            self.flag_value(argv, self.stats_interval.setting)
+            if (self.stats_interval.source == "flag")
+            else None
+        )
         return self.stats_interval.in_effect(env=env, flag_value=flag)
 
     # -- the launch facts ------------------------------------------------------------------
@@ -125,8 +128,11 @@ class Engine(ABC):
     def argv(self, run: RunSpec, *, port: int | None = None) -> list[str]:
         """The exact argv: the engine's own flags, the speculative ones, then ``extra_args``."""
         self.validate(run)
-        return [*self.base_argv(run, port=self.port(run) if port is None else port),
-                *self.speculative_argv(run), *[str(a) for a in run.extra_args]]
+        return [
+            *self.base_argv(run, port=self.port(run) if port is None else port),
+            *self.speculative_argv(run),
+            *[str(a) for a in run.extra_args],
+        ]
 
     @abstractmethod
     def base_argv(self, run: RunSpec, *, port: int) -> list[str]: ...
@@ -138,8 +144,13 @@ class Engine(ABC):
         """Variables the engine object itself adds (none unless an engine needs one)."""
         return {}
 
-    def env(self, run: RunSpec, host: HostConfig | None = None, *,
-            environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    def env(
+        self,
+        run: RunSpec,
+        host: HostConfig | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> dict[str, str]:
         """Host env, then the run's (it wins), ``${VAR}`` expanded from the controller's env."""
         given = dict(environ) if environ is not None else None
         merged: dict[str, str] = dict(self.engine_env(run))
@@ -148,8 +159,13 @@ class Engine(ABC):
         merged.update(run.resolved_env(given))  # errors point at the playbook line
         return merged
 
-    def secrets(self, run: RunSpec, host: HostConfig | None = None, *,
-                environ: Mapping[str, str] | None = None) -> Secrets:
+    def secrets(
+        self,
+        run: RunSpec,
+        host: HostConfig | None = None,
+        *,
+        environ: Mapping[str, str] | None = None,
+    ) -> Secrets:
         """Every value to show as ``***``: expanded ``${VAR}``s, secret-named keys' values,
         what secret flags (--api-key, --hf-token, abbreviated or not) are given; and where."""
         given = dict(environ) if environ is not None else None
@@ -158,16 +174,22 @@ class Engine(ABC):
         if host is not None:
             found |= host.secret_values(given)
         args = [str(a) for a in run.extra_args]
-        flagged = [v for use in self.flag_uses(args) if self._is_secret_use(use)
-                   for v in values_of(args, use)]
+        flagged = [
+            v
+            for use in self.flag_uses(args)
+            if self._is_secret_use(use)
+            for v in values_of(args, use)
+        ]
         return Secrets(found, standalone=flagged, env_keys=secret_env_keys(raw_env))
 
     def masked_env(self, env: Mapping[str, str], secrets: Iterable[str]) -> dict[str, str]:
         """A secret-looking key's value, or one that held a ``${VAR}``, is ``***`` as a whole."""
         found = Secrets.of(secrets)
         in_text = Secrets(found)  # positions are known here: no whole-item matching
-        return {k: ("***" if v and (is_secret_key(k) or k in found.env_keys) else mask(v, in_text))
-                for k, v in env.items()}
+        return {
+            k: ("***" if v and (is_secret_key(k) or k in found.env_keys) else mask(v, in_text))
+            for k, v in env.items()
+        }
 
     def masked_argv(self, argv: Sequence[str], secrets: Iterable[str]) -> list[str]:
         """The value(s) of a secret flag become ``***`` whatever they are; other items only lose
@@ -197,12 +219,18 @@ class Engine(ABC):
         """Refuse, before any host is touched, a run this engine cannot start as asked."""
         spec = run.speculative
         if not isinstance(run.tensor_parallel, int) or run.tensor_parallel < 1:
-            self.fail(run, f"tensor_parallel must be a positive integer, got {run.tensor_parallel}",
-                      field=("tensor_parallel",))
+            self.fail(
+                run,
+                f"tensor_parallel must be a positive integer, got {run.tensor_parallel}",
+                field=("tensor_parallel",),
+            )
         if spec.method not in self.speculative_methods:
-            self.fail(run, f"speculative method {spec.method!r} is not supported by {self.name} "
-                      f"(supported: {', '.join(self.speculative_methods)})",
-                      field=("speculative", "method"))
+            self.fail(
+                run,
+                f"speculative method {spec.method!r} is not supported by {self.name} "
+                f"(supported: {', '.join(self.speculative_methods)})",
+                field=("speculative", "method"),
+            )
         self.validate_speculative(run, spec)  # engine-specific messages first
         self.validate_common_speculative(run, spec)
         self.speculative_argv(run)  # refuses options that clash with typed fields
@@ -211,39 +239,65 @@ class Engine(ABC):
     def validate_common_speculative(self, run: RunSpec, spec: SpeculativeSpec) -> None:
         method = spec.method
         if method == "none":
-            for name, value in (("draft_model", spec.draft_model),
-                                ("num_draft_tokens", spec.num_draft_tokens)):
+            for name, value in (
+                ("draft_model", spec.draft_model),
+                ("num_draft_tokens", spec.num_draft_tokens),
+            ):
                 if value is not None:
-                    self.fail(run, f"speculative.{name} is set but speculative.method is 'none'",
-                              hint="set a method (dflash, mtp, eagle, eagle3, ngram) or remove "
-                              f"speculative.{name}", field=("speculative", name))
+                    self.fail(
+                        run,
+                        f"speculative.{name} is set but speculative.method is 'none'",
+                        hint="set a method (dflash, mtp, eagle, eagle3, ngram) or remove "
+                        f"speculative.{name}",
+                        field=("speculative", name),
+                    )
             return
         tokens = spec.num_draft_tokens
         if tokens is None or tokens <= 0:
-            self.fail(run, f"speculative.num_draft_tokens must be a positive integer for method "
-                      f"{method!r} on {self.name}, got {tokens}",
-                      hint=self.num_tokens_hint, field=("speculative", "num_draft_tokens"))
+            self.fail(
+                run,
+                f"speculative.num_draft_tokens must be a positive integer for method "
+                f"{method!r} on {self.name}, got {tokens}",
+                hint=self.num_tokens_hint,
+                field=("speculative", "num_draft_tokens"),
+            )
         if method in NEEDS_DRAFT_MODEL and not spec.draft_model:
-            self.fail(run, f"speculative method {method!r} needs speculative.draft_model "
-                      "(the drafter's model id or path)", field=("speculative", "method"))
+            self.fail(
+                run,
+                f"speculative method {method!r} needs speculative.draft_model "
+                "(the drafter's model id or path)",
+                field=("speculative", "method"),
+            )
         if method == "ngram" and spec.draft_model:
-            self.fail(run, "speculative method 'ngram' drafts from the prompt: remove "
-                      "speculative.draft_model", field=("speculative", "draft_model"))
+            self.fail(
+                run,
+                "speculative method 'ngram' drafts from the prompt: remove speculative.draft_model",
+                field=("speculative", "draft_model"),
+            )
         self._validate_lookup(run, spec)
 
     def _validate_lookup(self, run: RunSpec, spec: SpeculativeSpec) -> None:
         low, high = spec.prompt_lookup_min, spec.prompt_lookup_max
         if (low is not None or high is not None) and spec.method != "ngram":
             given = "prompt_lookup_min" if low is not None else "prompt_lookup_max"
-            self.fail(run, f"prompt_lookup_min/max apply to method 'ngram', not {spec.method!r}",
-                      field=("speculative", given))
+            self.fail(
+                run,
+                f"prompt_lookup_min/max apply to method 'ngram', not {spec.method!r}",
+                field=("speculative", given),
+            )
         for label, value in (("prompt_lookup_min", low), ("prompt_lookup_max", high)):
             if value is not None and value < 1:
-                self.fail(run, f"speculative.{label} must be at least 1, got {value}",
-                          field=("speculative", label))
+                self.fail(
+                    run,
+                    f"speculative.{label} must be at least 1, got {value}",
+                    field=("speculative", label),
+                )
         if low is not None and high is not None and low > high:
-            self.fail(run, f"speculative.prompt_lookup_min ({low}) is larger than "
-                      f"prompt_lookup_max ({high})", field=("speculative", "prompt_lookup_min"))
+            self.fail(
+                run,
+                f"speculative.prompt_lookup_min ({low}) is larger than prompt_lookup_max ({high})",
+                field=("speculative", "prompt_lookup_min"),
+            )
 
     @abstractmethod
     def validate_speculative(self, run: RunSpec, spec: SpeculativeSpec) -> None: ...
@@ -251,8 +305,12 @@ class Engine(ABC):
     def validate_extra_args(self, run: RunSpec) -> None:
         args = [str(a) for a in run.extra_args]
         owned = self.owned(run)
-        protected = {*owned, *self._flags(self.refused_flags), *self._flags(SECRET_FLAGS),
-                     self.flags["--host"]}
+        protected = {
+            *owned,
+            *self._flags(self.refused_flags),
+            *self._flags(SECRET_FLAGS),
+            self.flags["--host"],
+        }
         for use in self.flag_uses(args):
             if use.flag is None and protected.intersection(use.candidates):
                 self._refuse_ambiguous(run, use, protected)
@@ -261,42 +319,56 @@ class Engine(ABC):
             if flag.name == "--host":
                 self._check_host(run, use, args)
             elif flag.name in self.refused_flags:
-                self.fail(run, f"extra_args has {self._shown(use, flag.name)}: "
-                          f"{self.refused_flags[flag.name]}",
-                          hint=f"remove {use.written} from extra_args", field=at)
+                self.fail(
+                    run,
+                    f"extra_args has {self._shown(use, flag.name)}: "
+                    f"{self.refused_flags[flag.name]}",
+                    hint=f"remove {use.written} from extra_args",
+                    field=at,
+                )
             elif flag in owned:
                 spelling, field = owned[flag]
-                self.fail(run, f"extra_args sets {self._shown(use, spelling)}, which orch sets "
-                          f"from {field}",
-                          hint=f"set {field} in the run instead of passing {use.written} in "
-                          "extra_args", field=at)
+                self.fail(
+                    run,
+                    f"extra_args sets {self._shown(use, spelling)}, which orch sets from {field}",
+                    hint=f"set {field} in the run instead of passing {use.written} in extra_args",
+                    field=at,
+                )
 
     def _check_host(self, run: RunSpec, use: FlagUse, args: list[str]) -> None:
         given = values_of(args, use)
         value = given[0] if given else None
         if value != LOOPBACK:
-            self.fail(run, f"extra_args sets {self._shown(use, '--host')} {value}: engines always "
-                      f"bind {LOOPBACK} (orch reaches them through the host's loopback)",
-                      hint="remove --host from extra_args; the benchmark client runs on the host",
-                      field=("extra_args", use.index))
+            self.fail(
+                run,
+                f"extra_args sets {self._shown(use, '--host')} {value}: engines always "
+                f"bind {LOOPBACK} (orch reaches them through the host's loopback)",
+                hint="remove --host from extra_args; the benchmark client runs on the host",
+                field=("extra_args", use.index),
+            )
 
     @staticmethod
     def _shown(use: FlagUse, spelling: str) -> str:
         """``--por`` -> ``--por (read as --port)``: say what an abbreviation stands for."""
-        return use.written if use.exact or use.flag is None else f"{use.written} (read as {spelling})"
+        return (
+            use.written if use.exact or use.flag is None else f"{use.written} (read as {spelling})"
+        )
 
     def owned(self, run: RunSpec) -> dict[Flag, tuple[str, str]]:
         """Flags extra_args may not set in this run -> (orch's spelling, the playbook field)."""
         owned: dict[Flag, tuple[str, str]] = {}
-        for use in self.flag_uses(self.base_argv(run, port=self.port(run)) + self.speculative_argv(run)):
+        for use in self.flag_uses(
+            self.base_argv(run, port=self.port(run)) + self.speculative_argv(run)
+        ):
             if use.flag is not None:
                 flag = use.flag
             elif use.written.startswith("--"):
                 flag = Flag((use.written,))  # an option orch passes that the table does not know
             else:
                 continue  # python's -m
-            owned.setdefault(flag, (use.written, self.flag_fields.get(use.written,
-                                                                      "the run's typed fields")))
+            owned.setdefault(
+                flag, (use.written, self.flag_fields.get(use.written, "the run's typed fields"))
+            )
         for spelling, field in self.owned_flags.items():
             owned.setdefault(self.flags[spelling], (spelling, field))
         owned.pop(self.flags["--host"], None)  # checked by its value instead
@@ -311,25 +383,38 @@ class Engine(ABC):
         mine = [flag.name for flag in use.candidates if flag in protected]
         others = [flag.name for flag in use.candidates if flag not in protected]
         listed = mine + (others if len(others) <= 3 else [f"{len(others)} other flags"])
-        self.fail(run, f"extra_args has {use.written}, an abbreviation of {', '.join(listed)}: "
-                  f"orch cannot tell which one {self.name} will read",
-                  hint=f"write the flag in full ({' or '.join(mine)} cannot be abbreviated)",
-                  field=("extra_args", use.index))
+        self.fail(
+            run,
+            f"extra_args has {use.written}, an abbreviation of {', '.join(listed)}: "
+            f"orch cannot tell which one {self.name} will read",
+            hint=f"write the flag in full ({' or '.join(mine)} cannot be abbreviated)",
+            field=("extra_args", use.index),
+        )
 
-    def fail(self, run: RunSpec, message: str, *, field: FieldPath,
-             hint: str | None = None) -> NoReturn:
+    def fail(
+        self, run: RunSpec, message: str, *, field: FieldPath, hint: str | None = None
+    ) -> NoReturn:
         """Refuse ``run``; ``field`` is the setting at fault (the planner shows its line)."""
         raise SpecError(message, run=run.name, hint=hint, field=field)
 
-    def merge_options(self, run: RunSpec, base: dict[str, Any], options: Mapping[str, Any],
-                      *, reserved_from: Mapping[str, str]) -> dict[str, Any]:
+    def merge_options(
+        self,
+        run: RunSpec,
+        base: dict[str, Any],
+        options: Mapping[str, Any],
+        *,
+        reserved_from: Mapping[str, str],
+    ) -> dict[str, Any]:
         """``base`` plus the user's method-specific ``options``, refusing ones orch sets itself."""
         merged = dict(base)
         for key, value in options.items():
             if key in merged or key in reserved_from:
                 field = reserved_from.get(key, "the typed speculative fields")
-                self.fail(run, f"speculative.options.{key} is set by orch from {field}",
-                          hint=f"set {field} instead of options.{key}",
-                          field=("speculative", "options", key))
+                self.fail(
+                    run,
+                    f"speculative.options.{key} is set by orch from {field}",
+                    hint=f"set {field} instead of options.{key}",
+                    field=("speculative", "options", key),
+                )
             merged[key] = value
         return merged

@@ -45,7 +45,9 @@ CAUSES: tuple[Cause, ...] = (
         "the engine version on the host does not accept a flag: check extra_args and the "
         "engine's --help",
         # argparse prints "<prog>: error: ..."; ": error: " keeps "TypeError: argument ..." out.
-        re.compile(r": error: (unrecognized arguments|argument |the following arguments are required)"),
+        re.compile(
+            r": error: (unrecognized arguments|argument |the following arguments are required)"
+        ),
     ),
     Cause(
         MODEL_NOT_FOUND,

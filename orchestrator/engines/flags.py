@@ -49,7 +49,9 @@ class FlagUse:
     def exact(self) -> bool:
         """Written as one of the flag's own spellings (not an abbreviation of it)."""
         return self.flag is not None and any(
-            self.written == n or normal_spelling(self.written) == n for n in self.flag.option_strings)
+            self.written == n or normal_spelling(self.written) == n
+            for n in self.flag.option_strings
+        )
 
 
 def looks_like_flag(item: str) -> bool:
@@ -142,7 +144,7 @@ def values_of(args: Sequence[str], use: FlagUse) -> list[str]:
     if use.inline is not None:
         return [use.inline]
     out: list[str] = []
-    for item in args[use.index + 1:]:
+    for item in args[use.index + 1 :]:
         if looks_like_flag(str(item)):
             break
         out.append(str(item))
@@ -492,18 +494,25 @@ SGLANG_BOOL_FLAGS = [
 ]
 
 
-def _other_flags(values: Iterable[str], switches: Iterable[str], short: dict[str, str], *,
-                 negatable: bool) -> tuple[Flag, ...]:
+def _other_flags(
+    values: Iterable[str], switches: Iterable[str], short: dict[str, str], *, negatable: bool
+) -> tuple[Flag, ...]:
     def names(name: str) -> tuple[str, ...]:
         return (f"--{name}",) + ((short[name],) if name in short else ())
 
-    return (*(Flag(names(n)) for n in values),
-            *(Flag(names(n), value=False, negatable=negatable) for n in switches))
+    return (
+        *(Flag(names(n)) for n in values),
+        *(Flag(names(n), value=False, negatable=negatable) for n in switches),
+    )
 
 
 VLLM_SERVE = FlagTable(
     "vllm",
-    (*VLLM_CORE, *_other_flags(VLLM_VALUE_FLAGS, VLLM_BOOL_FLAGS, VLLM_SHORT, negatable=True), HELP),
+    (
+        *VLLM_CORE,
+        *_other_flags(VLLM_VALUE_FLAGS, VLLM_BOOL_FLAGS, VLLM_SHORT, negatable=True),
+        HELP,
+    ),
     flexible=True,
 )
 SGLANG_LAUNCH_SERVER = FlagTable(

@@ -36,8 +36,9 @@ class PlannedLaunch:
         return str(self.run.name)
 
 
-def hosts_for(run: RunSpec, playbook: Playbook, inventory: Inventory,
-              host_filter: Sequence[str] | None = None) -> list[HostConfig]:
+def hosts_for(
+    run: RunSpec, playbook: Playbook, inventory: Inventory, host_filter: Sequence[str] | None = None
+) -> list[HostConfig]:
     """The hosts ``run`` goes to: its own selector, else the playbook's, narrowed by the filter."""
     chosen = playbook.hosts_for(run, inventory)
     if host_filter:
@@ -54,8 +55,13 @@ def spec_fields(exc: SpecError) -> list[str]:
     return [dotted] if dotted else []
 
 
-def plan_launches(playbook: Playbook, inventory: Inventory, *, host_filter: Sequence[str] | None = None,
-                  environ: Mapping[str, str] | None = None) -> list[PlannedLaunch]:
+def plan_launches(
+    playbook: Playbook,
+    inventory: Inventory,
+    *,
+    host_filter: Sequence[str] | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> list[PlannedLaunch]:
     runs = list(playbook.expand())  # matrix runs become one run per combination
     for run in runs:  # all of them first: no host is touched for a playbook with a bad run
         try:
@@ -70,10 +76,17 @@ def plan_launches(playbook: Playbook, inventory: Inventory, *, host_filter: Sequ
         for host in hosts_for(run, playbook, inventory, host_filter):
             env = engine.env(run, host, environ=environ)
             secrets = engine.secrets(run, host, environ=environ)
-            plans.append(PlannedLaunch(
-                run=run, host=host, argv=engine.masked_argv(argv, secrets),
-                env_masked=engine.masked_env(env, secrets), port=port, env=env, argv_real=argv,
-            ))
+            plans.append(
+                PlannedLaunch(
+                    run=run,
+                    host=host,
+                    argv=engine.masked_argv(argv, secrets),
+                    env_masked=engine.masked_env(env, secrets),
+                    port=port,
+                    env=env,
+                    argv_real=argv,
+                )
+            )
     return plans
 
 
@@ -81,7 +94,12 @@ def to_json(plans: Sequence[PlannedLaunch]) -> dict[str, Any]:
     """``{"runs": [{"run", "host", "argv", "env"}]}`` with secrets shown as ``***``."""
     return {
         "runs": [
-            {"run": p.run_name, "host": p.host.name, "argv": list(p.argv), "env": dict(p.env_masked)}
+            {
+                "run": p.run_name,
+                "host": p.host.name,
+                "argv": list(p.argv),
+                "env": dict(p.env_masked),
+            }
             for p in plans
         ]
     }

@@ -61,4 +61,3 @@ class StatsInterval:
         """The interval the engine runs with, as written (``flag_value``: the flag's value)."""
         given = env.get(self.setting) if self.source == "env" else flag_value
         return given or f"{self.default:g}"
-

@@ -27,7 +27,11 @@ from orchestrator.metrics.prom import Scrape, SpecDelta, sglang_spec_delta
 
 # --speculative-algorithm: SGLang's own name of each playbook method
 ALGORITHMS: dict[SpeculativeMethod, str] = {
-    "mtp": "NEXTN", "eagle": "EAGLE", "eagle3": "EAGLE3", "dflash": "DFLASH", "ngram": "NGRAM",
+    "mtp": "NEXTN",
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE3",
+    "dflash": "DFLASH",
+    "ngram": "NGRAM",
 }
 _READ = "engines.md (SGLang 0.5.23)"
 
@@ -37,7 +41,8 @@ DOCTOR = DoctorFacts(
     default_memory_fraction=0.88,  # a typical --mem-fraction-static on one GPU
     method_support={
         "dflash": MethodSupport(
-            None, "0.5.23", "DFLASH merged in SGLang in April 2026 (#22077); engines.md (0.5.23)"),
+            None, "0.5.23", "DFLASH merged in SGLang in April 2026 (#22077); engines.md (0.5.23)"
+        ),
         "mtp": MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23, NEXTN)"),
         "eagle": MethodSupport(None, "0.5.23", _READ),
         "eagle3": MethodSupport(None, "0.5.23", _READ),
@@ -54,8 +59,9 @@ class SglangEngine(Engine):
     package = "sglang"
     default_port = 30000
     server_info_path = "/server_info"
-    log_parser = LineParser(sglang_log.ENGINE, sglang_log.KINDS, sglang_log.parse,
-                            sglang_log.is_signature)
+    log_parser = LineParser(
+        sglang_log.ENGINE, sglang_log.KINDS, sglang_log.parse, sglang_log.is_signature
+    )
     # orch passes the flag with this value (SGLang's own default is 40 as well)
     stats_interval = StatsInterval("--decode-log-interval", 40, "decode steps", "flag")
     doctor = DOCTOR
@@ -78,21 +84,38 @@ class SglangEngine(Engine):
     }
     # speculation switched on behind `speculative`'s back would go unmeasured
     owned_flags: ClassVar[dict[str, str]] = {"--speculative-algorithm": "`speculative.method`"}
-    num_tokens_hint: ClassVar[str] = ("for SGLang it becomes --speculative-num-steps N and "
-                       "--speculative-num-draft-tokens N+1")
+    num_tokens_hint: ClassVar[str] = (
+        "for SGLang it becomes --speculative-num-steps N and --speculative-num-draft-tokens N+1"
+    )
 
     def spec_delta(self, before: Scrape, after: Scrape) -> SpecDelta:
         return sglang_spec_delta(before, after)
 
     def base_argv(self, run: RunSpec, *, port: int) -> list[str]:
-        argv = ["python", "-m", "sglang.launch_server", "--model-path", run.model,
-                "--host", LOOPBACK, "--port", str(port), "--tp-size", str(run.tensor_parallel or 1)]
+        argv = [
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            run.model,
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(port),
+            "--tp-size",
+            str(run.tensor_parallel or 1),
+        ]
         if run.gpu_memory_fraction is not None:
             argv += ["--mem-fraction-static", str(run.gpu_memory_fraction)]
         if run.max_model_len is not None:
             argv += ["--context-length", str(run.max_model_len)]
-        return argv + ["--enable-metrics", "--decode-log-interval", f"{self.stats_interval.default:g}",
-                       "--served-model-name", self.served_name(run)]
+        return argv + [
+            "--enable-metrics",
+            "--decode-log-interval",
+            f"{self.stats_interval.default:g}",
+            "--served-model-name",
+            self.served_name(run),
+        ]
 
     def speculative_argv(self, run: RunSpec) -> list[str]:
         spec = run.speculative
@@ -106,8 +129,10 @@ class SglangEngine(Engine):
             topk = spec.eagle_topk or 1
             argv += ["--speculative-num-steps", str(n), "--speculative-eagle-topk", str(topk)]
         argv += ["--speculative-num-draft-tokens", str(n + 1)]
-        for value, flag in ((spec.prompt_lookup_min, "--speculative-ngram-min-match-window-size"),
-                            (spec.prompt_lookup_max, "--speculative-ngram-max-match-window-size")):
+        for value, flag in (
+            (spec.prompt_lookup_min, "--speculative-ngram-min-match-window-size"),
+            (spec.prompt_lookup_max, "--speculative-ngram-max-match-window-size"),
+        ):
             if value is not None:
                 argv += [flag, str(value)]
         return argv + self.option_flags(run, argv)
@@ -115,11 +140,17 @@ class SglangEngine(Engine):
     def option_flags(self, run: RunSpec, emitted: list[str]) -> list[str]:
         out: list[str] = []
         for key, value in run.speculative.options.items():
-            flag = "--" + (key if key.startswith("speculative") else "speculative-" + key).replace("_", "-")
+            flag = "--" + (key if key.startswith("speculative") else "speculative-" + key).replace(
+                "_", "-"
+            )
             if flag in emitted:
-                self.fail(run, f"speculative.options.{key} is set by orch from "
-                          f"{self.flag_fields.get(flag, 'the typed speculative fields').strip('`')}",
-                          hint=f"remove options.{key}", field=("speculative", "options", key))
+                self.fail(
+                    run,
+                    f"speculative.options.{key} is set by orch from "
+                    f"{self.flag_fields.get(flag, 'the typed speculative fields').strip('`')}",
+                    hint=f"remove options.{key}",
+                    field=("speculative", "options", key),
+                )
             if value is True:
                 out.append(flag)
             elif value is not False and value is not None:
@@ -128,13 +159,24 @@ class SglangEngine(Engine):
 
     def validate_speculative(self, run: RunSpec, spec: SpeculativeSpec) -> None:
         if spec.method == "dflash" and not spec.draft_model:
-            self.fail(run, "DFLASH on SGLang needs a draft model path: set speculative.draft_model",
-                      field=("speculative", "draft_model"))
+            self.fail(
+                run,
+                "DFLASH on SGLang needs a draft model path: set speculative.draft_model",
+                field=("speculative", "draft_model"),
+            )
         if spec.draft_tensor_parallel is not None:
-            self.fail(run, "speculative.draft_tensor_parallel is a vLLM setting; SGLang runs the "
-                      "drafter with the target's tp-size", hint="remove draft_tensor_parallel",
-                      field=("speculative", "draft_tensor_parallel"))
+            self.fail(
+                run,
+                "speculative.draft_tensor_parallel is a vLLM setting; SGLang runs the "
+                "drafter with the target's tp-size",
+                hint="remove draft_tensor_parallel",
+                field=("speculative", "draft_tensor_parallel"),
+            )
         topk = spec.eagle_topk
         if topk is not None and (topk < 1 or spec.method not in CHAIN_METHODS):
-            self.fail(run, f"speculative.eagle_topk ({topk}) must be at least 1 and applies to "
-                      "methods mtp, eagle and eagle3 only", field=("speculative", "eagle_topk"))
+            self.fail(
+                run,
+                f"speculative.eagle_topk ({topk}) must be at least 1 and applies to "
+                "methods mtp, eagle and eagle3 only",
+                field=("speculative", "eagle_topk"),
+            )

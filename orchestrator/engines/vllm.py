@@ -27,10 +27,13 @@ DOCTOR = DoctorFacts(
     layer_shift=1,  # the hidden state after layer i is at index i + 1 (0: the embeddings)
     default_memory_fraction=0.9,  # --gpu-memory-utilization's default
     method_support={
-        "dflash": MethodSupport("0.20.0", "0.33.0",
-                                "vLLM has served method 'dflash' since 0.20 (NeMo Automodel #2913)"),
-        **{method: MethodSupport(None, "0.33.0", _LISTED)
-           for method in ("mtp", "eagle", "eagle3", "draft_model", "ngram", "suffix", "dspark")},
+        "dflash": MethodSupport(
+            "0.20.0", "0.33.0", "vLLM has served method 'dflash' since 0.20 (NeMo Automodel #2913)"
+        ),
+        **{
+            method: MethodSupport(None, "0.33.0", _LISTED)
+            for method in ("mtp", "eagle", "eagle3", "draft_model", "ngram", "suffix", "dspark")
+        },
     },
     # DFlash2DraftModel is served by vLLM's "dflash" method from 0.28 on.
     drafter_architectures={"dflash": frozenset({"DFlashDraftModel", "DFlash2DraftModel"})},
@@ -57,18 +60,32 @@ class VllmEngine(Engine):
     }
     # the positional MODEL wins over --model, and a --speculative-config of a run without
     # `speculative` would measure a drafter the summary does not know about
-    owned_flags: ClassVar[dict[str, str]] = {"--model": "`model`", "--speculative-config": "`speculative`"}
+    owned_flags: ClassVar[dict[str, str]] = {
+        "--model": "`model`",
+        "--speculative-config": "`speculative`",
+    }
     refused_flags: ClassVar[dict[str, str]] = {
         "--disable-log-stats": "it turns off the stats lines orch measures speculative decoding from",
     }
-    num_tokens_hint: ClassVar[str] = "for vLLM it becomes num_speculative_tokens (DFlash: drafter block_size - 1)"
+    num_tokens_hint: ClassVar[str] = (
+        "for vLLM it becomes num_speculative_tokens (DFlash: drafter block_size - 1)"
+    )
 
     def spec_delta(self, before: Scrape, after: Scrape) -> SpecDelta:
         return vllm_spec_delta(before, after)
 
     def base_argv(self, run: RunSpec, *, port: int) -> list[str]:
-        argv = ["vllm", "serve", run.model, "--host", LOOPBACK, "--port", str(port),
-                "--tensor-parallel-size", str(run.tensor_parallel or 1)]
+        argv = [
+            "vllm",
+            "serve",
+            run.model,
+            "--host",
+            LOOPBACK,
+            "--port",
+            str(port),
+            "--tensor-parallel-size",
+            str(run.tensor_parallel or 1),
+        ]
         if run.max_model_len is not None:
             argv += ["--max-model-len", str(run.max_model_len)]
         if run.gpu_memory_fraction is not None:
@@ -80,8 +97,10 @@ class VllmEngine(Engine):
         if spec.method == "none":
             return None
         config: dict[str, Any] = {"method": spec.method}
-        reserved = {"method": "speculative.method",
-                    "num_speculative_tokens": "speculative.num_draft_tokens"}
+        reserved = {
+            "method": "speculative.method",
+            "num_speculative_tokens": "speculative.num_draft_tokens",
+        }
         if spec.draft_model:
             config["model"] = spec.draft_model
             reserved["model"] = "speculative.draft_model"
@@ -89,8 +108,10 @@ class VllmEngine(Engine):
         if spec.draft_tensor_parallel is not None:
             config["draft_tensor_parallel_size"] = spec.draft_tensor_parallel
             reserved["draft_tensor_parallel_size"] = "speculative.draft_tensor_parallel"
-        for key, value in (("prompt_lookup_min", spec.prompt_lookup_min),
-                           ("prompt_lookup_max", spec.prompt_lookup_max)):
+        for key, value in (
+            ("prompt_lookup_min", spec.prompt_lookup_min),
+            ("prompt_lookup_max", spec.prompt_lookup_max),
+        ):
             if value is not None:
                 config[key] = value
                 reserved[key] = f"speculative.{key}"
@@ -102,15 +123,25 @@ class VllmEngine(Engine):
 
     def validate_speculative(self, run: RunSpec, spec: SpeculativeSpec) -> None:
         if spec.method == "mtp" and spec.draft_model:
-            self.fail(run, "speculative method 'mtp' on vllm uses the target model's own MTP head: "
-                      "remove speculative.draft_model",
-                      hint="for a separate drafter use method eagle, eagle3 or dflash",
-                      field=("speculative", "draft_model"))
+            self.fail(
+                run,
+                "speculative method 'mtp' on vllm uses the target model's own MTP head: "
+                "remove speculative.draft_model",
+                hint="for a separate drafter use method eagle, eagle3 or dflash",
+                field=("speculative", "draft_model"),
+            )
         if spec.eagle_topk is not None:
-            self.fail(run, "speculative.eagle_topk is an SGLang setting; vllm drafts one chain",
-                      hint="remove eagle_topk for vllm runs", field=("speculative", "eagle_topk"))
+            self.fail(
+                run,
+                "speculative.eagle_topk is an SGLang setting; vllm drafts one chain",
+                hint="remove eagle_topk for vllm runs",
+                field=("speculative", "eagle_topk"),
+            )
         draft_tp = spec.draft_tensor_parallel
         if draft_tp is not None and (draft_tp < 1 or spec.method in ("none", "ngram", "mtp")):
-            self.fail(run, f"speculative.draft_tensor_parallel ({draft_tp}) needs a positive value "
-                      "and a separate draft model (dflash, eagle, eagle3)",
-                      field=("speculative", "draft_tensor_parallel"))
+            self.fail(
+                run,
+                f"speculative.draft_tensor_parallel ({draft_tp}) needs a positive value "
+                "and a separate draft model (dflash, eagle, eagle3)",
+                field=("speculative", "draft_tensor_parallel"),
+            )

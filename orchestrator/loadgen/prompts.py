@@ -290,8 +290,13 @@ def build_loadgen_spec(
     num_prompts = None if w.duration_s is not None else w.num_prompts
     if prompts.is_random:
         num = w.warmup + (num_prompts or RANDOM_POOL)
-        source = PromptSource(kind="random", input_len=prompts.input_len, num=num,
-                              tokenizer=tokenizer, range_ratio=0.0)
+        source = PromptSource(
+            kind="random",
+            input_len=prompts.input_len,
+            num=num,
+            tokenizer=tokenizer,
+            range_ratio=0.0,
+        )
     else:
         num = w.warmup + (num_prompts or len(prompts.items))
         source = PromptSource(kind="list", items=list(prompts.sample(num, seed=w.seed)))

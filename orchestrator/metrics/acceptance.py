@@ -60,7 +60,7 @@ def combine_acceptance(
     flagged = []
     present = [(s, v) for s, v in values.items() if v is not None]
     for i, (sa, va) in enumerate(present):
-        for sb, vb in present[i + 1:]:
+        for sb, vb in present[i + 1 :]:
             gap = relative_gap(va, vb)
             if gap > DISAGREEMENT:
                 flagged.append(f"{sa} {va:.3f} vs {sb} {vb:.3f} differ by {gap:.0%}")

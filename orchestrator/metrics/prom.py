@@ -146,11 +146,21 @@ def vllm_spec_delta(before: Scrape, after: Scrape) -> SpecDelta:
     draft_tokens = counter_delta(before, after, "vllm:spec_decode_num_draft_tokens_total")
     accepted = counter_delta(before, after, "vllm:spec_decode_num_accepted_tokens_total")
     if drafts is None or accepted is None or drafts <= 0:
-        note = ("no vllm:spec_decode_* counters: speculative decoding is off"
-                if drafts is None or accepted is None
-                else "vllm:spec_decode_num_drafts_total did not move: nothing was drafted")
-        return SpecDelta(None, [], drafts, draft_tokens, accepted, generation_tokens=gen,
-                         source="none", note=note)
+        note = (
+            "no vllm:spec_decode_* counters: speculative decoding is off"
+            if drafts is None or accepted is None
+            else "vllm:spec_decode_num_drafts_total did not move: nothing was drafted"
+        )
+        return SpecDelta(
+            None,
+            [],
+            drafts,
+            draft_tokens,
+            accepted,
+            generation_tokens=gen,
+            source="none",
+            note=note,
+        )
     per_pos: dict[int, float] = {}
     name = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
     for labels, value in after.series(name).items():
@@ -161,8 +171,13 @@ def vllm_spec_delta(before: Scrape, after: Scrape) -> SpecDelta:
         per_pos[int(position)] = per_pos.get(int(position), 0.0) + increase
     per_position = [per_pos[p] / drafts for p in sorted(per_pos)]
     return SpecDelta(
-        1 + accepted / drafts, per_position, drafts, draft_tokens, accepted,
-        generation_tokens=gen, source="counter",
+        1 + accepted / drafts,
+        per_position,
+        drafts,
+        draft_tokens,
+        accepted,
+        generation_tokens=gen,
+        source="counter",
     )
 
 
@@ -206,4 +221,3 @@ def sglang_spec_delta(before: Scrape, after: Scrape) -> SpecDelta:
         "(last decode-log interval only, not the whole window)"
     )
     return SpecDelta(sum(gauges) / len(gauges), [], **common, source="gauge", note=note)
-

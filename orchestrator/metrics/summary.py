@@ -200,8 +200,10 @@ def request_stats(
     methods = sorted({r.token_count_method for r in done if r.token_count_method})
     lags = [lag for lag in (r.send_lag for r in measured) if lag is not None]
     send = Stats.of(lags, scale=1000.0)
-    client_lag = ClientLag(send_lag_ms=LagStats(p50=send.median, p99=send.p99, max=send.max),
-                           loop_delay_ms=loop_delay_ms)
+    client_lag = ClientLag(
+        send_lag_ms=LagStats(p50=send.median, p99=send.p99, max=send.max),
+        loop_delay_ms=loop_delay_ms,
+    )
     return RequestStats(
         completed=len(done),
         failed=len(measured) - len(done),

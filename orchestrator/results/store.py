@@ -66,7 +66,9 @@ def write_bytes(path: Path, data: bytes) -> Path:
         try:
             os.link(tmp, path)
         except FileExistsError as exc:
-            raise OrchError(f"refusing to overwrite {path}", hint="results are never overwritten") from exc
+            raise OrchError(
+                f"refusing to overwrite {path}", hint="results are never overwritten"
+            ) from exc
     finally:
         os.unlink(tmp)
     return path
@@ -96,7 +98,9 @@ class AppendLog:
         try:
             fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, FILE_MODE)
         except FileExistsError as exc:
-            raise OrchError(f"refusing to overwrite {path}", hint="results are never overwritten") from exc
+            raise OrchError(
+                f"refusing to overwrite {path}", hint="results are never overwritten"
+            ) from exc
         self._fh: TextIO | None = os.fdopen(fd, "w", encoding="utf-8")
 
     def write_line(self, line: str) -> None:

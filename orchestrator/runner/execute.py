@@ -75,7 +75,9 @@ def begin_run(job: RunJob) -> float:
     started = time.time()
     job.run_dir.mkdir()
     stamp = iso_time(started)
-    write_json(job.run_dir / "manifest.json", {**job.manifest, "created_at": stamp, "started_at": stamp})
+    write_json(
+        job.run_dir / "manifest.json", {**job.manifest, "created_at": stamp, "started_at": stamp}
+    )
     return started
 
 
@@ -119,8 +121,15 @@ async def execute_run(
 
     try:
         phase(RunPhase.LAUNCHING)
-        server = await Server.start(agent, run, plan.host, run_id=job.run_id, port=plan.port,
-                                    registry=registry, reconnect=reconnect)
+        server = await Server.start(
+            agent,
+            run,
+            plan.host,
+            run_id=job.run_id,
+            port=plan.port,
+            registry=registry,
+            reconnect=reconnect,
+        )
         tail_task = asyncio.create_task(_follow(server, state, server_log, events, observer, key))
         phase(RunPhase.LOADING)
         await server.wait_ready(
@@ -144,13 +153,19 @@ async def execute_run(
         for log in (server_log, events, requests):
             log.close()
     if loadgen is not None:
-        for name, text in (("metrics_before.txt", loadgen.metrics_before),
-                           ("metrics_after.txt", loadgen.metrics_after)):
+        for name, text in (
+            ("metrics_before.txt", loadgen.metrics_before),
+            ("metrics_after.txt", loadgen.metrics_after),
+        ):
             if text is not None:
                 write_text(job.run_dir / name, mask(text, state.secrets))
-    times = RunTimes.from_epoch(started_at=started, ended_at=time.time(), ready_at=ready_at,
-                                measure_started_at=loadgen.started_at if loadgen else None,
-                                measure_ended_at=loadgen.ended_at if loadgen else None)
+    times = RunTimes.from_epoch(
+        started_at=started,
+        ended_at=time.time(),
+        ready_at=ready_at,
+        measure_started_at=loadgen.started_at if loadgen else None,
+        measure_ended_at=loadgen.ended_at if loadgen else None,
+    )
     result = build_result(job, state=state, loadgen=loadgen, error=error, times=times)
     result = result.masked(state.secrets)
     write_json(job.run_dir / "summary.json", result.to_json())
@@ -178,8 +193,14 @@ def masked(value: Any, secrets: Secrets) -> Any:
     return value
 
 
-async def _follow(server: Server, state: LiveState, server_log: AppendLog, events: AppendLog,
-                  observer: Observer, key: str) -> None:
+async def _follow(
+    server: Server,
+    state: LiveState,
+    server_log: AppendLog,
+    events: AppendLog,
+    observer: Observer,
+    key: str,
+) -> None:
     """Stream the server's log into server.log, parse it live into events.jsonl.
 
     Each line is masked on arrival, so no copy of it (file, memory, summary) holds a secret.
@@ -207,13 +228,24 @@ async def _finish_tail(task: asyncio.Task[None]) -> None:
             await task
 
 
-async def _drive_load(job: RunJob, server: Server, agent: AgentClient, state: LiveState,
-                      requests: AppendLog, observer: Observer) -> LoadgenResult:
+async def _drive_load(
+    job: RunJob,
+    server: Server,
+    agent: AgentClient,
+    state: LiveState,
+    requests: AppendLog,
+    observer: Observer,
+) -> LoadgenResult:
     run = job.plan.run
     spec = build_loadgen_spec(
-        run.workload, job.prompts, port=server.port, served_name=server.served_name,
-        tokenizer=run.model, api_key=server.adapter.api_key(run),
-        metrics_path=server.adapter.metrics_path)
+        run.workload,
+        job.prompts,
+        port=server.port,
+        served_name=server.served_name,
+        tokenizer=run.model,
+        api_key=server.adapter.api_key(run),
+        metrics_path=server.adapter.metrics_path,
+    )
     result: LoadgenResult | None = None
     done = failed = 0
     async with contextlib.aclosing(agent.loadgen(spec)) as events:
@@ -244,8 +276,11 @@ def run_error(exc: OrchError) -> RunError:
     kind = getattr(exc, "kind", None)
     engine = exc if isinstance(exc, EngineError) else None
     return RunError(
-        type=type(exc).__name__, message=str(exc), hint=exc.hint,
-        cause=engine.cause if engine else None, exit_code=engine.exit_code if engine else None,
+        type=type(exc).__name__,
+        message=str(exc),
+        hint=exc.hint,
+        cause=engine.cause if engine else None,
+        exit_code=engine.exit_code if engine else None,
         log_tail=list(engine.log_tail) if engine else [],
         kind=str(getattr(kind, "value", kind)) if kind else None,
     )
@@ -256,8 +291,13 @@ def failed_result(job: RunJob, error: OrchError) -> RunResult:
     written as its summary.json."""
     started = begin_run(job)
     state = LiveState(follower=LogFollower(engine=_engine(job.plan.run)), secrets=run_secrets(job))
-    result = build_result(job, state=state, loadgen=None, error=run_error(error),
-                          times=RunTimes.from_epoch(started_at=started, ended_at=time.time()))
+    result = build_result(
+        job,
+        state=state,
+        loadgen=None,
+        error=run_error(error),
+        times=RunTimes.from_epoch(started_at=started, ended_at=time.time()),
+    )
     result = result.masked(state.secrets)
     write_json(job.run_dir / "summary.json", result.to_json())
     return result

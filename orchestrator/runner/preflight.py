@@ -56,7 +56,9 @@ async def open_host(pool: ConnectionPool, host: HostConfig, ports: Sequence[int]
     return HostSession(host, agent=agent, facts=facts)
 
 
-async def open_hosts(pool: ConnectionPool, plans: Sequence[PlannedLaunch]) -> dict[str, HostSession]:
+async def open_hosts(
+    pool: ConnectionPool, plans: Sequence[PlannedLaunch]
+) -> dict[str, HostSession]:
     """Every host the plan touches, concurrently: a dead host never holds up the others."""
     hosts: dict[str, HostConfig] = {}
     ports: dict[str, list[int]] = {}
@@ -68,8 +70,10 @@ async def open_hosts(pool: ConnectionPool, plans: Sequence[PlannedLaunch]) -> di
         return await open_host(pool, host, ports[host.name])
 
     outcomes = await each_host(list(hosts.values()), job)
-    return {o.host: o.unwrap() if o.error is None else HostSession(hosts[o.host], error=o.error)
-            for o in outcomes}
+    return {
+        o.host: o.unwrap() if o.error is None else HostSession(hosts[o.host], error=o.error)
+        for o in outcomes
+    }
 
 
 async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:

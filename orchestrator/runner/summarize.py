@@ -54,7 +54,10 @@ if TYPE_CHECKING:
     from orchestrator.runner.execute import LiveState, RunJob
 
 ACCEPTANCE_SOURCES: dict[str, AcceptanceSource] = {
-    "prometheus": "prometheus", "log": "log", "client": "client"}
+    "prometheus": "prometheus",
+    "log": "log",
+    "client": "client",
+}
 # A saturated client sets the pace instead of the server (issue 4: make it visible).
 LOOP_DELAY_WARN_MS = 20.0  # p99 of how late the load generator's 20 ms ticker woke up
 SEND_LAG_WARN_MS = 100.0  # p99 of how late requests were sent versus due
@@ -134,9 +137,15 @@ def decode_steps(records: Sequence[RequestRecord]) -> DecodeSteps | None:
     return DecodeSteps(busy / step, step)
 
 
-def log_missing_note(engine: str, *, window_s: float | None, env: Mapping[str, str],
-                     argv: Sequence[str], steps: DecodeSteps | None = None,
-                     completed: int | None = None) -> str:
+def log_missing_note(
+    engine: str,
+    *,
+    window_s: float | None,
+    env: Mapping[str, str],
+    argv: Sequence[str],
+    steps: DecodeSteps | None = None,
+    completed: int | None = None,
+) -> str:
     """Why the log gave no acceptance figure, and what to change so that it does.
 
     Engines print their spec-decode stats once per interval; a measured window shorter than
@@ -148,35 +157,53 @@ def log_missing_note(engine: str, *, window_s: float | None, env: Mapping[str, s
     window = f"the measured window ({window_s:.1f} s)" if window_s else "the measured window"
     interval = get_engine(engine).stats_interval_in_effect(env=env, argv=argv)
     if engine == "sglang":
-        return _sglang_missing_note(window, interval, window_s=window_s, steps=steps,
-                                    completed=completed)
-    return (f"log: no SpecDecoding metrics line fell in {window}: vLLM prints one every "
-            f"VLLM_LOG_STATS_INTERVAL = {interval} s; set it lower in the run's env (e.g. "
-            "env: {VLLM_LOG_STATS_INTERVAL: \"1\"}), or measure longer (more num_prompts or "
-            "duration_s)")
+        return _sglang_missing_note(
+            window, interval, window_s=window_s, steps=steps, completed=completed
+        )
+    return (
+        f"log: no SpecDecoding metrics line fell in {window}: vLLM prints one every "
+        f"VLLM_LOG_STATS_INTERVAL = {interval} s; set it lower in the run's env (e.g. "
+        'env: {VLLM_LOG_STATS_INTERVAL: "1"}), or measure longer (more num_prompts or '
+        "duration_s)"
+    )
 
 
-def _sglang_missing_note(window: str, interval: str, *, window_s: float | None,
-                         steps: DecodeSteps | None, completed: int | None) -> str:
-    head = (f"log: no Decode batch line with an accept len fell in {window}: SGLang prints one "
-            f"every {interval} decode steps (--decode-log-interval: orch sets it, a run cannot)")
+def _sglang_missing_note(
+    window: str,
+    interval: str,
+    *,
+    window_s: float | None,
+    steps: DecodeSteps | None,
+    completed: int | None,
+) -> str:
+    head = (
+        f"log: no Decode batch line with an accept len fell in {window}: SGLang prints one "
+        f"every {interval} decode steps (--decode-log-interval: orch sets it, a run cannot)"
+    )
     try:
         need = LOG_INTERVALS_WANTED * float(interval)
     except ValueError:
         need = 0.0
     if steps is None or steps.count < 1 or need <= 0:
         return head + "; measure longer (more num_prompts or duration_s)"
-    held = (f"the window held about {steps.count:.0f} decode steps "
-            f"({steps.step_s * 1000:.1f} ms each)")
+    held = (
+        f"the window held about {steps.count:.0f} decode steps ({steps.step_s * 1000:.1f} ms each)"
+    )
     if steps.count >= need:
-        return (head + f"; {held}, enough for a line: check that server.log's Decode batch "
-                "lines carry an accept len")
+        return (
+            head + f"; {held}, enough for a line: check that server.log's Decode batch "
+            "lines carry an accept len"
+        )
     factor = need / steps.count
-    longer = [f"num_prompts {_ceil(completed * factor)}" if completed else "",
-              f"duration_s {_ceil(window_s * factor)}" if window_s else ""]
+    longer = [
+        f"num_prompts {_ceil(completed * factor)}" if completed else "",
+        f"duration_s {_ceil(window_s * factor)}" if window_s else "",
+    ]
     example = " or ".join(x for x in longer if x)
-    return (head + f"; {held}: measure at least {need:g} steps, {factor:.1f}x longer at this "
-            f"load" + (f" ({example})" if example else ""))
+    return (
+        head + f"; {held}: measure at least {need:g} steps, {factor:.1f}x longer at this "
+        f"load" + (f" ({example})" if example else "")
+    )
 
 
 def _ceil(x: float) -> int:
@@ -200,25 +227,40 @@ def send_rates(records: Sequence[RequestRecord]) -> tuple[float | None, float | 
     return (n / sent if sent > 0 else None), (n / due if due > 0 else None)
 
 
-def client_warnings(*, client_lag: ClientLag | None, request_rate: float | None,
-                    achieved_rate: float | None, scheduled_rate: float | None) -> list[str]:
+def client_warnings(
+    *,
+    client_lag: ClientLag | None,
+    request_rate: float | None,
+    achieved_rate: float | None,
+    scheduled_rate: float | None,
+) -> list[str]:
     """Signs that the load generator, not the server, set the pace (so latencies are inflated)."""
     lag = client_lag or ClientLag()
     out = []
     loop = lag.loop_delay_ms.p99 if lag.loop_delay_ms else None
     if loop is not None and loop > LOOP_DELAY_WARN_MS:
-        out.append(f"client saturated: event-loop delay p99 {loop:.1f} ms > {LOOP_DELAY_WARN_MS:g} "
-                   "ms: the load generator's host is busy (CPU-bound client, or the engine "
-                   "starving it); latencies include client time")
+        out.append(
+            f"client saturated: event-loop delay p99 {loop:.1f} ms > {LOOP_DELAY_WARN_MS:g} "
+            "ms: the load generator's host is busy (CPU-bound client, or the engine "
+            "starving it); latencies include client time"
+        )
     send = lag.send_lag_ms.p99
     if send is not None and send > SEND_LAG_WARN_MS:
-        out.append(f"client saturated: send lag p99 {send:.1f} ms > {SEND_LAG_WARN_MS:g} ms: "
-                   "requests left later than due")
-    if (request_rate is not None and achieved_rate is not None and scheduled_rate is not None
-            and achieved_rate < RATE_SHORTFALL * scheduled_rate):
-        out.append(f"client saturated: sent {achieved_rate:.2f} req/s against a schedule of "
-                   f"{scheduled_rate:.2f} req/s (request_rate {request_rate:g}): the open loop "
-                   "fell behind; lower request_rate or raise the concurrency cap")
+        out.append(
+            f"client saturated: send lag p99 {send:.1f} ms > {SEND_LAG_WARN_MS:g} ms: "
+            "requests left later than due"
+        )
+    if (
+        request_rate is not None
+        and achieved_rate is not None
+        and scheduled_rate is not None
+        and achieved_rate < RATE_SHORTFALL * scheduled_rate
+    ):
+        out.append(
+            f"client saturated: sent {achieved_rate:.2f} req/s against a schedule of "
+            f"{scheduled_rate:.2f} req/s (request_rate {request_rate:g}): the open loop "
+            "fell behind; lower request_rate or raise the concurrency cap"
+        )
     return out
 
 
@@ -228,17 +270,28 @@ def run_settings(run: RunSpec) -> RunSettings:
     return RunSettings(
         engine=run.engine,
         model=run.model,
-        speculative=SpeculativeSettings(method=run.speculative.method,
-                                        draft_model=run.speculative.draft_model,
-                                        num_draft_tokens=run.speculative.num_draft_tokens),
+        speculative=SpeculativeSettings(
+            method=run.speculative.method,
+            draft_model=run.speculative.draft_model,
+            num_draft_tokens=run.speculative.num_draft_tokens,
+        ),
         tensor_parallel=run.tensor_parallel,
         max_model_len=run.max_model_len,
         workload=WorkloadSettings(
-            prompts=w.prompts, num_prompts=w.num_prompts, duration_s=w.duration_s,
+            prompts=w.prompts,
+            num_prompts=w.num_prompts,
+            duration_s=w.duration_s,
             concurrency=w.concurrency if w.request_rate is None else w.open_loop_cap,
-            request_rate=w.request_rate, burstiness=w.burstiness, max_tokens=w.max_tokens,
-            input_len=w.input_len, ignore_eos=w.ignore_eos, warmup=w.warmup, api=w.api,
-            temperature=w.temperature, seed=w.seed),
+            request_rate=w.request_rate,
+            burstiness=w.burstiness,
+            max_tokens=w.max_tokens,
+            input_len=w.input_len,
+            ignore_eos=w.ignore_eos,
+            warmup=w.warmup,
+            api=w.api,
+            temperature=w.temperature,
+            seed=w.seed,
+        ),
     )
 
 
@@ -249,55 +302,102 @@ def finding_record(finding: Finding) -> FindingRecord:
 
 
 def lag_stats(lag: WireLagStats | None) -> LagStats | None:
-    return None if lag is None else LagStats(n=lag.n, mean=lag.mean, p50=lag.p50, p99=lag.p99,
-                                             max=lag.max)
+    return (
+        None
+        if lag is None
+        else LagStats(n=lag.n, mean=lag.mean, p50=lag.p50, p99=lag.p99, max=lag.max)
+    )
 
 
 def loadgen_client_lag(lag: WireClientLag | None) -> LoadgenClientLag | None:
     if lag is None:
         return None
-    return LoadgenClientLag(send_lag_ms=lag_stats(lag.send_lag_ms),
-                            loop_delay_ms=lag_stats(lag.loop_delay_ms), loop_tick_ms=lag.loop_tick_ms)
+    return LoadgenClientLag(
+        send_lag_ms=lag_stats(lag.send_lag_ms),
+        loop_delay_ms=lag_stats(lag.loop_delay_ms),
+        loop_tick_ms=lag.loop_tick_ms,
+    )
 
 
-def loadgen_info(loadgen: LoadgenResult, *, achieved: float | None,
-                 scheduled: float | None) -> LoadgenInfo:
+def loadgen_info(
+    loadgen: LoadgenResult, *, achieved: float | None, scheduled: float | None
+) -> LoadgenInfo:
     lg = loadgen
     return LoadgenInfo(
-        requests=lg.requests, completed=lg.completed, failed=lg.failed, duration_s=lg.duration_s,
-        started_at=lg.started_at, ended_at=lg.ended_at, warmup=lg.warmup,
-        output_tokens=lg.output_tokens, mode=lg.mode, concurrency=lg.concurrency,
-        request_rate=lg.request_rate, burstiness=lg.burstiness,
-        client_lag=loadgen_client_lag(lg.client_lag), token_count_method=lg.token_count_method,
-        token_count_methods=dict(lg.token_count_methods or {}), prompt_source=lg.prompt_source,
-        input_len_exact=lg.input_len_exact, random_prompts=lg.random_prompts,
-        random_prompts_exact=lg.random_prompts_exact, request_seeds=lg.request_seeds,
-        achieved_request_rate=achieved, scheduled_request_rate=scheduled,
+        requests=lg.requests,
+        completed=lg.completed,
+        failed=lg.failed,
+        duration_s=lg.duration_s,
+        started_at=lg.started_at,
+        ended_at=lg.ended_at,
+        warmup=lg.warmup,
+        output_tokens=lg.output_tokens,
+        mode=lg.mode,
+        concurrency=lg.concurrency,
+        request_rate=lg.request_rate,
+        burstiness=lg.burstiness,
+        client_lag=loadgen_client_lag(lg.client_lag),
+        token_count_method=lg.token_count_method,
+        token_count_methods=dict(lg.token_count_methods or {}),
+        prompt_source=lg.prompt_source,
+        input_len_exact=lg.input_len_exact,
+        random_prompts=lg.random_prompts,
+        random_prompts_exact=lg.random_prompts_exact,
+        request_seeds=lg.request_seeds,
+        achieved_request_rate=achieved,
+        scheduled_request_rate=scheduled,
     )
 
 
 def acceptance_result(acc: Acceptance, prom: SpecDelta | None) -> AcceptanceResult:
-    delta = None if prom is None else PrometheusDelta(
-        acceptance_length=prom.acceptance_length, per_position=list(prom.per_position),
-        drafts=prom.drafts, draft_tokens=prom.draft_tokens, accepted=prom.accepted,
-        generation_tokens=prom.generation_tokens, source=prom.source, note=prom.note)
+    delta = (
+        None
+        if prom is None
+        else PrometheusDelta(
+            acceptance_length=prom.acceptance_length,
+            per_position=list(prom.per_position),
+            drafts=prom.drafts,
+            draft_tokens=prom.draft_tokens,
+            accepted=prom.accepted,
+            generation_tokens=prom.generation_tokens,
+            source=prom.source,
+            note=prom.note,
+        )
+    )
     return AcceptanceResult(
-        length=acc.length, source=ACCEPTANCE_SOURCES[acc.source] if acc.source else None,
-        prometheus=acc.prometheus, log=acc.log,
-        client=acc.client, per_position=acc.per_position,
-        per_position_source=acc.per_position_source, disagreement=list(acc.disagreement),
-        notes=list(acc.notes), prometheus_delta=delta)
+        length=acc.length,
+        source=ACCEPTANCE_SOURCES[acc.source] if acc.source else None,
+        prometheus=acc.prometheus,
+        log=acc.log,
+        client=acc.client,
+        per_position=acc.per_position,
+        per_position_source=acc.per_position_source,
+        disagreement=list(acc.disagreement),
+        notes=list(acc.notes),
+        prometheus_delta=delta,
+    )
 
 
 def collapse_verdict(collapse: Collapse, causes: Sequence[Cause]) -> CollapseVerdict:
     return CollapseVerdict(
-        method=collapse.method, num_draft_tokens=collapse.num_draft_tokens,
-        acceptance_length=collapse.acceptance_length, floor=collapse.floor,
-        per_position=collapse.per_position, reasons=list(collapse.reasons),
+        method=collapse.method,
+        num_draft_tokens=collapse.num_draft_tokens,
+        acceptance_length=collapse.acceptance_length,
+        floor=collapse.floor,
+        per_position=collapse.per_position,
+        reasons=list(collapse.reasons),
         message=collapse.message,
-        likely_causes=[RankedCause(rank=c.rank, cause=c.cause, source=c.source,
-                                   evidence=list(c.evidence), fix=c.fix, checks=list(c.checks))
-                       for c in causes],
+        likely_causes=[
+            RankedCause(
+                rank=c.rank,
+                cause=c.cause,
+                source=c.source,
+                evidence=list(c.evidence),
+                fix=c.fix,
+                checks=list(c.checks),
+            )
+            for c in causes
+        ],
     )
 
 
@@ -319,15 +419,24 @@ def build_result(
     settings = run_settings(run)
     requests = None
     if state.records:
-        lag = lag_stats(loadgen.client_lag.loop_delay_ms) if loadgen and loadgen.client_lag else None
-        requests = request_stats(state.records, window_s=loadgen.duration_s if loadgen else None,
-                                 loop_delay_ms=lag)
+        lag = (
+            lag_stats(loadgen.client_lag.loop_delay_ms) if loadgen and loadgen.client_lag else None
+        )
+        requests = request_stats(
+            state.records, window_s=loadgen.duration_s if loadgen else None, loop_delay_ms=lag
+        )
     whole_log = state.follower.summary() if state.follower.engine else None
     window_log = state.window.summary() if state.window and state.window.engine else None
     log_src = window_log or whole_log
     result = RunResult(
-        run=RunIdentity(name=run.name, key=job.key, host=host.name,
-                        folder=safe_name(job.run_dir.name), order=job.order, run_id=job.run_id),
+        run=RunIdentity(
+            name=run.name,
+            key=job.key,
+            host=host.name,
+            folder=safe_name(job.run_dir.name),
+            order=job.order,
+            run_id=job.run_id,
+        ),
         settings=settings,
         times=times,
         error=error,
@@ -335,12 +444,18 @@ def build_result(
         engine_metrics=EngineLogFigures(
             generation_throughput_mean=log_src.mean_generation_throughput if log_src else None,
             log_events=dict(whole_log.events) if whole_log else {},
-            malformed_log_lines=whole_log.malformed if whole_log else 0),
-        engine_changes=[finding_record(f) for f in
-                        engine_silent_changes(state.head_lines, requested_settings(run))],
+            malformed_log_lines=whole_log.malformed if whole_log else 0,
+        ),
+        engine_changes=[
+            finding_record(f)
+            for f in engine_silent_changes(state.head_lines, requested_settings(run))
+        ],
         doctor=[finding_record(f) for f in problems(job.doctor)],
-        provenance=Provenance(orch_version=__version__, engine_version=_engine_version(job),
-                              log_lines=_pair(log_lines(state))),
+        provenance=Provenance(
+            orch_version=__version__,
+            engine_version=_engine_version(job),
+            log_lines=_pair(log_lines(state)),
+        ),
     )
     if loadgen is None:
         return result
@@ -351,23 +466,39 @@ def _pair(lines: list[int] | None) -> tuple[int, int] | None:
     return (lines[0], lines[1]) if lines else None
 
 
-def _with_measurement(result: RunResult, job: RunJob, *, loadgen: LoadgenResult,
-                      state: LiveState, log_src: LogSummary | None) -> RunResult:
+def _with_measurement(
+    result: RunResult,
+    job: RunJob,
+    *,
+    loadgen: LoadgenResult,
+    state: LiveState,
+    log_src: LogSummary | None,
+) -> RunResult:
     """``result`` with what the load generator's window adds: its account, the client's
     warnings, acceptance three ways and the collapse verdict."""
     run, settings = job.plan.run, result.settings
     engine, spec = settings.engine, settings.speculative
     achieved, scheduled = send_rates(state.records) if loadgen.mode == "open" else (None, None)
     requests = result.requests
-    warnings = client_warnings(client_lag=requests.client_lag if requests else None,
-                               request_rate=loadgen.request_rate, achieved_rate=achieved,
-                               scheduled_rate=scheduled)
+    warnings = client_warnings(
+        client_lag=requests.client_lag if requests else None,
+        request_rate=loadgen.request_rate,
+        achieved_rate=achieved,
+        scheduled_rate=scheduled,
+    )
     prom, note = prometheus_delta(engine, loadgen)
     notes = [note] if note else []
     if spec.enabled and (log_src is None or log_src.acceptance_length is None):
-        notes.append(log_missing_note(engine, window_s=loadgen.duration_s, env=job.plan.env,
-                                      argv=job.plan.argv, steps=decode_steps(state.records),
-                                      completed=requests.completed if requests else None))
+        notes.append(
+            log_missing_note(
+                engine,
+                window_s=loadgen.duration_s,
+                env=job.plan.env,
+                argv=job.plan.argv,
+                steps=decode_steps(state.records),
+                completed=requests.completed if requests else None,
+            )
+        )
     acc = combine_acceptance(
         prometheus=prom.acceptance_length if prom else None,
         log=log_src.acceptance_length if log_src else None,
@@ -377,15 +508,21 @@ def _with_measurement(result: RunResult, job: RunJob, *, loadgen: LoadgenResult,
         speculative=spec.enabled,
         notes=notes,
     )
-    collapse = detect_collapse(method=spec.method, num_draft_tokens=spec.num_draft_tokens,
-                               acceptance_length=acc.length, per_position=acc.per_position)
+    collapse = detect_collapse(
+        method=spec.method,
+        num_draft_tokens=spec.num_draft_tokens,
+        acceptance_length=acc.length,
+        per_position=acc.per_position,
+    )
     verdict = None
     if collapse is not None:
         causes = causes_for_run(run, list(job.doctor), drafter=job.drafter, env=job.plan.env)
         verdict = collapse_verdict(collapse, causes)
-    return result.model_copy(update={
-        "loadgen": loadgen_info(loadgen, achieved=achieved, scheduled=scheduled),
-        "warnings": warnings,
-        "acceptance": acceptance_result(acc, prom),
-        "collapse": verdict,
-    })
+    return result.model_copy(
+        update={
+            "loadgen": loadgen_info(loadgen, achieved=achieved, scheduled=scheduled),
+            "warnings": warnings,
+            "acceptance": acceptance_result(acc, prom),
+            "collapse": verdict,
+        }
+    )

@@ -114,8 +114,12 @@ def _serve_parser() -> argparse.ArgumentParser:
     return sub.choices["serve"]
 
 
-@pytest.mark.parametrize(("table", "parser"), [(VLLM_SERVE, _serve_parser), (SGLANG_LAUNCH_SERVER, sglang_parser)])
-def test_simulator_takes_exactly_the_flags_orch_checks_against(table: FlagTable, parser: Any) -> None:
+@pytest.mark.parametrize(
+    ("table", "parser"), [(VLLM_SERVE, _serve_parser), (SGLANG_LAUNCH_SERVER, sglang_parser)]
+)
+def test_simulator_takes_exactly_the_flags_orch_checks_against(
+    table: FlagTable, parser: Any
+) -> None:
     """One table: a flag the simulator took but orch's checks did not know (or the reverse)
     would let an abbreviation through that the stand-in for the real CLI reads."""
     expected = {option for flag in table.flags for option in flag.option_strings}
@@ -139,15 +143,22 @@ def test_simulator_takes_exactly_the_flags_orch_checks_against(table: FlagTable,
         ("sglang", ["--api", "KEY"], "--api-key", "api_key", "KEY"),
     ],
 )  # fmt: skip
-def test_abbreviations_reach_the_engine(engine: str, extra: list[str], flag: str, field: str,
-                                        value: Any) -> None:
-    cfg = parse_vllm(["serve", "m", *extra]) if engine == "vllm" else parse_sglang(["--model-path", "m", *extra])
+def test_abbreviations_reach_the_engine(
+    engine: str, extra: list[str], flag: str, field: str, value: Any
+) -> None:
+    cfg = (
+        parse_vllm(["serve", "m", *extra])
+        if engine == "vllm"
+        else parse_sglang(["--model-path", "m", *extra])
+    )
     assert getattr(cfg, field) == value
     use = TABLES[engine].resolve(extra[0])  # and orch's checks read it the same way
     assert use is not None and use.flag is not None and (use.flag.name, use.exact) == (flag, False)
 
 
-def test_ambiguous_abbreviation_is_refused_by_the_engine(capsys: pytest.CaptureFixture[str]) -> None:
+def test_ambiguous_abbreviation_is_refused_by_the_engine(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
     with pytest.raises(SystemExit) as info:
         parse_vllm(["serve", "m", "--po", "9999"])
     assert info.value.code == 2
@@ -162,7 +173,9 @@ def test_ambiguous_abbreviation_is_refused_by_the_engine(capsys: pytest.CaptureF
         ("sglang", ["--model-path", "m", "--api-key", "sk-sim-key"], "api_key='sk-sim-key'"),
     ],
 )  # fmt: skip
-def test_banner_prints_the_api_key_as_the_real_engines_do(engine: str, argv: list[str], banner: str) -> None:
+def test_banner_prints_the_api_key_as_the_real_engines_do(
+    engine: str, argv: list[str], banner: str
+) -> None:
     """Real vLLM logs its non-default args and SGLang its ServerArgs, the API key included: the
     simulator must too, or orch's masking of the logs it records is never exercised."""
     cfg = parse(engine, argv)

@@ -21,7 +21,9 @@ from orchestrator.commands.progress import PhaseChanged, RunAdded, RunPhase
 from orchestrator.errors import OrchError
 
 
-def test_first_signal_cancels_later_ones_start_one_countdown(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_first_signal_cancels_later_ones_start_one_countdown(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     printed = io.StringIO()
     monkeypatch.setattr(cli_run, "err", Console(file=printed, width=200))
     gave_up: list[signal.Signals] = []
@@ -42,8 +44,10 @@ def test_first_signal_cancels_later_ones_start_one_countdown(monkeypatch: pytest
     assert cancels == ["cancel"]  # the clean-up is never cancelled twice
     assert stop.timer is timer and timer is not None  # one countdown, from the second signal
     assert stop.received == [signal.SIGTERM, signal.SIGINT, signal.SIGINT]
-    assert printed.getvalue().splitlines() == [
-        "SIGINT: stopping the servers this run started, please wait (giving up in 0 s)"] * 2
+    assert (
+        printed.getvalue().splitlines()
+        == ["SIGINT: stopping the servers this run started, please wait (giving up in 0 s)"] * 2
+    )
     assert called.wait(5)
     assert gave_up == [signal.SIGTERM]  # the exit status follows the first signal
 
@@ -79,20 +83,28 @@ def test_bad_stop_grace_is_one_clear_error(monkeypatch: pytest.MonkeyPatch, raw:
 
 def test_busy_hosts_are_those_with_a_run_under_way() -> None:
     display = Display(Console(file=io.StringIO()), live=False)
-    for key, run, host, phase in [("1", "a", "h1", RunPhase.DONE), ("2", "b", "h2", RunPhase.MEASURING),
-                                  ("3", "c", "h3", RunPhase.WAITING), ("4", "d", "h4", RunPhase.FAILED),
-                                  ("5", "e", "h2", RunPhase.STOPPING), ("6", "f", "h5", RunPhase.LOADING),
-                                  ("7", "g", "h6", RunPhase.COLLAPSE)]:
+    for key, run, host, phase in [
+        ("1", "a", "h1", RunPhase.DONE),
+        ("2", "b", "h2", RunPhase.MEASURING),
+        ("3", "c", "h3", RunPhase.WAITING),
+        ("4", "d", "h4", RunPhase.FAILED),
+        ("5", "e", "h2", RunPhase.STOPPING),
+        ("6", "f", "h5", RunPhase.LOADING),
+        ("7", "g", "h6", RunPhase.COLLAPSE),
+    ]:
         display.on_event(RunAdded(key, run=run, host=host, total=None))
         display.on_event(PhaseChanged(key, phase, reason="x" if phase is RunPhase.FAILED else None))
     assert busy_hosts(display, []) == ["h2", "h5"]
 
 
-@pytest.mark.parametrize(("message", "host", "shown"), [
-    ("dead: connection refused by 127.0.0.1:9", "dead", "connection refused by 127.0.0.1:9"),
-    ("connection refused by 127.0.0.1:9", "dead", "connection refused by 127.0.0.1:9"),
-    ("dead-2: refused", "dead", "dead-2: refused"),  # another host's name is kept
-    ("dead: dead: twice", "dead", "dead: twice"),  # only the one prefix
-])
+@pytest.mark.parametrize(
+    ("message", "host", "shown"),
+    [
+        ("dead: connection refused by 127.0.0.1:9", "dead", "connection refused by 127.0.0.1:9"),
+        ("connection refused by 127.0.0.1:9", "dead", "connection refused by 127.0.0.1:9"),
+        ("dead-2: refused", "dead", "dead-2: refused"),  # another host's name is kept
+        ("dead: dead: twice", "dead", "dead: twice"),  # only the one prefix
+    ],
+)
 def test_without_host(message: str, host: str, shown: str) -> None:
     assert without_host(message, host) == shown

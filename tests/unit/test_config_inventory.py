@@ -154,8 +154,22 @@ def test_repository_hosts_yaml_defines_two_embedded_a6000_hosts() -> None:
     assert [
         (h.name, h.transport, h.python, h.gpus, h.tags, h.workdir) for h in inventory.hosts.values()
     ] == [
-        ("sim-a6000-1", "embedded", sys.executable, GpuSpec(2, "RTX A6000"), ("a6000", "sim"), "~/.cache/orch"),
-        ("sim-a6000-2", "embedded", sys.executable, GpuSpec(2, "RTX A6000"), ("a6000", "sim"), "~/.cache/orch"),
+        (
+            "sim-a6000-1",
+            "embedded",
+            sys.executable,
+            GpuSpec(2, "RTX A6000"),
+            ("a6000", "sim"),
+            "~/.cache/orch",
+        ),
+        (
+            "sim-a6000-2",
+            "embedded",
+            sys.executable,
+            GpuSpec(2, "RTX A6000"),
+            ("a6000", "sim"),
+            "~/.cache/orch",
+        ),
     ]
 
 

@@ -22,22 +22,39 @@ from orchestrator.remote.wire import DEFAULT_PACKAGES
 
 # name, class, display name, package, (port, health, models, metrics, server_info), ready line
 FACTS = [
-    ("vllm", VllmEngine, "vLLM", "vllm", (8000, "/health", "/v1/models", "/metrics", None),
-     "Application startup complete."),
-    ("sglang", SglangEngine, "SGLang", "sglang",
-     (30000, "/health", "/v1/models", "/metrics", "/server_info"),
-     "The server is fired up and ready to roll!"),
+    (
+        "vllm",
+        VllmEngine,
+        "vLLM",
+        "vllm",
+        (8000, "/health", "/v1/models", "/metrics", None),
+        "Application startup complete.",
+    ),
+    (
+        "sglang",
+        SglangEngine,
+        "SGLang",
+        "sglang",
+        (30000, "/health", "/v1/models", "/metrics", "/server_info"),
+        "The server is fired up and ready to roll!",
+    ),
 ]
 
 
 @pytest.mark.parametrize(("name", "cls", "shown", "package", "endpoints", "ready"), FACTS)
-def test_engine_facts(name: str, cls: type, shown: str, package: str,
-                      endpoints: tuple[Any, ...], ready: str) -> None:
+def test_engine_facts(
+    name: str, cls: type, shown: str, package: str, endpoints: tuple[Any, ...], ready: str
+) -> None:
     engine = get_engine(name)
     assert type(engine) is cls and engine is ENGINES[name] and engine.name == name
     assert (engine.display_name, engine.package) == (shown, package)
-    assert (engine.default_port, engine.health_path, engine.models_path, engine.metrics_path,
-            engine.server_info_path) == endpoints
+    assert (
+        engine.default_port,
+        engine.health_path,
+        engine.models_path,
+        engine.metrics_path,
+        engine.server_info_path,
+    ) == endpoints
     assert engine.ready_lines == (ready,)
     assert engine.log_parser.engine == name
     assert engine.flags.engine == name
@@ -60,15 +77,23 @@ def test_unknown_engine_is_a_spec_error_on_the_engine_field() -> None:
     with pytest.raises(SpecError) as info:
         get_engine("trtllm", run="r")
     assert (str(info.value), info.value.field) == (
-        "run 'r': engine 'trtllm' is not supported (known: sglang, vllm)", ("engine",))
+        "run 'r': engine 'trtllm' is not supported (known: sglang, vllm)",
+        ("engine",),
+    )
 
 
 # name, flags only this engine has, flags it lacks
 FLAGS = [
-    ("vllm", ["--speculative-config", "--gpu-memory-utilization", "--max-num-seqs"],
-     ["--decode-log-interval", "--page-size"]),
-    ("sglang", ["--decode-log-interval", "--page-size", "--speculative-algorithm"],
-     ["--speculative-config", "--gpu-memory-utilization"]),
+    (
+        "vllm",
+        ["--speculative-config", "--gpu-memory-utilization", "--max-num-seqs"],
+        ["--decode-log-interval", "--page-size"],
+    ),
+    (
+        "sglang",
+        ["--decode-log-interval", "--page-size", "--speculative-algorithm"],
+        ["--speculative-config", "--gpu-memory-utilization"],
+    ),
 ]
 
 
@@ -86,7 +111,12 @@ def test_flag_tables(name: str, has: list[str], lacks: list[str]) -> None:
         ("vllm", ["--attention-b", "flash_attn"], "--attention-backend", "flash_attn"),
         ("vllm", ["--attention_backend=flash_attn"], "--attention-backend", "flash_attn"),
         ("sglang", ["--attention-b", "triton"], "--attention-backend", "triton"),
-        ("sglang", ["--attention_backend", "triton"], "--attention-backend", None),  # no flexible spelling
+        (
+            "sglang",
+            ["--attention_backend", "triton"],
+            "--attention-backend",
+            None,
+        ),  # no flexible spelling
         ("sglang", ["--page", "64"], "--page-size", "64"),
         ("vllm", ["-tp", "2", "--tensor-parallel-size", "4"], "--tensor-parallel-size", "4"),
     ],
@@ -114,11 +144,13 @@ def test_stats_interval(name: str, env: dict[str, str], argv: list[str], interva
 @pytest.mark.parametrize("name", ["vllm", "sglang"])
 def test_failure_classifier(name: str) -> None:
     engine = get_engine(name)
-    cases = [(["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"], OOM),
-             (["OSError: [Errno 98] Address already in use"], PORT_IN_USE),
-             (["NCCL error in: ...", "CUDA out of memory"], OOM),  # the most specific first
-             (["RuntimeError: NCCL error: unhandled system error"], NCCL_ERROR),
-             (["all fine"], None)]
+    cases = [
+        (["torch.OutOfMemoryError: CUDA out of memory. Tried to allocate"], OOM),
+        (["OSError: [Errno 98] Address already in use"], PORT_IN_USE),
+        (["NCCL error in: ...", "CUDA out of memory"], OOM),  # the most specific first
+        (["RuntimeError: NCCL error: unhandled system error"], NCCL_ERROR),
+        (["all fine"], None),
+    ]
     assert [engine.classify_failure(lines) for lines, _ in cases] == [c for _, c in cases]
     assert engine.describe_failure(OOM)[0] == "CUDA out of memory"
 
@@ -133,8 +165,9 @@ SGLANG_SCRAPES = (
 )
 
 
-@pytest.mark.parametrize(("name", "scrapes", "length"),
-                         [("vllm", VLLM_SCRAPES, 4.0), ("sglang", SGLANG_SCRAPES, 3.5)])
+@pytest.mark.parametrize(
+    ("name", "scrapes", "length"), [("vllm", VLLM_SCRAPES, 4.0), ("sglang", SGLANG_SCRAPES, 3.5)]
+)
 def test_spec_delta(name: str, scrapes: tuple[str, str], length: float) -> None:
     before, after = (Scrape.parse(text) for text in scrapes)
     delta = get_engine(name).spec_delta(before, after)
@@ -157,27 +190,59 @@ def test_doctor_facts() -> None:
 # --- spec errors carry their field as data -------------------------------------------------------
 
 FIELDS = [
-    ("vllm", {"speculative": {"method": "mtp", "num_draft_tokens": 2, "draft_model": "d"}},
-     ("speculative", "draft_model")),
-    ("vllm", {"speculative": {"method": "eagle", "num_draft_tokens": 3}}, ("speculative", "method")),
-    ("vllm", {"speculative": {"method": "eagle", "draft_model": "d", "num_draft_tokens": 3,
-                              "prompt_lookup_max": 4}}, ("speculative", "prompt_lookup_max")),
-    ("vllm", {"speculative": {"method": "ngram", "num_draft_tokens": 3,
-                              "options": {"num_speculative_tokens": 4}}},
-     ("speculative", "options", "num_speculative_tokens")),
+    (
+        "vllm",
+        {"speculative": {"method": "mtp", "num_draft_tokens": 2, "draft_model": "d"}},
+        ("speculative", "draft_model"),
+    ),
+    (
+        "vllm",
+        {"speculative": {"method": "eagle", "num_draft_tokens": 3}},
+        ("speculative", "method"),
+    ),
+    (
+        "vllm",
+        {
+            "speculative": {
+                "method": "eagle",
+                "draft_model": "d",
+                "num_draft_tokens": 3,
+                "prompt_lookup_max": 4,
+            }
+        },
+        ("speculative", "prompt_lookup_max"),
+    ),
+    (
+        "vllm",
+        {
+            "speculative": {
+                "method": "ngram",
+                "num_draft_tokens": 3,
+                "options": {"num_speculative_tokens": 4},
+            }
+        },
+        ("speculative", "options", "num_speculative_tokens"),
+    ),
     ("vllm", {"speculative": {"method": "mtp"}}, ("speculative", "num_draft_tokens")),
-    ("sglang", {"speculative": {"method": "dflash", "num_draft_tokens": 4}},
-     ("speculative", "draft_model")),
-    ("sglang", {"speculative": {"method": "ngram", "num_draft_tokens": 4, "eagle_topk": 2}},
-     ("speculative", "eagle_topk")),
+    (
+        "sglang",
+        {"speculative": {"method": "dflash", "num_draft_tokens": 4}},
+        ("speculative", "draft_model"),
+    ),
+    (
+        "sglang",
+        {"speculative": {"method": "ngram", "num_draft_tokens": 4, "eagle_topk": 2}},
+        ("speculative", "eagle_topk"),
+    ),
     ("sglang", {"extra_args": ["--page-size", "16", "--host", "0.0.0.0"]}, ("extra_args", 2)),
     ("vllm", {"extra_args": ["--max-num-seqs", "4", "--por", "1"]}, ("extra_args", 2)),
 ]
 
 
 @pytest.mark.parametrize(("name", "fields", "field"), FIELDS)
-def test_spec_errors_name_their_field(name: str, fields: dict[str, Any],
-                                      field: tuple[str | int, ...]) -> None:
+def test_spec_errors_name_their_field(
+    name: str, fields: dict[str, Any], field: tuple[str | int, ...]
+) -> None:
     run = RunSpec.model_validate({"name": "r", "engine": name, "model": "m", **fields})
     with pytest.raises(SpecError) as info:
         engine_for(run).validate(run)
@@ -187,18 +252,29 @@ def test_spec_errors_name_their_field(name: str, fields: dict[str, Any],
 
 # --- one flag reader: the launch, the doctor and the collapse causes agree -----------------------
 
-MIXING = {"architectures": ["DFlashDraftModel"], "block_size": 16, "hidden_size": 4096,
-          "vocab_size": 151936, "num_hidden_layers": 5,
-          "layer_types": ["sliding_attention"] * 4 + ["full_attention"],
-          "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]}}
+MIXING = {
+    "architectures": ["DFlashDraftModel"],
+    "block_size": 16,
+    "hidden_size": 4096,
+    "vocab_size": 151936,
+    "num_hidden_layers": 5,
+    "layer_types": ["sliding_attention"] * 4 + ["full_attention"],
+    "dflash_config": {"mask_token_id": 151669, "target_layer_ids": [1, 9, 17, 25, 33]},
+}
 
 
 def _dflash(extra_args: list[str]) -> RunSpec:
-    return RunSpec.model_validate({
-        "name": "d", "engine": "vllm", "model": "Qwen/Qwen3-8B", "extra_args": extra_args,
-        "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"},
-        "speculative": {"method": "dflash", "draft_model": "z/d", "num_draft_tokens": 15},
-        "workload": {"chat_template_kwargs": {"enable_thinking": False}}})
+    return RunSpec.model_validate(
+        {
+            "name": "d",
+            "engine": "vllm",
+            "model": "Qwen/Qwen3-8B",
+            "extra_args": extra_args,
+            "env": {"VLLM_USE_V2_MODEL_RUNNER": "1"},
+            "speculative": {"method": "dflash", "draft_model": "z/d", "num_draft_tokens": 15},
+            "workload": {"chat_template_kwargs": {"enable_thinking": False}},
+        }
+    )
 
 
 @pytest.mark.parametrize(
@@ -212,15 +288,17 @@ def _dflash(extra_args: list[str]) -> RunSpec:
     ],
 )
 def test_an_abbreviated_flag_means_the_same_everywhere(
-        extra_args: list[str], backend: str | None, severity: str, suspected: bool) -> None:
+    extra_args: list[str], backend: str | None, severity: str, suspected: bool
+) -> None:
     run = _dflash(extra_args)
     engine = engine_for(run)
     argv = engine.argv(run)  # the launch: accepted, passed as written, read as the full flag
-    assert argv[len(argv) - len(extra_args):] == extra_args
+    assert argv[len(argv) - len(extra_args) :] == extra_args
     assert engine.flag_value(argv, "--attention-backend") == backend
     drafter = ModelConfig.from_json(MIXING, name="d")
-    (finding,) = [f for f in check_run(run, target=None, drafter=drafter)
-                  if f.check == "attention_backend"]  # the doctor
+    (finding,) = [
+        f for f in check_run(run, target=None, drafter=drafter) if f.check == "attention_backend"
+    ]  # the doctor
     assert (finding.severity, finding.details["found"]) == (severity, backend)
     causes = [c.cause for c in causes_for_run(run, [], drafter=drafter)]  # after a collapse
     assert ("attention_backend" in causes) is suspected

@@ -71,20 +71,29 @@ def test_spec_defaults():
     cfg = loadgen.LoadSpec.parse(BASE)
     assert cfg.base_url == "http://127.0.0.1:8000" and cfg.api == "chat"
     assert (cfg.concurrency, cfg.request_rate, cfg.open_loop, cfg.warmup) == (1, None, False, 0)
-    cfg = loadgen.LoadSpec.parse({**BASE, "base_url": "http://h:1/", "request_rate": 2, "port": None})
+    cfg = loadgen.LoadSpec.parse(
+        {**BASE, "base_url": "http://h:1/", "request_rate": 2, "port": None}
+    )
     assert cfg.base_url == "http://h:1" and cfg.open_loop and cfg.concurrency is None
 
 
 def test_the_controllers_spec_fits_the_contract():
-    workload = WorkloadSpec(prompts="builtin:math", num_prompts=4, request_rate=2.0, seed=3,
-                            warmup=0)
-    built = build_loadgen_spec(workload, load_prompts(workload, base_dir="."), port=9,
-                               served_name="m", api_key="sk-1")
+    workload = WorkloadSpec(
+        prompts="builtin:math", num_prompts=4, request_rate=2.0, seed=3, warmup=0
+    )
+    built = build_loadgen_spec(
+        workload, load_prompts(workload, base_dir="."), port=9, served_name="m", api_key="sk-1"
+    )
     raw = json.loads(json.dumps(built.to_json()))
     spec = LoadgenSpec.from_json(raw)
     assert spec == built
     assert (spec.port, spec.base_url, spec.num_prompts, spec.request_rate, spec.api_key) == (
-        None, "http://127.0.0.1:9", 4, 2.0, "sk-1")
+        None,
+        "http://127.0.0.1:9",
+        4,
+        2.0,
+        "sk-1",
+    )
     assert spec.prompts.kind == "list" and len(spec.prompts.items) == 4
     assert loadgen.LoadSpec.parse(raw).base_url == "http://127.0.0.1:9"  # the agent reads it
     with pytest.raises(WireError, match="LoadgenSpec: unknown field 'extra'"):
@@ -255,10 +264,7 @@ def test_random_prompts_exact_tokens_with_a_tokenizer():
     lengths = [len(tok.encode(t)) for t in items]
     assert min(lengths) >= 20 and max(lengths) <= 60 and len(set(lengths)) > 5
     assert all("<s>" not in t for t in items)
-    assert (
-        tokens.random_prompts(spec, tok, seed=5)[0]
-        == items
-    )
+    assert tokens.random_prompts(spec, tok, seed=5)[0] == items
 
 
 def test_random_prompts_in_words_without_a_tokenizer():

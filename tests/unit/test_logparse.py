@@ -520,7 +520,10 @@ def test_unknown_engine_is_a_clear_error() -> None:
 def test_each_engine_object_names_its_parser() -> None:
     from orchestrator.engines import ENGINES
 
-    assert {name: parser_for(name).engine for name in ENGINES} == {"vllm": "vllm", "sglang": "sglang"}
+    assert {name: parser_for(name).engine for name in ENGINES} == {
+        "vllm": "vllm",
+        "sglang": "sglang",
+    }
     assert all(parser_for(name) is engine.log_parser for name, engine in ENGINES.items())
 
 
@@ -635,7 +638,8 @@ def _sample(name: str) -> list[str]:
 
 
 VLLM_STARTUP = VLLM_PREFIX.replace("[metrics.py:120]", "[api_server.py:1811]") + (
-    "Starting vLLM server on http://127.0.0.1:8000")
+    "Starting vLLM server on http://127.0.0.1:8000"
+)
 
 
 @pytest.mark.parametrize(
@@ -654,8 +658,9 @@ VLLM_STARTUP = VLLM_PREFIX.replace("[metrics.py:120]", "[api_server.py:1811]") +
         (["hello", "world"], "vllm", None),
     ],
 )
-def test_other_engine_events(lines: list[str], engine: str,
-                             expected: tuple[str, dict[str, int]] | None) -> None:
+def test_other_engine_events(
+    lines: list[str], engine: str, expected: tuple[str, dict[str, int]] | None
+) -> None:
     assert other_engine_events(lines, engine=engine) == expected
 
 

@@ -21,14 +21,15 @@ GOOD = "  - name: ok\n    engine: vllm\n    model: m\n"
 CASES: list[tuple[str, str, int, int, str, str]] = [
     (
         "sglang-dflash-without-drafter",
-        "runs:\n" + GOOD +
-        "  - name: a\n"
+        "runs:\n" + GOOD + "  - name: a\n"
         "    engine: sglang\n"
         "    model: m\n"
         "    speculative:\n"
         "      method: dflash\n"
         "      num_draft_tokens: 4\n",
-        11, 7, "runs[1].speculative",
+        11,
+        7,
+        "runs[1].speculative",
         "DFLASH on SGLang needs a draft model path: set speculative.draft_model",
     ),
     (
@@ -38,7 +39,9 @@ CASES: list[tuple[str, str, int, int, str, str]] = [
         "    engine: vllm\n"
         "    model: m\n"
         "    speculative: {method: mtp, num_draft_tokens: 2, draft_model: d}\n",
-        7, 66, "runs[0].speculative.draft_model",
+        7,
+        66,
+        "runs[0].speculative.draft_model",
         "speculative method 'mtp' on vllm uses the target model's own MTP head: remove "
         "speculative.draft_model",
     ),
@@ -49,7 +52,9 @@ CASES: list[tuple[str, str, int, int, str, str]] = [
         "    engine: vllm\n"
         "    model: m\n"
         "    speculative: {method: eagle, num_draft_tokens: 3}\n",
-        7, 27, "runs[0].speculative.method",
+        7,
+        27,
+        "runs[0].speculative.method",
         "speculative method 'eagle' needs speculative.draft_model (the drafter's model id or path)",
     ),
     (
@@ -59,19 +64,22 @@ CASES: list[tuple[str, str, int, int, str, str]] = [
         "    engine: vllm\n"
         "    model: m\n"
         "    extra_args: [--max-num-seqs, '4', --tensor-parallel-size=2]\n",
-        7, 39, "runs[0].extra_args[2]",
+        7,
+        39,
+        "runs[0].extra_args[2]",
         "extra_args sets --tensor-parallel-size, which orch sets from `tensor_parallel`",
     ),
     (
         "extra-args-host",
-        "runs:\n" + GOOD +
-        "  - name: a\n"
+        "runs:\n" + GOOD + "  - name: a\n"
         "    engine: sglang\n"
         "    model: m\n"
         "    extra_args:\n"
         "      - --host\n"
         "      - 0.0.0.0\n",
-        11, 9, "runs[1].extra_args[0]",
+        11,
+        9,
+        "runs[1].extra_args[0]",
         "extra_args sets --host 0.0.0.0: engines always bind 127.0.0.1 (orch reaches them "
         "through the host's loopback)",
     ),
@@ -85,7 +93,9 @@ CASES: list[tuple[str, str, int, int, str, str]] = [
         "      method: ngram\n"
         "      num_draft_tokens: 3\n"
         "      options: {num_speculative_tokens: 4}\n",
-        10, 41, "runs[0].speculative.options.num_speculative_tokens",
+        10,
+        41,
+        "runs[0].speculative.options.num_speculative_tokens",
         "speculative.options.num_speculative_tokens is set by orch from "
         "speculative.num_draft_tokens",
     ),
@@ -97,7 +107,9 @@ CASES: list[tuple[str, str, int, int, str, str]] = [
         "    model: m\n"
         "    speculative: {method: eagle, draft_model: d, num_draft_tokens: 3,\n"
         "                  prompt_lookup_min: 2}\n",
-        8, 38, "runs[0].speculative.prompt_lookup_min",
+        8,
+        38,
+        "runs[0].speculative.prompt_lookup_min",
         "prompt_lookup_min/max apply to method 'ngram', not 'eagle'",
     ),
     (
@@ -108,7 +120,9 @@ CASES: list[tuple[str, str, int, int, str, str]] = [
         "    model: m\n"
         "    speculative: {method: dflash, draft_model: d, num_draft_tokens: 3}\n"
         "    matrix: {speculative.method: [dflash, ngram]}\n",
-        7, 48, "runs[0].speculative.draft_model",
+        7,
+        48,
+        "runs[0].speculative.draft_model",
         "speculative method 'ngram' drafts from the prompt: remove speculative.draft_model "
         "(in matrix run 'c[method=ngram]')",
     ),
@@ -120,25 +134,29 @@ CASES: list[tuple[str, str, int, int, str, str]] = [
         "  - name: a\n"
         "    engine: vllm\n"
         "    model: m\n",
-        4, 29, "defaults.speculative.eagle_topk",
+        4,
+        29,
+        "defaults.speculative.eagle_topk",
         "speculative.eagle_topk is an SGLang setting; vllm drafts one chain (in run 'a')",
     ),
     (
         "unknown-builtin-prompts",
-        "runs:\n" + GOOD +
-        "  - name: bad\n"
+        "runs:\n" + GOOD + "  - name: bad\n"
         "    engine: vllm\n"
         "    model: m\n"
         "    workload:\n"
         "      prompts: builtin:chatt\n",
-        11, 16, "runs[1].workload.prompts", "unknown built-in prompt set 'chatt'",
+        11,
+        16,
+        "runs[1].workload.prompts",
+        "unknown built-in prompt set 'chatt'",
     ),
     (
         "missing-prompt-file-in-defaults",
-        "defaults:\n"
-        "  workload: {prompts: nope.jsonl}\n"
-        "runs:\n" + GOOD,
-        4, 23, "defaults.workload.prompts",
+        "defaults:\n  workload: {prompts: nope.jsonl}\nruns:\n" + GOOD,
+        4,
+        23,
+        "defaults.workload.prompts",
         "prompt file {dir}/nope.jsonl does not exist (in run 'ok')",
     ),
     (
@@ -149,7 +167,9 @@ CASES: list[tuple[str, str, int, int, str, str]] = [
         "    model: m\n"
         "    workload: {prompts: bad.jsonl}\n"
         "    matrix: {workload.concurrency: [1, 2]}\n",
-        7, 25, "runs[0].workload.prompts",  # no combination to blame: the runs share the file
+        7,
+        25,
+        "runs[0].workload.prompts",  # no combination to blame: the runs share the file
         "{dir}/bad.jsonl:2: no prompt found among keys ['question']",
     ),
     (
@@ -162,16 +182,17 @@ CASES: list[tuple[str, str, int, int, str, str]] = [
         "      workload.prompts:\n"
         "        - builtin:chat\n"
         "        - builtin:nope\n",
-        10, 11, "runs[0].matrix.workload.prompts[1]", "unknown built-in prompt set 'nope'",
+        10,
+        11,
+        "runs[0].matrix.workload.prompts[1]",
+        "unknown built-in prompt set 'nope'",
     ),
     (
         "random-without-input-len",
-        "runs:\n"
-        "  - name: a\n"
-        "    engine: vllm\n"
-        "    model: m\n"
-        "    workload: {prompts: random}\n",
-        7, 25, "runs[0].workload.prompts",
+        "runs:\n  - name: a\n    engine: vllm\n    model: m\n    workload: {prompts: random}\n",
+        7,
+        25,
+        "runs[0].workload.prompts",
         "random prompts need input_len (a positive number of tokens), got None",
     ),
 ]
@@ -192,7 +213,11 @@ def test_planning_error_is_located_in_the_playbook(
     err = info.value
     expected = message.format(dir=tmp_path)
     assert (err.file, err.line, err.column, err.path, err.message) == (
-        str(play), line, column, path, expected
+        str(play),
+        line,
+        column,
+        path,
+        expected,
     )
     assert str(err) == f"{play}:{line}:{column}: {path}: {expected}"
 
@@ -225,9 +250,17 @@ def test_the_field_is_data_not_read_from_the_message(tmp_path: Path) -> None:
 def test_programmatic_playbook_error_has_a_path(tmp_path: Path) -> None:
     from orchestrator.config import Playbook, RunSpec
 
-    run = RunSpec(name="a", engine="sglang", model="m",
-                  speculative={"method": "dflash", "num_draft_tokens": 3})
+    run = RunSpec(
+        name="a",
+        engine="sglang",
+        model="m",
+        speculative={"method": "dflash", "num_draft_tokens": 3},
+    )
     playbook = Playbook(name="p", runs=[run])
     err = playbook.error_at(run, ["speculative.draft_model"], "needs a drafter")
     assert (err.file, err.line, err.path, err.message) == (
-        None, None, "runs[0].speculative.draft_model", "needs a drafter")
+        None,
+        None,
+        "runs[0].speculative.draft_model",
+        "needs a drafter",
+    )

@@ -481,7 +481,12 @@ def test_host_facts_with_nvidia_smi_have_no_gpu_warning(pyz: Path, tmp_path: Pat
     [
         (None, None, [], []),
         (GpuSpec(2, "RTX A6000"), None, [], []),
-        (None, "nvidia-smi not found on PATH", [], ["no GPU information: nvidia-smi not found on PATH"]),
+        (
+            None,
+            "nvidia-smi not found on PATH",
+            [],
+            ["no GPU information: nvidia-smi not found on PATH"],
+        ),
         (
             None,
             "nvidia-smi exited with status 9: NVIDIA-SMI has failed",

@@ -170,7 +170,9 @@ def test_line_separators_inside_json_strings_do_not_split_records(tmp_path: Path
     prompts = ["a\u2028b", "c\x85d\u2029e", "f\x1cg"]
     text = "".join(json.dumps({"prompt": p}, ensure_ascii=False) + "\r\n" for p in prompts)
     (tmp_path / "seps.jsonl").write_text(text, encoding="utf-8", newline="")
-    assert load_prompts(workload_of(prompts="seps.jsonl"), base_dir=tmp_path).items == tuple(prompts)
+    assert load_prompts(workload_of(prompts="seps.jsonl"), base_dir=tmp_path).items == tuple(
+        prompts
+    )
 
 
 def test_missing_and_empty_files(tmp_path: Path):
@@ -193,7 +195,8 @@ def test_builtin_sets_are_real_and_varied():
     assert all(20 <= sizes[n] <= 30 for n in ("chat", "code", "math"))
     assert sizes["mixed"] == sizes["chat"] + sizes["code"] + sizes["math"]
     lengths = [
-        len(json.dumps(i)) for i in load_prompts(workload_of(prompts="builtin:mixed"), base_dir=".").items
+        len(json.dumps(i))
+        for i in load_prompts(workload_of(prompts="builtin:mixed"), base_dir=".").items
     ]
     assert max(lengths) > 5 * min(lengths)
     chat = load_prompts(workload_of(prompts="builtin:chat"), base_dir=".").items

@@ -53,8 +53,13 @@ class Host:
         return path
 
     def run(self, verb: str, spec: dict[str, Any], *, timeout: float = 60) -> list[dict[str, Any]]:
-        proc = subprocess.run([sys.executable, str(self.pyz), verb, str(self.spec_file(verb, spec))],
-                              env=self.env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            [sys.executable, str(self.pyz), verb, str(self.spec_file(verb, spec))],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         events = [json.loads(line) for line in proc.stdout.splitlines()]
         assert events and events[-1]["event"] in ("result", "error"), proc.stderr
         return events
@@ -70,27 +75,51 @@ class Host:
         return final
 
     def popen(self, verb: str, spec: dict[str, Any]) -> subprocess.Popen[str]:
-        return subprocess.Popen([sys.executable, str(self.pyz), verb, str(self.spec_file(verb, spec))],
-                                env=self.env, stdout=subprocess.PIPE, text=True)
+        return subprocess.Popen(
+            [sys.executable, str(self.pyz), verb, str(self.spec_file(verb, spec))],
+            env=self.env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
 
     def smi_apps(self) -> list[int]:
-        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
-                             env=self.env, capture_output=True, text=True, check=True).stdout
+        out = subprocess.run(
+            ["nvidia-smi", "--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
         return [int(line.split(",")[0]) for line in out.splitlines() if line.strip()]
 
-    def launch_run(self, run: RunSpec, run_id: str, *, extra_env: dict[str, str] | None = None,
-                   port: int | None = None) -> dict[str, Any]:
+    def launch_run(
+        self,
+        run: RunSpec,
+        run_id: str,
+        *,
+        extra_env: dict[str, str] | None = None,
+        port: int | None = None,
+    ) -> dict[str, Any]:
         adapter = ENGINES[run.engine]
         port = port or free_port()
-        return self.call("launch", {
-            "run_id": run_id, "argv": adapter.argv(run, port=port), "env": {**FAST, **(extra_env or {})},
-            "port": port, "gpus_needed": adapter.gpus_needed(run), "gpu_busy_threshold_mib": 1024,
-        })
+        return self.call(
+            "launch",
+            {
+                "run_id": run_id,
+                "argv": adapter.argv(run, port=port),
+                "env": {**FAST, **(extra_env or {})},
+                "port": port,
+                "gpus_needed": adapter.gpus_needed(run),
+                "gpu_busy_threshold_mib": 1024,
+            },
+        )
 
     def wait_ready(self, port: int, served: str, timeout: float = 30) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            health = self.call("http", {"method": "GET", "port": port, "path": "/health", "timeout_s": 2})
+            health = self.call(
+                "http", {"method": "GET", "port": port, "path": "/health", "timeout_s": 2}
+            )
             if health["status"] == 200:
                 models = self.call("http", {"method": "GET", "port": port, "path": "/v1/models"})
                 if served in [m["id"] for m in json.loads(models["body"])["data"]]:
@@ -116,14 +145,26 @@ def host(tmp_path: Path) -> Iterator[Host]:
 
 
 def vllm_run(**fields: Any) -> RunSpec:
-    data = {"name": "v", "engine": "vllm", "model": "Qwen/Qwen3.6-27B", "tensor_parallel": 2,
-            "speculative": {"method": "mtp", "num_draft_tokens": 3}, **fields}
+    data = {
+        "name": "v",
+        "engine": "vllm",
+        "model": "Qwen/Qwen3.6-27B",
+        "tensor_parallel": 2,
+        "speculative": {"method": "mtp", "num_draft_tokens": 3},
+        **fields,
+    }
     return RunSpec.model_validate(data)
 
 
 def sglang_run(**fields: Any) -> RunSpec:
-    data = {"name": "s", "engine": "sglang", "model": "Qwen/Qwen3.6-27B", "tensor_parallel": 2,
-            "speculative": {"method": "mtp", "num_draft_tokens": 3}, **fields}
+    data = {
+        "name": "s",
+        "engine": "sglang",
+        "model": "Qwen/Qwen3.6-27B",
+        "tensor_parallel": 2,
+        "speculative": {"method": "mtp", "num_draft_tokens": 3},
+        **fields,
+    }
     return RunSpec.model_validate(data)
 
 
@@ -166,10 +207,12 @@ def test_launch_ready_tail_stop_vllm(host: Host) -> None:
     lines = lines_of(events)
     assert_contiguous(lines, 0)
     assert any("Application startup complete." in line["text"] for line in lines)
-    assert events[-1]["data"]["reason"] == "eof" and events[-1]["data"]["offset"] == lines[-1]["next"]
+    assert (
+        events[-1]["data"]["reason"] == "eof" and events[-1]["data"]["offset"] == lines[-1]["next"]
+    )
     middle = lines[len(lines) // 2]
     resumed = lines_of(host.run("tail", {"run_id": "v1", "offset": middle["offset"]}))
-    assert resumed[: len(lines) - len(lines) // 2] == lines[len(lines) // 2:]
+    assert resumed[: len(lines) - len(lines) // 2] == lines[len(lines) // 2 :]
 
     result = host.call("stop", {"run_id": "v1", "timeout_s": 10})["stopped"][0]
     assert result["was_running"] is True and result["signals"] == ["SIGTERM"]
@@ -186,8 +229,10 @@ def test_tail_follows_live_and_ends_when_the_server_exits(host: Host) -> None:
     run = sglang_run()
     port = free_port()
     host.launch_run(run, "s1", port=port)
-    follower = host.popen("tail", {"run_id": "s1", "offset": 0, "follow": True, "until_exit": True,
-                                   "poll_interval_s": 0.05})
+    follower = host.popen(
+        "tail",
+        {"run_id": "s1", "offset": 0, "follow": True, "until_exit": True, "poll_interval_s": 0.05},
+    )
     host.wait_ready(port, "Qwen/Qwen3.6-27B")
     host.call("stop", {"run_id": "s1", "timeout_s": 10})
     out, _ = follower.communicate(timeout=30)
@@ -206,10 +251,19 @@ def test_port_in_use_is_refused_naming_the_holder(host: Host) -> None:
         sock.listen()
         port = sock.getsockname()[1]
         adapter = ENGINES["vllm"]
-        error = host.fail("launch", {"run_id": "p1", "argv": adapter.argv(vllm_run(), port=port),
-                                     "env": FAST, "port": port})
+        error = host.fail(
+            "launch",
+            {
+                "run_id": "p1",
+                "argv": adapter.argv(vllm_run(), port=port),
+                "env": FAST,
+                "port": port,
+            },
+        )
     assert error["kind"] == "port_in_use"
-    assert error["message"].startswith(f"port {port} on 127.0.0.1 is already in use by pid {os.getpid()} (")
+    assert error["message"].startswith(
+        f"port {port} on 127.0.0.1 is already in use by pid {os.getpid()} ("
+    )
     assert error["details"]["holders"][0]["pid"] == os.getpid()
     assert not (host.workdir / "runs" / "p1" / "server.json").exists()
 
@@ -217,34 +271,66 @@ def test_port_in_use_is_refused_naming_the_holder(host: Host) -> None:
 def test_busy_gpu_is_refused_naming_the_process(host: Host) -> None:
     holder = subprocess.Popen(["sleep", "60"])
     try:
-        register_process(host.sandbox.state_dir, pid=holder.pid, gpus=[1], memory_mib=30000,
-                         process_name="python3")
+        register_process(
+            host.sandbox.state_dir,
+            pid=holder.pid,
+            gpus=[1],
+            memory_mib=30000,
+            process_name="python3",
+        )
         port = free_port()
-        error = host.fail("launch", {"run_id": "g1", "argv": ENGINES["vllm"].argv(vllm_run(), port=port),
-                                     "env": FAST, "port": port, "gpus_needed": 2,
-                                     "gpu_busy_threshold_mib": 1024})
+        error = host.fail(
+            "launch",
+            {
+                "run_id": "g1",
+                "argv": ENGINES["vllm"].argv(vllm_run(), port=port),
+                "env": FAST,
+                "port": port,
+                "gpus_needed": 2,
+                "gpu_busy_threshold_mib": 1024,
+            },
+        )
         assert error["kind"] == "gpu_busy"
-        assert error["message"] == (f"GPU 1 has 30001 MiB in use by pid {holder.pid} python3 (30000 MiB) "
-                                    "(more than 1024 MiB)")
+        assert error["message"] == (
+            f"GPU 1 has 30001 MiB in use by pid {holder.pid} python3 (30000 MiB) "
+            "(more than 1024 MiB)"
+        )
         # one GPU is enough when the run only needs GPU 0
-        one = host.call("launch", {"run_id": "g2", "argv": ENGINES["vllm"].argv(vllm_run(tensor_parallel=1), port=port),
-                                   "env": FAST, "port": port, "gpus_needed": 1})
+        one = host.call(
+            "launch",
+            {
+                "run_id": "g2",
+                "argv": ENGINES["vllm"].argv(vllm_run(tensor_parallel=1), port=port),
+                "env": FAST,
+                "port": port,
+                "gpus_needed": 1,
+            },
+        )
         assert one["gpu_check"] == {"checked": True, "reason": None, "gpus": [0]}
-        error = host.fail("launch", {"run_id": "g3", "argv": ["vllm"], "env": {}, "port": free_port(),
-                                     "gpus_needed": 3})
-        assert (error["kind"], error["message"]) == ("not_enough_gpus", "the run needs 3 GPU(s) but only 2 are available")
+        error = host.fail(
+            "launch",
+            {"run_id": "g3", "argv": ["vllm"], "env": {}, "port": free_port(), "gpus_needed": 3},
+        )
+        assert (error["kind"], error["message"]) == (
+            "not_enough_gpus",
+            "the run needs 3 GPU(s) but only 2 are available",
+        )
     finally:
         holder.kill()
         holder.wait()
         unregister_process(host.sandbox.state_dir, holder.pid)
 
 
-@pytest.mark.parametrize(("extra_env", "extra_args", "cause"), [
-    ({"ORCH_SIM_FAIL": "oom"}, [], OOM),
-    ({}, ["--no-such-flag", "3"], UNKNOWN_ARGUMENT),
-])
-def test_death_at_start_up_is_recorded_and_classified(host: Host, extra_env: dict[str, str],
-                                                      extra_args: list[str], cause: str) -> None:
+@pytest.mark.parametrize(
+    ("extra_env", "extra_args", "cause"),
+    [
+        ({"ORCH_SIM_FAIL": "oom"}, [], OOM),
+        ({}, ["--no-such-flag", "3"], UNKNOWN_ARGUMENT),
+    ],
+)
+def test_death_at_start_up_is_recorded_and_classified(
+    host: Host, extra_env: dict[str, str], extra_args: list[str], cause: str
+) -> None:
     record = host.launch_run(vllm_run(extra_args=extra_args), "d1", extra_env=extra_env)
     state = host.wait_dead("d1")
     assert state["returncode"] not in (0, None) and state["exit"]["pid"] == record["pid"]
@@ -255,15 +341,21 @@ def test_death_at_start_up_is_recorded_and_classified(host: Host, extra_env: dic
 
 def test_stop_escalates_to_sigkill_and_reaps_the_whole_group(host: Host) -> None:
     """An engine that ignores SIGTERM, with a child in its group: both must go."""
-    code = ("import signal, subprocess, time\n"
-            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-            "child = subprocess.Popen(['sleep', '300'])\n"
-            "print('child', child.pid, flush=True)\n"
-            "time.sleep(300)\n")
-    record = host.call("launch", {"run_id": "k1", "argv": ["python", "-c", code], "env": {}, "port": free_port()})
+    code = (
+        "import signal, subprocess, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen(['sleep', '300'])\n"
+        "print('child', child.pid, flush=True)\n"
+        "time.sleep(300)\n"
+    )
+    record = host.call(
+        "launch", {"run_id": "k1", "argv": ["python", "-c", code], "env": {}, "port": free_port()}
+    )
     assert record["argv"][0] == sys.executable
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and not (lines := lines_of(host.run("tail", {"run_id": "k1"}))):
+    while time.monotonic() < deadline and not (
+        lines := lines_of(host.run("tail", {"run_id": "k1"}))
+    ):
         time.sleep(0.05)
     child = int(lines[0]["text"].split()[1])
     result = host.call("stop", {"run_id": "k1", "timeout_s": 0.5})["stopped"][0]
@@ -301,7 +393,12 @@ def test_status_and_launch_errors(host: Host) -> None:
     assert host.call("status", {"all": True}) == {"servers": []}
     assert host.fail("status", {"run_id": "nope"})["kind"] == "not_found"
     assert host.fail("stop", {"run_id": "nope"})["kind"] == "not_found"
-    assert host.fail("launch", {"run_id": "../x", "argv": ["vllm"], "port": 1234})["kind"] == "bad_spec"
-    error = host.fail("launch", {"run_id": "e1", "argv": ["no-such-engine-xyz"], "env": {}, "port": free_port()})
+    assert (
+        host.fail("launch", {"run_id": "../x", "argv": ["vllm"], "port": 1234})["kind"]
+        == "bad_spec"
+    )
+    error = host.fail(
+        "launch", {"run_id": "e1", "argv": ["no-such-engine-xyz"], "env": {}, "port": free_port()}
+    )
     assert error["kind"] == "engine_not_found"
     assert error["message"].startswith("no-such-engine-xyz is neither next to ")

@@ -33,8 +33,13 @@ def free_port() -> int:
 
 
 def launch_and_wait(workdir: Path, run_id: str) -> Path:
-    spec = {"run_id": run_id, "workdir": str(workdir), "port": free_port(),
-            "argv": [sys.executable, "-c", "print('api_key=sk-printed')"], "env": {}}
+    spec = {
+        "run_id": run_id,
+        "workdir": str(workdir),
+        "port": free_port(),
+        "argv": [sys.executable, "-c", "print('api_key=sk-printed')"],
+        "env": {},
+    }
     lifecycle.launch(spec, lambda _obj: None)
     directory = workdir / "runs" / run_id
     deadline = time.monotonic() + 20
@@ -49,7 +54,9 @@ def mode(path: Path) -> int:
 
 
 @pytest.mark.parametrize("earlier_mode", [None, 0o644])
-def test_engine_logs_are_created_0600(tmp_path: Path, open_umask: None, earlier_mode: int | None) -> None:
+def test_engine_logs_are_created_0600(
+    tmp_path: Path, open_umask: None, earlier_mode: int | None
+) -> None:
     directory = tmp_path / "work" / "runs" / "r1"
     if earlier_mode is not None:  # a launch by an older agent left them world-readable
         directory.mkdir(parents=True)

@@ -158,7 +158,10 @@ def test_agent_failure_from_a_verb_keeps_its_kind(pyz: Path, tmp_path: Path) -> 
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({"ports": ["http"]}, "bad spec: ProbeSpec.ports[0]: expected an integer, got the string 'http'"),
+        (
+            {"ports": ["http"]},
+            "bad spec: ProbeSpec.ports[0]: expected an integer, got the string 'http'",
+        ),
         ({"portz": [1]}, "bad spec: ProbeSpec: unknown field 'portz'"),
     ],
 )
@@ -242,14 +245,23 @@ def test_streamed_events_precede_the_result(
 ) -> None:
     def handler(spec: dict[str, Any], emit: Any) -> EchoResult:
         for i in range(3):
-            emit(ProgressEvent(phase="measure", done=i, failed=0, in_flight=1, tok_s=1.5,
-                               elapsed_s=i))
+            emit(
+                ProgressEvent(
+                    phase="measure", done=i, failed=0, in_flight=1, tok_s=1.5, elapsed_s=i
+                )
+            )
         return EchoResult(payload=spec["payload"], argv=[], env={})
 
     code, events = dispatch(monkeypatch, tmp_path, handler, {"payload": "x"})
     assert code == 0
-    progress = {"v": V, "event": "progress", "phase": "measure", "failed": 0, "in_flight": 1,
-                "tok_s": 1.5}
+    progress = {
+        "v": V,
+        "event": "progress",
+        "phase": "measure",
+        "failed": 0,
+        "in_flight": 1,
+        "tok_s": 1.5,
+    }
     assert events == [
         {**progress, "done": 0, "elapsed_s": 0.0},
         {**progress, "done": 1, "elapsed_s": 1.0},

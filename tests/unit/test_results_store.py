@@ -24,7 +24,10 @@ from tests.fixtures.run_results import acceptance, make_result, request_stats
     ("name", "expected"),
     [
         ("vllm-dflash", "vllm-dflash"),
-        ("vllm-dflash[concurrency=4,num_draft_tokens=7]", "vllm-dflash_concurrency_4_num_draft_tokens_7"),
+        (
+            "vllm-dflash[concurrency=4,num_draft_tokens=7]",
+            "vllm-dflash_concurrency_4_num_draft_tokens_7",
+        ),
         ("x" * 150, "x" * 100),
         ("x" * 98 + "[c=1]", "x" * 98 + "_c"),  # no trailing "_" left by the cut
         ("../etc/passwd", "etc_passwd"),
@@ -84,20 +87,31 @@ def test_append_log_survives_kill_9(tmp_path) -> None:
         "    log.write_line(f'line {i}')\n"
         "os.kill(os.getpid(), signal.SIGKILL)\n"
     )
-    proc = subprocess.run([sys.executable, "-c", script, str(tmp_path / "server.log")],
-                          cwd=Path(__file__).parents[2], capture_output=True, text=True, timeout=30)
+    proc = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path / "server.log")],
+        cwd=Path(__file__).parents[2],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     assert (tmp_path / "server.log").read_text() == "line 0\nline 1\nline 2\n"
     assert [x.name for x in tmp_path.iterdir()] == ["server.log"]
 
 
 def test_summary_row_and_csv(tmp_path) -> None:
-    req = request_stats(completed=8, failed=1, out=101.5, decode=Stats(median=110.25),
-                        ttft=Stats(median=42.5), tpot=Stats(median=9.0),
-                        lag=ClientLag(send_lag_ms=LagStats(p99=0.25),
-                                      loop_delay_ms=LagStats(p99=3.5)))
-    result = make_result("vllm-dflash", requests=req).model_copy(update={
-        "acceptance": acceptance(5.1, prometheus=5.1, log=5.0, client=5.05)})
+    req = request_stats(
+        completed=8,
+        failed=1,
+        out=101.5,
+        decode=Stats(median=110.25),
+        ttft=Stats(median=42.5),
+        tpot=Stats(median=9.0),
+        lag=ClientLag(send_lag_ms=LagStats(p99=0.25), loop_delay_ms=LagStats(p99=3.5)),
+    )
+    result = make_result("vllm-dflash", requests=req).model_copy(
+        update={"acceptance": acceptance(5.1, prometheus=5.1, log=5.0, client=5.05)}
+    )
     row = summary_row(result)
     assert row["output_tok_s"] == 101.5
     assert row["decode_tok_s_median"] == 110.25
@@ -144,11 +158,16 @@ def test_csv_values_are_fixed_point(column: str, value, text: str) -> None:
 
 
 def test_csv_has_no_exponent_for_large_and_small_values(tmp_path) -> None:
-    req = request_stats(completed=3, out=12345.67, request_throughput=0.00012,
-                        decode=Stats(median=98765.4321),
-                        lag=ClientLag(send_lag_ms=LagStats(p99=0.0),
-                                      loop_delay_ms=LagStats(p99=23.45678)))
-    path = write_summary_csv(tmp_path / "summary.csv", [make_result("big", method="none", requests=req)])
+    req = request_stats(
+        completed=3,
+        out=12345.67,
+        request_throughput=0.00012,
+        decode=Stats(median=98765.4321),
+        lag=ClientLag(send_lag_ms=LagStats(p99=0.0), loop_delay_ms=LagStats(p99=23.45678)),
+    )
+    path = write_summary_csv(
+        tmp_path / "summary.csv", [make_result("big", method="none", requests=req)]
+    )
     with path.open(newline="") as fh:
         row = next(csv.DictReader(fh))
     assert row["output_tok_s"] == "12345.67"
@@ -177,8 +196,9 @@ def open_umask() -> Iterator[None]:
         ("server.log", lambda p: AppendLog(p).close()),
     ],
 )
-def test_result_files_are_for_their_owner_only(tmp_path: Path, open_umask: None, name: str,
-                                               write: Callable[[Path], object]) -> None:
+def test_result_files_are_for_their_owner_only(
+    tmp_path: Path, open_umask: None, name: str, write: Callable[[Path], object]
+) -> None:
     """Results hold engine logs and settings: mode 0600, whatever the umask."""
     write(tmp_path / name)
     assert stat.S_IMODE((tmp_path / name).stat().st_mode) == 0o600

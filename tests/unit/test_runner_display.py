@@ -83,7 +83,14 @@ def test_live_display_prints_no_plain_lines() -> None:
     display.on_event(LiveThroughput("a", 10.0))
     assert buf.getvalue() == ""  # the (here not started) live table carries it instead
     table = display.table()
-    assert [c.header for c in table.columns] == ["host", "run", "phase", "requests", "tok/s", "accept len"]
+    assert [c.header for c in table.columns] == [
+        "host",
+        "run",
+        "phase",
+        "requests",
+        "tok/s",
+        "accept len",
+    ]
 
 
 def test_phase_lines_say_why_a_run_failed_and_name_a_collapse() -> None:

@@ -319,8 +319,9 @@ def test_execute_run_fails_the_run_when_the_load_generator_ends_without_a_result
     assert phases[:2] == [RunPhase.LAUNCHING, RunPhase.LOADING]
     assert phases[-3:] == [RunPhase.WARM_UP, RunPhase.MEASURING, RunPhase.FAILED]
     failed = observer.events[-1]
-    assert failed == PhaseChanged(job.key, RunPhase.FAILED,
-                                  reason="the load generator ended without a result")
+    assert failed == PhaseChanged(
+        job.key, RunPhase.FAILED, reason="the load generator ended without a result"
+    )
     summary = json.loads((job.run_dir / "summary.json").read_text())
     assert "the load generator ended without a result" in json.dumps(summary)
     assert [c.verb for c in agent.calls].count("stop") == 1  # the server was stopped anyway

@@ -51,13 +51,17 @@ runs:
     workload: {num_prompts: 2, request_rate: 4, max_tokens: 8}
 """
 PREFIX = "(APIServer pid=1) INFO 12-02 10:57:11 [metrics.py:120] "
-ENGINE_LINE = (PREFIX + "Engine 000: Avg prompt throughput: 20.0 tokens/s, Avg generation "
-               "throughput: {gen} tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: "
-               "1.0%, Prefix cache hit rate: 0.0%")
-SPEC_LINE = (PREFIX + "SpecDecoding metrics: Mean acceptance length: 3.00, Accepted throughput: "
-             "2.00 tokens/s, Drafted throughput: 3.00 tokens/s, Accepted: 20 tokens, Drafted: 30 "
-             "tokens, Per-position acceptance rate: 0.800, 0.700, 0.500, Avg Draft acceptance "
-             "rate: 66.7%")
+ENGINE_LINE = (
+    PREFIX + "Engine 000: Avg prompt throughput: 20.0 tokens/s, Avg generation "
+    "throughput: {gen} tokens/s, Running: 1 reqs, Waiting: 0 reqs, GPU KV cache usage: "
+    "1.0%, Prefix cache hit rate: 0.0%"
+)
+SPEC_LINE = (
+    PREFIX + "SpecDecoding metrics: Mean acceptance length: 3.00, Accepted throughput: "
+    "2.00 tokens/s, Drafted throughput: 3.00 tokens/s, Accepted: 20 tokens, Drafted: 30 "
+    "tokens, Per-position acceptance rate: 0.800, 0.700, 0.500, Avg Draft acceptance "
+    "rate: 66.7%"
+)
 T0 = datetime(2026, 12, 2, 10, 0, 0, tzinfo=timezone.utc).timestamp()
 
 
@@ -65,32 +69,54 @@ T0 = datetime(2026, 12, 2, 10, 0, 0, tzinfo=timezone.utc).timestamp()
 def plans(tmp_path: Path) -> dict[str, PlannedLaunch]:
     (tmp_path / "hosts.yaml").write_text(HOSTS)
     (tmp_path / "play.yaml").write_text(PLAYBOOK)
-    found = plan_launches(load_playbook(tmp_path / "play.yaml"),
-                          load_inventory(tmp_path / "hosts.yaml"), environ={})
+    found = plan_launches(
+        load_playbook(tmp_path / "play.yaml"), load_inventory(tmp_path / "hosts.yaml"), environ={}
+    )
     return {p.run_name: p for p in found}
 
 
 def record(index: int, *, start: float, due: float, warmup: bool = False) -> RequestRecord:
     chunks = (Chunk(0.05, 1), Chunk(0.10, 3), Chunk(0.15, 3), Chunk(0.20, 1))
-    return RequestRecord(index=index, warmup=warmup, start=start, start_wall=T0 + start,
-                         end=start + 0.2, due=due, status=200, ttft=0.05, e2el=0.2,
-                         chunks=chunks, output_tokens=8, prompt_tokens=5,
-                         token_count_method="usage")
+    return RequestRecord(
+        index=index,
+        warmup=warmup,
+        start=start,
+        start_wall=T0 + start,
+        end=start + 0.2,
+        due=due,
+        status=200,
+        ttft=0.05,
+        e2el=0.2,
+        chunks=chunks,
+        output_tokens=8,
+        prompt_tokens=5,
+        token_count_method="usage",
+    )
 
 
-def loadgen(*, mode: str = "closed", rate: float | None = None, duration: float = 0.6,
-            loop_p99: float = 2.0) -> LoadgenResult:
-    return LoadgenResult(requests=2, completed=2, failed=0, duration_s=duration,
-                         started_at=T0 + 1.0, ended_at=T0 + 1.0 + duration, mode=mode,
-                         request_rate=rate,
-                         client_lag=WireClientLag(
-                             send_lag_ms=WireLagStats(n=2, mean=0.0, p50=0.0, p99=0.0, max=0.0),
-                             loop_delay_ms=WireLagStats(n=30, mean=0.5, p50=0.5, p99=loop_p99,
-                                                        max=loop_p99),
-                             loop_tick_ms=20.0))
+def loadgen(
+    *, mode: str = "closed", rate: float | None = None, duration: float = 0.6, loop_p99: float = 2.0
+) -> LoadgenResult:
+    return LoadgenResult(
+        requests=2,
+        completed=2,
+        failed=0,
+        duration_s=duration,
+        started_at=T0 + 1.0,
+        ended_at=T0 + 1.0 + duration,
+        mode=mode,
+        request_rate=rate,
+        client_lag=WireClientLag(
+            send_lag_ms=WireLagStats(n=2, mean=0.0, p50=0.0, p99=0.0, max=0.0),
+            loop_delay_ms=WireLagStats(n=30, mean=0.5, p50=0.5, p99=loop_p99, max=loop_p99),
+            loop_tick_ms=20.0,
+        ),
+    )
 
 
-def live(engine: str, before: list[str], inside: list[str], records: list[RequestRecord]) -> LiveState:
+def live(
+    engine: str, before: list[str], inside: list[str], records: list[RequestRecord]
+) -> LiveState:
     """The followers as the tail fed them: ``inside`` arrived after the window opened."""
     state = LiveState(follower=LogFollower(engine=engine), records=records)
     for line in before:
@@ -104,19 +130,33 @@ def live(engine: str, before: list[str], inside: list[str], records: list[Reques
 
 
 def summarize(plan: PlannedLaunch, state: LiveState, result: LoadgenResult) -> RunResult:
-    job = RunJob(key="k", order=0, plan=plan, run_dir=Path("/nonexistent/k"),
-                 prompts=PromptSet(source="builtin:chat"), run_id="r-1")
-    times = RunTimes.from_epoch(started_at=T0, ended_at=T0 + 9.5, ready_at=T0 + 0.75,
-                                measure_started_at=result.started_at,
-                                measure_ended_at=result.ended_at)
+    job = RunJob(
+        key="k",
+        order=0,
+        plan=plan,
+        run_dir=Path("/nonexistent/k"),
+        prompts=PromptSet(source="builtin:chat"),
+        run_id="r-1",
+    )
+    times = RunTimes.from_epoch(
+        started_at=T0,
+        ended_at=T0 + 9.5,
+        ready_at=T0 + 0.75,
+        measure_started_at=result.started_at,
+        measure_ended_at=result.ended_at,
+    )
     return build_result(job, state=state, loadgen=result, error=None, times=times)
 
 
 def test_no_spec_line_in_a_short_window_is_explained(plans) -> None:
     """The window (0.6 s) is shorter than the stats interval: the only SpecDecoding line came
     before it, so the log has no figure, and the summary says why and what to set."""
-    state = live("vllm", [ENGINE_LINE.format(gen=10.0), SPEC_LINE], [ENGINE_LINE.format(gen=12.0)],
-                 [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
+    state = live(
+        "vllm",
+        [ENGINE_LINE.format(gen=10.0), SPEC_LINE],
+        [ENGINE_LINE.format(gen=12.0)],
+        [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)],
+    )
     result = summarize(plans["vllm-dflash"], state, loadgen())
     acc = result.acceptance
     assert acc is not None and acc.log is None
@@ -126,12 +166,17 @@ def test_no_spec_line_in_a_short_window_is_explained(plans) -> None:
     assert notes == [
         "log: no SpecDecoding metrics line fell in the measured window (0.6 s): vLLM prints one "
         "every VLLM_LOG_STATS_INTERVAL = 5 s; set it lower in the run's env (e.g. env: "
-        "{VLLM_LOG_STATS_INTERVAL: \"1\"}), or measure longer (more num_prompts or duration_s)"]
+        '{VLLM_LOG_STATS_INTERVAL: "1"}), or measure longer (more num_prompts or duration_s)'
+    ]
 
 
 def test_a_spec_line_in_the_window_needs_no_note(plans) -> None:
-    state = live("vllm", [ENGINE_LINE.format(gen=10.0)], [ENGINE_LINE.format(gen=12.0), SPEC_LINE],
-                 [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
+    state = live(
+        "vllm",
+        [ENGINE_LINE.format(gen=10.0)],
+        [ENGINE_LINE.format(gen=12.0), SPEC_LINE],
+        [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)],
+    )
     acc = summarize(plans["vllm-dflash"], state, loadgen()).acceptance
     assert acc is not None and acc.log == pytest.approx(3.0)
     assert not [n for n in acc.notes if n.startswith("log:")]
@@ -143,8 +188,12 @@ def test_a_spec_line_in_the_window_needs_no_note(plans) -> None:
         ("vllm", {}, [], "VLLM_LOG_STATS_INTERVAL = 10 s"),
         ("vllm", {"VLLM_LOG_STATS_INTERVAL": "30"}, [], "VLLM_LOG_STATS_INTERVAL = 30 s"),
         ("sglang", {}, ["--decode-log-interval", "40"], "one every 40 decode steps"),
-        ("sglang", {}, ["--decode-log-interval", "40", "--decode-log-interval=100"],
-         "one every 100 decode steps"),
+        (
+            "sglang",
+            {},
+            ["--decode-log-interval", "40", "--decode-log-interval=100"],
+            "one every 100 decode steps",
+        ),
         ("sglang", {}, [], "one every 40 decode steps"),
     ],
 )
@@ -152,9 +201,11 @@ def test_log_missing_note_names_the_interval(engine, env, argv, expected) -> Non
     assert expected in log_missing_note(engine, window_s=2.0, env=env, argv=argv)
 
 
-SGLANG_HEAD = ("log: no Decode batch line with an accept len fell in the measured window (0.6 s): "
-               "SGLang prints one every 40 decode steps (--decode-log-interval: orch sets it, a "
-               "run cannot)")
+SGLANG_HEAD = (
+    "log: no Decode batch line with an accept len fell in the measured window (0.6 s): "
+    "SGLang prints one every 40 decode steps (--decode-log-interval: orch sets it, a "
+    "run cannot)"
+)
 
 
 def test_sglang_note_sizes_a_longer_window_instead_of_a_flag_orch_refuses(plans) -> None:
@@ -170,25 +221,32 @@ def test_sglang_note_sizes_a_longer_window_instead_of_a_flag_orch_refuses(plans)
     assert acc is not None and acc.log is None
     assert [n for n in acc.notes if n.startswith("log:")] == [
         SGLANG_HEAD + "; the window held about 6 decode steps (50.0 ms each): measure at least "
-        "80 steps, 13.3x longer at this load (num_prompts 27 or duration_s 8)"]
+        "80 steps, 13.3x longer at this load (num_prompts 27 or duration_s 8)"
+    ]
 
 
 def test_sglang_note_without_a_step_estimate_or_with_enough_steps() -> None:
     argv = ["--decode-log-interval", "40"]
     assert log_missing_note("sglang", window_s=0.6, env={}, argv=argv) == (
-        SGLANG_HEAD + "; measure longer (more num_prompts or duration_s)")
+        SGLANG_HEAD + "; measure longer (more num_prompts or duration_s)"
+    )
     enough = DecodeSteps(count=95.0, step_s=0.02)
-    assert log_missing_note("sglang", window_s=0.6, env={}, argv=argv, steps=enough,
-                            completed=2) == (
+    assert log_missing_note(
+        "sglang", window_s=0.6, env={}, argv=argv, steps=enough, completed=2
+    ) == (
         SGLANG_HEAD + "; the window held about 95 decode steps (20.0 ms each), enough for a line: "
-        "check that server.log's Decode batch lines carry an accept len")
+        "check that server.log's Decode batch lines carry an accept len"
+    )
 
 
 def test_decode_steps_count_overlapping_requests_once() -> None:
     """Two requests decoding at once share the engine's steps: 0.15 s busy twice over, overlapped
     by 0.05 s, is 0.25 s of decoding, 5 steps of 50 ms. Warm-up requests do not count."""
-    records = [record(0, start=1.0, due=1.0), record(1, start=1.1, due=1.1),
-               record(2, start=0.0, due=0.0, warmup=True)]
+    records = [
+        record(0, start=1.0, due=1.0),
+        record(1, start=1.1, due=1.1),
+        record(2, start=0.0, due=0.0, warmup=True),
+    ]
     steps = decode_steps(records)
     assert steps is not None
     assert (steps.count, steps.step_s) == (pytest.approx(5.0), pytest.approx(0.05))
@@ -196,7 +254,9 @@ def test_decode_steps_count_overlapping_requests_once() -> None:
 
 
 def test_times_and_no_warning_for_a_healthy_client(plans) -> None:
-    state = live("vllm", [], [SPEC_LINE], [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
+    state = live(
+        "vllm", [], [SPEC_LINE], [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)]
+    )
     result = summarize(plans["vllm-dflash"], state, loadgen())
     assert result.times.model_dump(mode="json") == {
         "started_at": "2026-12-02T10:00:00.000+00:00",
@@ -204,7 +264,9 @@ def test_times_and_no_warning_for_a_healthy_client(plans) -> None:
         "measure_started_at": "2026-12-02T10:00:01.000+00:00",
         "measure_ended_at": "2026-12-02T10:00:01.600+00:00",
         "ended_at": "2026-12-02T10:00:09.500+00:00",
-        "duration_s": 9.5, "server_start_s": 0.75, "measure_s": 0.6,
+        "duration_s": 9.5,
+        "server_start_s": 0.75,
+        "measure_s": 0.6,
     }
     assert result.warnings == []
     assert result.requests is not None and result.requests.client_lag.loop_delay_ms is not None
@@ -232,8 +294,13 @@ def test_saturated_client_is_warned_about(plans) -> None:
 @pytest.mark.parametrize(
     ("lag", "rate", "achieved", "scheduled", "count"),
     [
-        (ClientLag(loop_delay_ms=LagStats(p99=20.0), send_lag_ms=LagStats(p99=100.0)),
-         None, None, None, 0),
+        (
+            ClientLag(loop_delay_ms=LagStats(p99=20.0), send_lag_ms=LagStats(p99=100.0)),
+            None,
+            None,
+            None,
+            0,
+        ),
         (ClientLag(loop_delay_ms=LagStats(p99=20.1)), None, None, None, 1),
         (ClientLag(send_lag_ms=LagStats(p99=100.5)), None, None, None, 1),
         (ClientLag(), 10.0, 8.0, 10.0, 0),  # 80%: still keeping up
@@ -243,14 +310,23 @@ def test_saturated_client_is_warned_about(plans) -> None:
     ],
 )
 def test_client_warning_thresholds(lag, rate, achieved, scheduled, count) -> None:
-    assert len(client_warnings(client_lag=lag, request_rate=rate, achieved_rate=achieved,
-                               scheduled_rate=scheduled)) == count
+    assert (
+        len(
+            client_warnings(
+                client_lag=lag, request_rate=rate, achieved_rate=achieved, scheduled_rate=scheduled
+            )
+        )
+        == count
+    )
 
 
 def test_send_rates_ignore_warmup() -> None:
-    records = [record(0, start=0.0, due=0.0, warmup=True),
-               record(1, start=5.0, due=5.0), record(2, start=5.5, due=5.25),
-               record(3, start=6.0, due=5.5)]
+    records = [
+        record(0, start=0.0, due=0.0, warmup=True),
+        record(1, start=5.0, due=5.0),
+        record(2, start=5.5, due=5.25),
+        record(3, start=6.0, due=5.5),
+    ]
     assert send_rates(records) == (pytest.approx(2.0), pytest.approx(4.0))
     assert send_rates(records[:2]) == (None, None)
 
@@ -260,15 +336,27 @@ def test_settings_identity_and_provenance_are_recorded(plans) -> None:
     state = live("sglang", [], [], [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)])
     result = summarize(plans["sglang-mtp"], state, loadgen(mode="open", rate=4.0))
     assert (result.run.name, result.run.key, result.run.host, result.run.run_id) == (
-        "sglang-mtp", "k", "gpu-a", "r-1")
+        "sglang-mtp",
+        "k",
+        "gpu-a",
+        "r-1",
+    )
     settings = result.settings
     assert (settings.engine, settings.model, settings.configuration) == (
-        "sglang", "Qwen/Qwen3.6-27B", "sglang mtp")
+        "sglang",
+        "Qwen/Qwen3.6-27B",
+        "sglang mtp",
+    )
     assert (settings.speculative.method, settings.speculative.num_draft_tokens) == ("mtp", 3)
     # an open loop whose run wrote no concurrency has no cap on requests in flight
     assert settings.workload == WorkloadSettings(
-        prompts="builtin:chat", num_prompts=2, concurrency=None, request_rate=4.0, max_tokens=8,
-        warmup=2)
+        prompts="builtin:chat",
+        num_prompts=2,
+        concurrency=None,
+        request_rate=4.0,
+        max_tokens=8,
+        warmup=2,
+    )
     assert result.provenance.orch_version == __version__
     assert result.schema_version == 2 and result.error is None
     # what summary.json holds reads back as the same result

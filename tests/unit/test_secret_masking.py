@@ -86,27 +86,41 @@ ARGV_CASES = [
 
 
 @pytest.mark.parametrize(("engine", "extra_args", "expected"), ARGV_CASES)
-def test_secret_flag_values_are_masked_by_position(engine: str, extra_args: list[str],
-                                                   expected: list[str]) -> None:
+def test_secret_flag_values_are_masked_by_position(
+    engine: str, extra_args: list[str], expected: list[str]
+) -> None:
     spec = run(engine, extra_args=extra_args, env={"P2P": "${P2P}"})
     adapter = engine_for(spec)
     argv = adapter.argv(spec)
     secrets = adapter.secrets(spec, environ={"P2P": "1"})
     masked = adapter.masked_argv(argv, secrets)
     assert masked[: -len(extra_args)] == argv[: -len(extra_args)]  # orch's own flags intact
-    assert masked[-len(extra_args):] == expected
+    assert masked[-len(extra_args) :] == expected
 
 
 def test_env_is_masked_whole_by_key_or_origin() -> None:
-    host = HostConfig(name="h", env={"HF_TOKEN": "${HF}", "NCCL_P2P_DISABLE": "${P2P}",
-                                     "TOKENIZERS_PARALLELISM": "false", "CACHE": "/data/${USER}"})
+    host = HostConfig(
+        name="h",
+        env={
+            "HF_TOKEN": "${HF}",
+            "NCCL_P2P_DISABLE": "${P2P}",
+            "TOKENIZERS_PARALLELISM": "false",
+            "CACHE": "/data/${USER}",
+        },
+    )
     spec = run("vllm", env={"MAX_TOKENS": "8192", "X_API_KEY": "k", "CACHE": "/fixed"})
     adapter = engine_for(spec)
     environ = {"HF": LONG, "P2P": "1", "USER": "bob"}
     env = adapter.env(spec, host, environ=environ)
     masked = adapter.masked_env(env, adapter.secrets(spec, host, environ=environ))
-    assert masked == {"HF_TOKEN": "***", "NCCL_P2P_DISABLE": "***", "TOKENIZERS_PARALLELISM": "false",
-                      "MAX_TOKENS": "8192", "X_API_KEY": "***", "CACHE": "/fixed"}
+    assert masked == {
+        "HF_TOKEN": "***",
+        "NCCL_P2P_DISABLE": "***",
+        "TOKENIZERS_PARALLELISM": "false",
+        "MAX_TOKENS": "8192",
+        "X_API_KEY": "***",
+        "CACHE": "/fixed",
+    }
 
 
 INVENTORY = """\
@@ -132,14 +146,42 @@ def test_dry_run_plan_keeps_short_values_and_hides_secrets(tmp_path: Path) -> No
     """The audit's case: P2P=1 once made the plan print --host '***27.0.0.***' and '8***92'."""
     (tmp_path / "hosts.yaml").write_text(INVENTORY)
     (tmp_path / "play.yaml").write_text(PLAYBOOK)
-    plans = plan_launches(load_playbook(tmp_path / "play.yaml"), load_inventory(tmp_path / "hosts.yaml"),
-                          environ={"HF": LONG, "P2P": "1"})
-    assert to_json(plans)["runs"] == [{
-        "run": "r1", "host": "gpu-a",
-        "argv": ["vllm", "serve", "Qwen/Qwen3-8B", "--host", "127.0.0.1", "--port", "8001",
-                 "--tensor-parallel-size", "1", "--max-model-len", "8192", "--served-model-name",
-                 "Qwen/Qwen3-8B", "--max-num-seqs", "1", "--api-key", "***"],
-        "env": {"HF_TOKEN": "***", "NCCL_P2P_DISABLE": "***", "TOKENIZERS_PARALLELISM": "false",
-                "VLLM_USE_V2_MODEL_RUNNER": "1"},
-    }]
-    assert plans[0].env["NCCL_P2P_DISABLE"] == "1" and plans[0].argv_real[-1] == "abc"  # launched as is
+    plans = plan_launches(
+        load_playbook(tmp_path / "play.yaml"),
+        load_inventory(tmp_path / "hosts.yaml"),
+        environ={"HF": LONG, "P2P": "1"},
+    )
+    assert to_json(plans)["runs"] == [
+        {
+            "run": "r1",
+            "host": "gpu-a",
+            "argv": [
+                "vllm",
+                "serve",
+                "Qwen/Qwen3-8B",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "8001",
+                "--tensor-parallel-size",
+                "1",
+                "--max-model-len",
+                "8192",
+                "--served-model-name",
+                "Qwen/Qwen3-8B",
+                "--max-num-seqs",
+                "1",
+                "--api-key",
+                "***",
+            ],
+            "env": {
+                "HF_TOKEN": "***",
+                "NCCL_P2P_DISABLE": "***",
+                "TOKENIZERS_PARALLELISM": "false",
+                "VLLM_USE_V2_MODEL_RUNNER": "1",
+            },
+        }
+    ]
+    assert (
+        plans[0].env["NCCL_P2P_DISABLE"] == "1" and plans[0].argv_real[-1] == "abc"
+    )  # launched as is

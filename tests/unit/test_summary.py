@@ -233,7 +233,7 @@ def test_percentile_edges():
     assert (s.n, s.mean, s.median, s.p10, s.p90, s.min, s.max) == (4, 2.5, 2.5, 1.3, 3.7, 1.0, 4.0)
     # population standard deviation, as numpy's np.std and vllm bench serve: sqrt(5/4)
     assert s.std == pytest.approx(np.std([4.0, 1.0, 3.0, 2.0]), rel=1e-15)
-    assert s.std == pytest.approx(1.25 ** 0.5, rel=1e-15)
+    assert s.std == pytest.approx(1.25**0.5, rel=1e-15)
     assert Stats.of([7.0]).std == 0.0
 
 
