@@ -247,9 +247,8 @@ def _partial(model: type[StrictModel], name: str, drop: tuple[str, ...]) -> type
     fields: dict[str, Any] = {}
     for f, info in model.model_fields.items():
         if f not in drop:
-            typ: Any = (
-                Annotated[(info.annotation, *info.metadata)] if info.metadata else info.annotation
-            )
+            params = (info.annotation, *info.metadata)  # Annotated[params] == Annotated[a, *m]
+            typ: Any = Annotated[params] if info.metadata else info.annotation
             fields[f] = (typ | None, Field(None, description=info.description))
     return create_model(
         name, __base__=StrictModel, __doc__="Run fields merged into every run.", **fields

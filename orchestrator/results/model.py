@@ -388,9 +388,41 @@ class RunResult(Frozen):
     def masked(self, secrets: Iterable[str]) -> RunResult:
         """This result with secrets hidden in every string inside it: the run's own, and any
         value printed under a secret-looking name (``api_key='...'``), as ``mask`` does."""
-        return RunResult.model_validate(
-            _mask_json(self.model_dump(mode="json"), Secrets.of(secrets))
-        )
+        original = self.model_dump(mode="json")
+        masked = _mask_json(original, Secrets.of(secrets))
+        # A secret may equal a value of a closed set ("--api-key log" vs acceptance source
+        # "log"): such a field holds orch's own vocabulary, never a secret, so it is restored
+        # rather than failing the run's result over it.
+        for _ in range(_MAX_RESTORES):
+            try:
+                return RunResult.model_validate(masked)
+            except ValidationError as exc:
+                locations = [tuple(e["loc"]) for e in exc.errors()]
+                if not all(_restore(masked, original, loc) for loc in locations):
+                    raise
+        return RunResult.model_validate(masked)
+
+
+_MAX_RESTORES = 8
+
+
+def _restore(masked: JsonValue, original: JsonValue, loc: tuple[int | str, ...]) -> bool:
+    """Put ``original``'s value at ``loc`` back into ``masked``; False if that changes nothing
+    (``loc`` is not there, or masking did not touch it: a real validation error)."""
+    if not loc:
+        return False
+    target, source = masked, original
+    for step in loc:
+        container = target
+        in_dict = isinstance(target, dict) and isinstance(source, dict) and step in source
+        in_list = isinstance(target, list) and isinstance(source, list) and isinstance(step, int)
+        if not (in_dict or in_list):
+            return False
+        target, source = target[step], source[step]  # type: ignore[index]
+    if target == source:
+        return False
+    container[loc[-1]] = source  # type: ignore[index]
+    return True
 
 
 def _mask_json(value: JsonValue, secrets: Secrets) -> JsonValue:

@@ -308,3 +308,13 @@ def test_times_keep_milliseconds_and_exact_spans() -> None:
         "measure_s": None,
     }
     assert RunTimes.model_validate(times.model_dump(mode="json")) == times
+
+
+def test_a_secret_equal_to_a_closed_value_does_not_break_the_result() -> None:
+    # `--api-key chat` would otherwise turn the workload's api "chat" into "***", which the
+    # model refuses: the result must still be written, the closed value kept, secrets hidden.
+    result = make_result("a").model_copy(update={"warnings": ["key chat in use"]})
+    assert result.settings.workload is not None and result.settings.workload.api == "chat"
+    masked = result.masked({"chat"})
+    assert masked.settings.workload is not None and masked.settings.workload.api == "chat"
+    assert masked.settings.engine == "vllm"
