@@ -1,11 +1,15 @@
 # orch: two commands to get going.  `make demo` runs the demo playbook on the embedded hosts,
-# `make test` runs the whole test suite (installing openssh-server when it is missing).
+# `make test` runs what CI runs: the linter, the type checker, then the whole test suite
+# (installing openssh-server when it is missing).  `make pytest` runs the tests alone.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+# test processes (pytest-xdist); a module's tests stay on one worker, so a module-scoped
+# server starts once.  PYTEST_JOBS=0 runs in this process (e.g. for a debugger).
+PYTEST_JOBS ?= 2
 
-.PHONY: venv install demo test lint sshd clean
+.PHONY: venv install demo test pytest lint typecheck sshd clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -18,7 +22,7 @@ $(STAMP): $(BIN)/python pyproject.toml
 venv install: $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/orch run playbooks/demo.yaml
+	$(BIN)/orch run playbooks/demo.yaml --fail-on failed  # it collapses a broken drafter on purpose
 
 sshd:
 	@if command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; then :; \
@@ -29,11 +33,18 @@ sshd:
 		echo "sshd is missing: install openssh-server (e.g. 'sudo apt-get install openssh-server'); the integration tests need it" >&2; exit 1; \
 	fi
 
-test: $(STAMP) sshd
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+# lint and typecheck first: they take seconds, the tests a couple of minutes
+test: lint typecheck pytest
+
+pytest: $(STAMP) sshd
+	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist loadscope $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check orchestrator tests
+	$(BIN)/ruff format --check orchestrator tests
+
+typecheck: $(STAMP)
+	$(BIN)/mypy orchestrator
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

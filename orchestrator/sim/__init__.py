@@ -10,7 +10,7 @@ Environment read by the simulated engines:
                             Ground truth, logs and /metrics are all in wall-clock terms, i.e.
                             what the simulator actually did (x SPEED faster than the profile).
     ORCH_SIM_LOAD_S         wall seconds spent "loading the model" before serving (default 1).
-    ORCH_SIM_FAIL           oom | nccl (die at start-up), crash_after:S (die S s after ready).
+    ORCH_SIM_FAIL           oom | nccl | memory (die at start-up), crash_after:S (die S s after ready).
     ORCH_SIM_STATE          state directory: gpus.json, gpu-<pid>.json, ground-truth-<pid>.json
                             (default: $TMPDIR/orch-sim-<uid>; the sandbox's scripts set it).
     ORCH_SIM_GPUS, ORCH_SIM_GPU_NAME, ORCH_SIM_GPU_MEMORY_MIB   override the simulated GPUs.

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,7 +106,8 @@ def parse_vllm(argv: list[str]) -> LaunchConfig:
         max_model_len=ns.max_model_len,
         mem_fraction=ns.gpu_memory_utilization or 0.9,
         served_names=names,
-        api_key=(ns.api_key or [None])[0],
+        # like vLLM: --api-key, else the VLLM_API_KEY environment variable
+        api_key=(ns.api_key or [None])[0] or os.environ.get("VLLM_API_KEY") or None,
         seed=ns.seed or 0,
         attention_backend=ns.attention_backend,
         max_num_seqs=ns.max_num_seqs,

@@ -171,3 +171,31 @@ def port_in_use(engine: str, host: str, port: int) -> StartupFailure:
 def config_error(text: str) -> StartupFailure:
     """A validation error (ValueError, pydantic) raised while building the engine config."""
     return StartupFailure("config", text.splitlines())
+
+
+def not_enough_memory(engine: str) -> StartupFailure:
+    """The engine's memory pool left no room for the KV cache (``ORCH_SIM_FAIL=memory``).
+
+    SGLang raises it from its model runner when ``--mem-fraction-static`` leaves no token for
+    the pool after the weights; vLLM's counterpart is "No available memory for the cache blocks".
+    """
+    if engine == "vllm":
+        frames = [
+            (f"{_SITE}/vllm/v1/engine/core.py", 83, "__init__",
+             "self._initialize_kv_caches(vllm_config)"),
+            (f"{_SITE}/vllm/v1/core/kv_cache_utils.py", 699, "check_enough_kv_cache_memory",
+             "raise ValueError("),
+        ]  # fmt: skip
+        final = (
+            "ValueError: No available memory for the cache blocks. Try increasing "
+            "`gpu_memory_utilization` when initializing the engine."
+        )
+    else:
+        frames = [
+            (f"{_SITE}/sglang/srt/managers/scheduler.py", 2790, "run_scheduler_process",
+             "scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank)"),
+            (f"{_SITE}/sglang/srt/model_executor/model_runner.py", 1530, "init_memory_pool",
+             'raise RuntimeError('),
+        ]  # fmt: skip
+        final = "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
+    return StartupFailure("memory", _tb(frames, final))

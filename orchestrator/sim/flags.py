@@ -70,14 +70,20 @@ SGLANG_ACTS_ON: dict[str, dict[str, Any]] = {
 }
 
 
-def add_table(parser: argparse.ArgumentParser, table: FlagTable, acts_on: dict[str, dict[str, Any]],
-              *, group_title: str | None = None) -> None:
+def add_table(
+    parser: argparse.ArgumentParser,
+    table: FlagTable,
+    acts_on: dict[str, dict[str, Any]],
+    *,
+    group_title: str | None = None,
+) -> None:
     """Every flag of ``table``: typed when the simulator acts on it, else accepted and ignored."""
     missing = set(acts_on) - {flag.name for flag in table.flags}
     if missing:  # a typo here would silently turn a simulated flag into an unknown one
         raise ValueError(f"{table.engine}: not in the flag table: {sorted(missing)}")
     others: argparse._ActionsContainer = (
-        parser.add_argument_group(group_title) if group_title else parser)
+        parser.add_argument_group(group_title) if group_title else parser
+    )
     for flag in table.flags:
         if flag is HELP:
             continue  # argparse's own

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator.sim.versions import DRIVER_VERSION
 
@@ -52,7 +53,7 @@ def state_dir(environ: Mapping[str, str] | None = None) -> Path:
 def load_gpu_facts(state: Path, environ: Mapping[str, str] | None = None) -> GpuFacts:
     """Env vars (ORCH_SIM_GPUS, _GPU_NAME, _GPU_MEMORY_MIB) win over the sandbox's gpus.json."""
     env = os.environ if environ is None else environ
-    saved: dict[str, object] = {}
+    saved: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
         saved = json.loads((state / "gpus.json").read_text())
     count = int(env.get("ORCH_SIM_GPUS") or saved.get("count") or DEFAULT_GPUS)

@@ -108,7 +108,8 @@ class TargetModel:
 
 def load_target(name: str, path: Path) -> TargetModel:
     config = _read_json(path / "config.json")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else config
     layers = int(text.get("num_hidden_layers", 0))
     types = text.get("layer_types") or []
     linear = sum(1 for t in types if t == "linear_attention")
@@ -176,7 +177,8 @@ class DraftModel:
 
 def load_draft(name: str, path: Path) -> DraftModel:
     config = _read_json(path / "config.json")
-    dflash = config.get("dflash_config") if isinstance(config.get("dflash_config"), dict) else {}
+    nested = config.get("dflash_config")
+    dflash: dict[str, Any] = nested if isinstance(nested, dict) else {}
     block = dflash.get("block_size", config.get("block_size"))
     mask = dflash.get("mask_token_id", config.get("mask_token_id"))
     ids = dflash.get("target_layer_ids", config.get("target_layer_ids"))

@@ -9,6 +9,7 @@ exists only with ``--enable-metrics``. Both: GET /sim/ground_truth (the simulato
 from __future__ import annotations
 
 import asyncio
+import functools
 import http
 import time
 from typing import TYPE_CHECKING, Any
@@ -278,12 +279,12 @@ class Routes:
         )
         await resp.prepare(request)
         model, created = self.cfg.served_names[0], int(time.time())
-        common = {"rid": req.rid, "created": created, "model": model, "params": params}
+        chunk = functools.partial(
+            api.stream_chunk, rid=req.rid, created=created, model=model, params=params
+        )
         try:
             if params.kind == "chat":
-                await resp.write(
-                    api.sse(api.stream_chunk(**common, texts=[], finish_reason=None, role=True))
-                )
+                await resp.write(api.sse(chunk(texts=[], finish_reason=None, role=True)))
             done = 0
             while True:
                 n, reason, _ = await req.queue.get()
@@ -297,11 +298,7 @@ class Routes:
                     else None
                 )
                 await resp.write(
-                    api.sse(
-                        api.stream_chunk(
-                            **common, texts=texts, finish_reason=reason, running_usage=running
-                        )
-                    )
+                    api.sse(chunk(texts=texts, finish_reason=reason, running_usage=running))
                 )
                 if reason:
                     break

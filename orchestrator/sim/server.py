@@ -182,9 +182,9 @@ class SimServer:
 
     def _task_done(self, task: asyncio.Task[Any]) -> None:
         """A background task that fails is a bug in the simulator: die loudly, not hang."""
-        if task.cancelled() or task.exception() is None:
+        exc = None if task.cancelled() else task.exception()
+        if exc is None:
             return
-        exc = task.exception()
         lines = traceback.format_exception(type(exc), exc, exc.__traceback__)
         self.err.raw("".join(lines).rstrip("\n").split("\n"))
         self._crashed = True

@@ -267,7 +267,9 @@ def _devices(environ: Mapping[str, str], count: int) -> list[int]:
 def plan_launch(cfg: LaunchConfig, environ: Mapping[str, str], state: Path) -> Plan:
     engine = cfg.engine
     target = load_target(cfg.model, _resolve(engine, cfg.model, environ))
-    spec, draft, warnings = None, None, []
+    spec: SpecChoice | None = None
+    draft: DraftModel | None = None
+    warnings: list[str] = []
     if cfg.speculative:
         choose = choose_vllm_spec if engine == "vllm" else choose_sglang_spec
         spec, draft, warnings = choose(cfg.speculative, target, environ)
@@ -284,6 +286,8 @@ def plan_launch(cfg: LaunchConfig, environ: Mapping[str, str], state: Path) -> P
     devices = devices[: cfg.tp]
     if environ.get("ORCH_SIM_FAIL") == "nccl":
         raise failures.nccl_error(engine)
+    if environ.get("ORCH_SIM_FAIL") == "memory":
+        raise failures.not_enough_memory(engine)
     plan = _memory_plan(cfg, environ, state, target, draft, spec, gpu, devices, warnings)
     if engine == "sglang":
         backend, notes = sglang_backend_changes(cfg, gpu.name)

@@ -99,7 +99,9 @@ def test_exit_status_stderr_and_timeouts(embedded_hosts, tmp_path):
     script = "import sys; print('out'); print('oops', file=sys.stderr); sys.exit(7)"
     shell_pid = tmp_path / "shell.pid"
     # The session's own shell is $PPID here: SIGKILL it to see a death by signal reported.
-    victim = f"echo $PPID > {shell_pid}; exec sleep 5 >/dev/null 2>&1"
+    # The sleeps outlast any test: a run() that waited for them instead of the kill or the
+    # timeout would hang the test (pytest-timeout), whatever the machine's load.
+    victim = f"echo $PPID > {shell_pid}; exec sleep 600 >/dev/null 2>&1"
 
     async def kill_shell_soon():
         while not shell_pid.exists() or not shell_pid.read_text().strip():
@@ -114,14 +116,12 @@ def test_exit_status_stderr_and_timeouts(embedded_hosts, tmp_path):
             with pytest.raises(RemoteCommandError, match="exited with 7"):
                 await conn.run([sys.executable, "-c", script], check=True)
             with pytest.raises(HostTimeout):
-                await conn.run(["sleep", "5"], timeout=0.3)
+                await conn.run(["sleep", "600"], timeout=0.3)
             return done, killed
 
-    started = time.monotonic()
     done, killed = asyncio.run(scenario())
     assert (done.returncode, done.stdout, done.stderr) == (7, "out\n", "oops\n")
     assert killed.returncode == -9
-    assert time.monotonic() - started < 4
 
 
 def test_large_output_is_not_cut_short(embedded_hosts, tmp_path):
@@ -148,19 +148,17 @@ def test_stream_is_live_and_leaving_it_kills_the_command(embedded_hosts, tmp_pat
     async def scenario():
         async with pool_for(tmp_path) as pool:
             conn = await pool.get(embedded_hosts[0])
-            started, seen = time.monotonic(), []
+            seen = []
             async with conn.open_stream(["sh", "-c", script]) as lines:
-                async for line in lines:
-                    seen.append((line, time.monotonic() - started))
+                async for line in lines:  # the script never ends: only a live stream gets here
+                    seen.append(line)
                     if line == "3":
                         break
             return seen
 
-    seen = asyncio.run(scenario())
-    assert [line for line, _ in seen] == ["0", "1", "2", "3"]
-    assert seen[0][1] < 0.5
+    assert asyncio.run(scenario()) == ["0", "1", "2", "3"]
     shell, child = (int(p) for p in pid_file.read_text().split())
-    deadline = time.monotonic() + 4
+    deadline = time.monotonic() + 30
     while (alive(shell) or alive(child)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(shell) and not alive(child)  # the whole process group is gone

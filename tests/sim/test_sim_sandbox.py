@@ -6,7 +6,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 from orchestrator.sim.models import ModelNotFound, resolve_model
@@ -29,9 +28,7 @@ def test_layout_env_and_idempotence(tmp_path: Path) -> None:
         assert os.access(box.bin_dir / name, os.X_OK)
     assert (box.bin_dir / "vllm").read_text().startswith(f"#!{sys.executable}\n")
     before = {p: p.stat().st_mtime_ns for p in box.root.rglob("*") if p.is_file()}
-    start = time.monotonic()
     again = prepare_sandbox(tmp_path / "box", gpus=4, gpu_name="NVIDIA L40S", gpu_memory_mib=46068)
-    assert time.monotonic() - start < 0.5
     assert again == box
     assert {p: p.stat().st_mtime_ns for p in box.root.rglob("*") if p.is_file()} == before
 
