@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from enum import Enum
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -13,6 +12,7 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.cli.choices import engine_metavar, engine_parser
 from orchestrator.cli.common import (
     DEFAULT_HOSTS_FILE,
     EXIT_FAILURE,
@@ -28,15 +28,10 @@ from orchestrator.commands import doctor as command
 from orchestrator.commands.doctor import RunCheck, doctor_local
 from orchestrator.doctor import Finding, has_errors, to_json
 from orchestrator.doctor.findings import by_severity
-from orchestrator.doctor.reference import METHOD_ALIASES, NO_SPECULATION
+from orchestrator.doctor.reference import known_method_names
 from orchestrator.errors import ConfigError
 
 STYLES = {"error": "bold red", "warning": "yellow", "ok": "green"}
-
-
-class EngineName(str, Enum):
-    vllm = "vllm"
-    sglang = "sglang"
 
 
 def render_findings(findings: list[Finding], *, title: str = "orch doctor") -> None:
@@ -90,8 +85,14 @@ def doctor_command(
         Path | None, typer.Option("--drafter", help="Drafter model directory.")
     ] = None,
     engine: Annotated[
-        EngineName, typer.Option("--engine", help="Engine the pair will run on.")
-    ] = EngineName.vllm,
+        str,
+        typer.Option(
+            "--engine",
+            help="Engine the pair will run on.",
+            parser=engine_parser(),
+            metavar=engine_metavar(),
+        ),
+    ] = "vllm",
     num_draft_tokens: Annotated[
         int | None,
         typer.Option(
@@ -135,7 +136,7 @@ def doctor_command(
             path="orch doctor",
             hint="orch doctor playbooks/demo.yaml  |  orch doctor --target DIR --drafter DIR",
         )
-    known = set(METHOD_ALIASES) | NO_SPECULATION
+    known = known_method_names()
     if method.strip().lower() not in known:
         raise ConfigError(
             f"{method!r} is not a speculative method the doctor knows",
@@ -145,7 +146,7 @@ def doctor_command(
     findings = doctor_local(
         target,
         drafter,
-        engine=engine.value,
+        engine=engine,
         num_draft_tokens=num_draft_tokens,
         method=method,
         chat_template_kwargs=_parse_kwargs(chat_template_kwargs),

@@ -4,7 +4,6 @@ parsing is ``commands/logs.py``, through the same parsers `orch run` uses live).
 from __future__ import annotations
 
 import sys
-from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
@@ -14,21 +13,18 @@ from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 
+from orchestrator.cli.choices import engine_metavar, engine_parser
 from orchestrator.cli.common import JsonOpt, out, print_json
 from orchestrator.commands.logs import parse_log_file
 from orchestrator.errors import OrchError
 from orchestrator.metrics.logparse import Event, ParsedLog
+from orchestrator.metrics.sglang_log import DecodeBatchEvent
+from orchestrator.metrics.vllm_log import EngineStatsEvent, SpecDecodeEvent
 
 app = typer.Typer(
     help="Parse saved engine logs (vLLM, SGLang) into metric events and a summary.",
     no_args_is_help=True,
 )
-
-
-class EngineChoice(str, Enum):
-    auto = "auto"
-    vllm = "vllm"
-    sglang = "sglang"
 
 
 @app.callback()
@@ -40,8 +36,15 @@ def _group() -> None:
 def parse(
     file: Annotated[Path, typer.Argument(help="Saved engine log.", show_default=False)],
     engine: Annotated[
-        EngineChoice, typer.Option("--engine", "-e", help="Which engine wrote it.")
-    ] = EngineChoice.auto,
+        str,
+        typer.Option(
+            "--engine",
+            "-e",
+            help="Which engine wrote it.",
+            parser=engine_parser("auto"),
+            metavar=engine_metavar("auto"),
+        ),
+    ] = "auto",
     as_json: JsonOpt = False,
     limit: Annotated[
         int, typer.Option("--limit", "-n", min=0, help="Table: show only the last N events.")
@@ -51,7 +54,7 @@ def parse(
 
     --json prints {"engine", "events", "summary"}; otherwise a table and a summary panel.
     """
-    parsed = parse_log_file(file, engine=engine.value)
+    parsed = parse_log_file(file, engine=engine)
     if as_json:
         print_json(parsed.to_json())
         return
@@ -65,30 +68,30 @@ def _fmt(value: float | int | None, spec: str = "", suffix: str = "") -> str:
 
 def key_figures(event: Event) -> str:
     """The few numbers someone scanning a log wants per line."""
-    e = event.to_dict()
-    if e["kind"] == "spec_decode":
+    if isinstance(event, SpecDecodeEvent):
         return (
-            f"accept len {_fmt(e['mean_acceptance_length'], '.2f')}, "
-            f"accepted {_fmt(e['accepted_tokens'])}/{_fmt(e['drafted_tokens'])} tok, "
-            f"rate {_fmt(e['draft_acceptance_rate'], '.1f', '%')}"
+            f"accept len {_fmt(event.mean_acceptance_length, '.2f')}, "
+            f"accepted {_fmt(event.accepted_tokens)}/{_fmt(event.drafted_tokens)} tok, "
+            f"rate {_fmt(event.draft_acceptance_rate, '.1f', '%')}"
         )
-    if e["kind"] == "engine_stats":
+    if isinstance(event, EngineStatsEvent):
         return (
-            f"gen {_fmt(e['generation_throughput'], '.1f')} tok/s, "
-            f"prompt {_fmt(e['prompt_throughput'], '.1f')} tok/s, "
-            f"running {_fmt(e['running_reqs'])}, waiting {_fmt(e['waiting_reqs'])}, "
-            f"KV {_fmt(e['kv_cache_usage'], '.1f', '%')}"
+            f"gen {_fmt(event.generation_throughput, '.1f')} tok/s, "
+            f"prompt {_fmt(event.prompt_throughput, '.1f')} tok/s, "
+            f"running {_fmt(event.running_reqs)}, waiting {_fmt(event.waiting_reqs)}, "
+            f"KV {_fmt(event.kv_cache_usage, '.1f', '%')}"
         )
-    if e["kind"] == "decode_batch":
+    if isinstance(event, DecodeBatchEvent):
         return (
-            f"gen {_fmt(e['gen_throughput'], '.2f')} tok/s, accept len {_fmt(e['accept_length'], '.2f')}, "
-            f"running {_fmt(e['running_reqs'])}, queue {_fmt(e['queue_reqs'])}, "
-            f"token usage {_fmt(e['token_usage'], '.2f')}"
+            f"gen {_fmt(event.gen_throughput, '.2f')} tok/s, "
+            f"accept len {_fmt(event.accept_length, '.2f')}, "
+            f"running {_fmt(event.running_reqs)}, queue {_fmt(event.queue_reqs)}, "
+            f"token usage {_fmt(event.token_usage, '.2f')}"
         )
     return (
-        f"new {_fmt(e['new_seq'])} seq / {_fmt(e['new_tokens'])} tok, "
-        f"cached {_fmt(e['cached_tokens'])}, in {_fmt(e['input_throughput'], '.2f')} tok/s, "
-        f"running {_fmt(e['running_reqs'])}, queue {_fmt(e['queue_reqs'])}"
+        f"new {_fmt(event.new_seq)} seq / {_fmt(event.new_tokens)} tok, "
+        f"cached {_fmt(event.cached_tokens)}, in {_fmt(event.input_throughput, '.2f')} tok/s, "
+        f"running {_fmt(event.running_reqs)}, queue {_fmt(event.queue_reqs)}"
     )
 
 

@@ -14,8 +14,6 @@ from orchestrator.doctor.findings import Finding, error, ok, warning
 from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import (
     ARCHITECTURE_KEYWORDS,
-    DRAFTER_METHODS,
-    MODEL_FREE_METHODS,
     MTP_LAYER_FIELDS,
     NO_SPECULATION,
     TokenizerFamily,
@@ -26,6 +24,7 @@ from orchestrator.doctor.reference import (
 )
 from orchestrator.doctor.tokenizers import TokenIdClass, classify_id, thinking_requested
 from orchestrator.engines import get_engine
+from orchestrator.engines.methods import DRAFTER_METHODS, MODEL_FREE_METHODS
 
 
 def run_checks(
@@ -395,22 +394,9 @@ def check_block_size(drafter: ModelConfig, *, engine: str, num_draft_tokens: int
         return error(
             name, f"num_draft_tokens must be at least 1, found {num_draft_tokens}.", **details
         )
-    if engine == "vllm" and num_draft_tokens > block - 1:
-        return error(
-            name,
-            f"num_draft_tokens {num_draft_tokens} does not fit the drafter's block of "
-            f"{block}: vLLM's num_speculative_tokens must be <= block_size - 1 = {block - 1}. "
-            f"Fix: set speculative.num_draft_tokens to {block - 1} or less.",
-            **details,
-        )
-    if engine == "sglang" and num_draft_tokens + 1 != block:
-        return error(
-            name,
-            f"SGLang DFLASH verifies whole blocks: --speculative-num-draft-tokens "
-            f"(num_draft_tokens + 1 = {num_draft_tokens + 1}) must equal the drafter's "
-            f"block_size {block}. Fix: set speculative.num_draft_tokens to {block - 1}.",
-            **details,
-        )
+    problem = get_engine(engine).doctor.dflash_block.problem(num_draft_tokens, block)
+    if problem is not None:
+        return error(name, problem, **details)
     return ok(
         name,
         f"{num_draft_tokens} draft tokens per step fit the drafter's block_size {block}.",

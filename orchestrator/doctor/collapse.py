@@ -1,7 +1,7 @@
 """After a run: was speculation collapsed, and what most likely caused it?
 
 A collapsed drafter still "works": every draft is rejected, each step yields about one token,
-and the run is slower than without speculation. Healthy figures (engines.md): DFlash 4-8 at
+and the run is slower than without speculation. Healthy figures (docs/ENGINES.md): DFlash 4-8 at
 block 16, MTP with 3 draft tokens 2.5-3.2; a collapsed drafter 1.0-1.2.
 """
 
@@ -14,8 +14,10 @@ from typing import Any
 from orchestrator.doctor.enginelog import engine_silent_changes
 from orchestrator.doctor.findings import Finding
 from orchestrator.doctor.modelconfig import ModelConfig
-from orchestrator.doctor.reference import MODEL_FREE_METHODS, NO_SPECULATION, canonical_method
+from orchestrator.doctor.reference import NO_SPECULATION, canonical_method
 from orchestrator.engines import get_engine
+from orchestrator.engines.base import Engine
+from orchestrator.engines.methods import MODEL_FREE_METHODS
 
 __all__ = [
     "Cause",
@@ -136,8 +138,6 @@ _FIXES = {
     "mtp": "pick a target with MTP layers, or a drafter method",
     "page_size": "request the page size the attention backend supports",
     "num_draft_tokens": "set num_draft_tokens to what the engine accepts for this method",
-    "attention_backend": "for vLLM DFlash pass --attention-backend flash_attn (extra_args)",
-    "model_runner": "set env VLLM_USE_V2_MODEL_RUNNER=1 for this run",
     "thinking_mode": "set workload.chat_template_kwargs: {enable_thinking: false}",
     "kv_cache_quantization": "drop --kv-cache-dtype (keep the KV cache in bf16) and compare",
 }
@@ -163,18 +163,18 @@ def rank_causes(
     """
     causes: dict[str, Cause] = {}
     findings = list(findings)
-    engine = get_engine(engine).name
+    found = get_engine(engine)
     for severity in ("error", "warning"):
         for finding in sorted(
             (f for f in findings if f.severity == severity and f.check in CHECK_CAUSES),
             key=lambda f: _CHECK_ORDER.index(f.check),
         ):
             name = CHECK_CAUSES[finding.check]
-            cause = causes.setdefault(name, Cause(0, name, "finding", fix=_fix(name, engine)))
+            cause = causes.setdefault(name, Cause(0, name, "finding", fix=_fix(name, found)))
             cause.evidence.append(finding.message)
             cause.checks.append(finding.check)
     for name, evidence in _suspicions(
-        engine=engine,
+        engine=found,
         method=canonical_method(method),
         attention_backend=attention_backend,
         env=env or {},
@@ -184,24 +184,26 @@ def rank_causes(
         drafter=drafter,
     ):
         if name not in causes:
-            causes[name] = Cause(0, name, "configuration", [evidence], _fix(name, engine))
+            causes[name] = Cause(0, name, "configuration", [evidence], _fix(name, found))
     ranked = list(causes.values())
     for rank, cause in enumerate(ranked, start=1):
         cause.rank = rank
     return ranked
 
 
-def _fix(cause: str, engine: str) -> str:
-    if cause == "attention_backend" and engine == "sglang":
-        return (
-            "request an attention backend SGLang keeps on this GPU and KV cache dtype (see its log)"
-        )
+def _fix(cause: str, engine: Engine) -> str:
+    """The fix for ``cause``; the attention backend and model runner are the engine's own."""
+    launch = engine.doctor.dflash_launch
+    if cause == "attention_backend":
+        return engine.doctor.attention_fix
+    if cause == "model_runner" and launch is not None and launch.runner_env:
+        return f"set env {launch.runner_env}=1 for this run"
     return _FIXES.get(cause, "")
 
 
 def _suspicions(
     *,
-    engine: str,
+    engine: Engine,
     method: str | None,
     attention_backend: str | None,
     env: Mapping[str, str],
@@ -210,35 +212,11 @@ def _suspicions(
     kv_cache_dtype: str | None,
     drafter: ModelConfig | None,
 ) -> list[tuple[str, str]]:
-    found: list[tuple[str, str]] = []
-    flags = get_engine(engine)
-    dflash_on_vllm = engine == "vllm" and method in (None, "dflash")
-    backend = (
-        attention_backend
-        or flags.flag_value(extra_args, "--attention-backend")
-        or env.get("VLLM_ATTENTION_BACKEND")
+    found = _dflash_launch_suspicions(
+        engine, method, attention_backend=attention_backend, env=env, extra_args=extra_args
     )
-    if dflash_on_vllm and (backend or "").lower() != "flash_attn":
-        found.append(
-            (
-                "attention_backend",
-                f"vLLM's DFlash drafter is run with --attention-backend "
-                f"flash_attn; this run used {backend or 'the engine default'}",
-            )
-        )
-    if (
-        dflash_on_vllm
-        and drafter is not None
-        and drafter.mixes_sliding_and_full
-        and env.get("VLLM_USE_V2_MODEL_RUNNER") != "1"
-    ):
-        found.append(
-            (
-                "model_runner",
-                "the drafter mixes sliding-window and full attention layers, "
-                "which vLLM serves correctly only with VLLM_USE_V2_MODEL_RUNNER=1 (not set)",
-            )
-        )
+    if drafter is not None and drafter.mixes_sliding_and_full:
+        found += _runner_suspicion(engine, method, env)
     thinking_off = (
         chat_template_kwargs.get("enable_thinking") is False
         or chat_template_kwargs.get("thinking") is False
@@ -255,7 +233,7 @@ def _suspicions(
                 "trained without thinking accepts far less on <think> text",
             )
         )
-    kv = kv_cache_dtype or flags.flag_value(extra_args, "--kv-cache-dtype")
+    kv = kv_cache_dtype or engine.flag_value(extra_args, "--kv-cache-dtype")
     if kv and kv.lower() not in ("auto", "bf16", "bfloat16", "fp16", "float16"):
         found.append(
             (
@@ -265,3 +243,51 @@ def _suspicions(
             )
         )
     return found
+
+
+def _dflash_launch_suspicions(
+    engine: Engine,
+    method: str | None,
+    *,
+    attention_backend: str | None,
+    env: Mapping[str, str],
+    extra_args: list[str],
+) -> list[tuple[str, str]]:
+    """An attention backend other than the one the engine's DFlash drafter runs with."""
+    launch = engine.doctor.dflash_launch
+    if launch is None or method not in (None, "dflash"):
+        return []
+    backend = (
+        attention_backend
+        or engine.flag_value(extra_args, launch.attention_flag)
+        or (env.get(launch.attention_env) if launch.attention_env else None)
+    )
+    if (backend or "").lower() == launch.backend:
+        return []
+    return [
+        (
+            "attention_backend",
+            f"{engine.display_name}'s DFlash drafter is run with {launch.attention_flag} "
+            f"{launch.backend}; this run used {backend or 'the engine default'}",
+        )
+    ]
+
+
+def _runner_suspicion(
+    engine: Engine, method: str | None, env: Mapping[str, str]
+) -> list[tuple[str, str]]:
+    """A drafter mixing sliding-window and full attention layers, without the model runner the
+    engine serves such drafters correctly with."""
+    launch = engine.doctor.dflash_launch
+    if launch is None or not launch.runner_env or method not in (None, "dflash"):
+        return []
+    if env.get(launch.runner_env) == "1":
+        return []
+    return [
+        (
+            "model_runner",
+            "the drafter mixes sliding-window and full attention layers, "
+            f"which {engine.display_name} serves correctly only with {launch.runner_env}=1 "
+            "(not set)",
+        )
+    ]

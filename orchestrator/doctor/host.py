@@ -10,11 +10,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.agent.facts import HostFacts
 from orchestrator.doctor.findings import Finding, error, ok, warning
 from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import canonical_method, version_tuple
 from orchestrator.engines import get_engine
-from orchestrator.remote.wire import ProbeResult
+from orchestrator.remote.wire import GpuInfo, ProbeResult
 
 GIB = 1024**3
 MIB = 1024**2
@@ -23,41 +24,36 @@ MIB = 1024**2
 MAX_WEIGHT_SHARE = 0.8
 
 
-@dataclass(frozen=True)
-class Gpu:
-    index: int
-    name: str | None
-    memory_total_mib: int | None
-    memory_used_mib: int | None
-
-    @property
-    def free_mib(self) -> int | None:
-        if self.memory_total_mib is None or self.memory_used_mib is None:
-            return None
-        return self.memory_total_mib - self.memory_used_mib
-
-
 @dataclass
 class HostProbe:
-    """The facts the host checks need. ``free_ports`` None means ports were not probed."""
+    """The doctor's view of a host: the fields of ``HostFacts`` (``agent/facts.py``, the one
+    reading of a probe result) the checks read, so tests can state just those.
 
-    gpus: list[Gpu] = field(default_factory=list)
+    ``engines`` is keyed by engine name (``vllm``), as ``HostFacts.engines`` is: the probe
+    reports versions by Python package, and only ``HostFacts`` maps one to the other.
+    ``free_ports`` None means ports were not probed.
+    """
+
+    gpus: list[GpuInfo] = field(default_factory=list)
     driver_version: str | None = None
     engines: dict[str, str | None] = field(default_factory=dict)
     free_ports: set[int] | None = None
     checked_ports: set[int] | None = None
 
     @classmethod
-    def from_probe(cls, probe: ProbeResult) -> HostProbe:
-        """From the ``probe`` verb's result, parsed once by the wire contract."""
-        gpus = [Gpu(g.index, g.name, g.memory_total_mib, g.memory_used_mib) for g in probe.gpus]
+    def from_facts(cls, facts: HostFacts) -> HostProbe:
         return cls(
-            gpus=gpus,
-            driver_version=probe.driver_version,
-            engines=dict(probe.packages),
-            free_ports=set(probe.ports.free),
-            checked_ports=set(probe.ports.checked),
+            gpus=list(facts.gpus),
+            driver_version=facts.driver_version,
+            engines=dict(facts.engines),
+            free_ports=set(facts.free_ports),
+            checked_ports=set(facts.checked_ports),
         )
+
+    @classmethod
+    def from_probe(cls, probe: ProbeResult) -> HostProbe:
+        """From the ``probe`` verb's result, through ``HostFacts``."""
+        return cls.from_facts(HostFacts.from_probe(probe))
 
 
 def run_host_checks(
@@ -121,7 +117,7 @@ def check_gpu_count(host: HostProbe, tensor_parallel: int) -> Finding:
     return ok("gpu_count", f"{found} GPU(s) for tensor_parallel {tensor_parallel}.", **details)
 
 
-def check_gpu_model(gpus: list[Gpu], expected: str | None) -> Finding:
+def check_gpu_model(gpus: list[GpuInfo], expected: str | None) -> Finding:
     names = [g.name or "unknown" for g in gpus]
     details = {"found": names, "expected": expected}
     if not gpus:
@@ -145,7 +141,7 @@ def check_gpu_model(gpus: list[Gpu], expected: str | None) -> Finding:
 
 
 def check_gpu_memory(
-    gpus: list[Gpu],
+    gpus: list[GpuInfo],
     *,
     engine: str,
     tensor_parallel: int,

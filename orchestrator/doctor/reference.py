@@ -2,7 +2,7 @@
 families, method names, checkpoint conventions), kept in one place so they can be audited.
 
 What differs by engine (layer-id shift, releases per method, drafter architectures, memory
-default) is on the engine object: ``get_engine(name).doctor`` (``orchestrator.engines``).
+default, block-size rule, DFlash launch settings, method spellings) is on the engine object: ``get_engine(name).doctor`` (``orchestrator.engines``).
 Every table says where its values come from. When an engine or a checkpoint disagrees with a
 value here, the engine/checkpoint wins: fix the table and add the case to the tests.
 """
@@ -10,8 +10,10 @@ value here, the engine/checkpoint wins: fix the table and add the case to the te
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cache
 
-from orchestrator.engines.methods import NEEDS_DRAFT_MODEL
+from orchestrator.engines import ENGINES
+from orchestrator.engines.methods import KNOWN_METHODS
 
 # --- DFlash target layer choice -----------------------------------------------------------------
 
@@ -76,38 +78,32 @@ def families_using_mask_id(mask_id: int) -> list[TokenizerFamily]:
 
 # --- Methods, architectures, versions -----------------------------------------------------------
 
-# Names people write for a method -> the doctor's canonical name. SGLang's algorithm names are
-# upper-case; NEXTN is SGLang's name for a built-in MTP head; vLLM's old per-family MTP names
-# are deprecated aliases of "mtp".
-METHOD_ALIASES: dict[str, str] = {
-    "dflash": "dflash",
-    "eagle": "eagle",
-    "eagle3": "eagle3",
-    "mtp": "mtp",
-    "nextn": "mtp",
-    "qwen3_next_mtp": "mtp",
-    "qwen3_5_mtp": "mtp",
-    "deepseek_mtp": "mtp",
-    "draft_model": "draft_model",
-    "standalone": "draft_model",
-    "ngram": "ngram",
-    "ngram_gpu": "ngram",
-    "suffix": "suffix",
-    "dspark": "dspark",
-}
-
-# Methods that need a separate drafter checkpoint, those with no model at all, and the
-# playbook's way of saying "no speculative decoding" (a plain run: nothing to check).
-DRAFTER_METHODS: frozenset[str] = NEEDS_DRAFT_MODEL | {"draft_model", "dspark"}
-MODEL_FREE_METHODS = frozenset({"ngram", "suffix"})
+# The playbook's way of saying "no speculative decoding" (a plain run: nothing to check). The
+# methods themselves and their classes (drafter, model-free) are ``engines/methods.py``'s.
 NO_SPECULATION = frozenset({"none"})
+
+
+@cache
+def method_aliases() -> dict[str, str]:
+    """Every name people write for a method -> its canonical name: the canonical names
+    themselves, then each engine's own spellings (``Engine.method_aliases``: SGLang's
+    algorithm names such as NEXTN, vLLM's deprecated per-family MTP names)."""
+    aliases = {method: method for method in KNOWN_METHODS}
+    for engine in ENGINES.values():
+        aliases.update({alias.lower(): method for alias, method in engine.method_aliases.items()})
+    return aliases
+
+
+def known_method_names() -> frozenset[str]:
+    """What ``--method`` and the checks accept: every alias, and "none"."""
+    return frozenset(method_aliases()) | NO_SPECULATION
 
 
 def canonical_method(method: str | None) -> str | None:
     if method is None:
         return None
     key = method.strip().lower()
-    return METHOD_ALIASES.get(key, key)
+    return method_aliases().get(key, key)
 
 
 # Drafter architectures for methods whose checkpoints no engine lists by class name

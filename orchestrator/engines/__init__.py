@@ -11,17 +11,15 @@ is also read by the simulator, which must not pay for the config models at every
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from functools import cache
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from orchestrator.errors import SpecError
 
 if TYPE_CHECKING:
     from orchestrator.config.playbook import RunSpec
     from orchestrator.engines.base import Engine
-
-    ENGINES: Mapping[str, Engine]  # loaded on first use (module __getattr__ below)
 
 
 @cache
@@ -57,15 +55,23 @@ def engine_packages() -> dict[str, str]:
     return {name: engine.package for name, engine in _registry().items()}
 
 
-def __getattr__(name: str) -> Any:
-    if name == "ENGINES":
-        engines: Mapping[str, Engine] = _registry()
-        return engines
-    if name == "Engine":
-        from orchestrator.engines.base import Engine
+class _Registry(Mapping[str, "Engine"]):
+    """The registry as a typed mapping that loads the engine objects on first use."""
 
-        return Engine
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    def __getitem__(self, name: str) -> Engine:
+        return _registry()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(_registry())
+
+    def __len__(self) -> int:
+        return len(_registry())
+
+    def __repr__(self) -> str:
+        return f"ENGINES({', '.join(self)})"
 
 
-__all__ = ["ENGINES", "Engine", "engine_for", "engine_packages", "get_engine"]
+# Engine name -> its object, in registry order (vllm first): what enums and columns list.
+ENGINES: Mapping[str, Engine] = _Registry()
+
+__all__ = ["ENGINES", "engine_for", "engine_packages", "get_engine"]

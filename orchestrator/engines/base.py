@@ -73,6 +73,8 @@ class Engine(ABC):
     failure_causes: ClassVar[tuple[Cause, ...]] = CAUSES
     doctor: ClassVar[DoctorFacts]
     speculative_methods: ClassVar[tuple[SpeculativeMethod, ...]] = SPECULATIVE_METHODS
+    # other names people write for a method on this engine -> orch's canonical name
+    method_aliases: ClassVar[Mapping[str, str]] = {}
     flags: ClassVar[FlagTable]  # every flag of the real engine's CLI
     # flag orch emits -> the playbook field that sets it (named when extra_args repeats it)
     flag_fields: ClassVar[dict[str, str]] = {}
@@ -93,6 +95,10 @@ class Engine(ABC):
     @abstractmethod
     def spec_delta(self, before: Scrape, after: Scrape) -> SpecDelta:
         """Speculative decoding over a window, from the engine's own Prometheus series."""
+
+    def generation_tokens_delta(self, before: Scrape, after: Scrape) -> float | None:
+        """Output tokens generated over a window, from the engine's own counter."""
+        return self.spec_delta(before, after).generation_tokens
 
     def classify_failure(self, log_lines: Sequence[str]) -> str | None:
         """Why the engine died during start-up (a ``failures`` cause name), from its last lines."""
@@ -247,7 +253,7 @@ class Engine(ABC):
                     self.fail(
                         run,
                         f"speculative.{name} is set but speculative.method is 'none'",
-                        hint="set a method (dflash, mtp, eagle, eagle3, ngram) or remove "
+                        hint=f"set a method ({self._methods_listed()}) or remove "
                         f"speculative.{name}",
                         field=("speculative", name),
                     )
@@ -275,6 +281,9 @@ class Engine(ABC):
                 field=("speculative", "draft_model"),
             )
         self._validate_lookup(run, spec)
+
+    def _methods_listed(self) -> str:
+        return ", ".join(m for m in self.speculative_methods if m != "none")
 
     def _validate_lookup(self, run: RunSpec, spec: SpeculativeSpec) -> None:
         low, high = spec.prompt_lookup_min, spec.prompt_lookup_max

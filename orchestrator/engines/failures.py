@@ -17,6 +17,14 @@ UNKNOWN_ARGUMENT = "unknown_argument"
 MODEL_NOT_FOUND = "model_not_found"
 PORT_IN_USE = "port_in_use"
 NCCL_ERROR = "nccl_error"
+KV_CACHE_MEMORY = "kv_cache_memory"
+GPU_MEMORY_IN_USE = "gpu_memory_in_use"
+MAX_MODEL_LEN = "max_model_len_too_long"
+TOO_FEW_GPUS = "too_few_gpus"
+# Deaths and refusals seen from outside the log (not start-up lines): the controller names them.
+ANOTHER_SERVER = "another_server_answered"
+ENGINE_DIED = "engine_died"
+REQUESTS_FAILED = "all_requests_failed"
 
 
 @dataclass(frozen=True)
@@ -34,9 +42,46 @@ CAUSES: tuple[Cause, ...] = (
         "lower gpu_memory_fraction or max_model_len, use more GPUs (tensor_parallel), "
         "or free the GPUs",
         re.compile(
-            r"CUDA out of memory|torch\.(cuda\.)?OutOfMemoryError|CUDA error: out of memory"
-            r"|No available memory for the cache blocks",
+            r"CUDA out of memory|torch\.(cuda\.)?OutOfMemoryError|CUDA error: out of memory",
             re.IGNORECASE,
+        ),
+    ),
+    Cause(
+        GPU_MEMORY_IN_USE,
+        "GPU memory held by other processes",
+        "other processes use the GPUs' memory: free them (nvidia-smi; orch ps / orch stop), "
+        "or lower gpu_memory_fraction",
+        # vLLM: the free memory at start-up is below --gpu-memory-utilization's share
+        re.compile(r"Free memory on device .* is less than desired GPU memory utilization"),
+    ),
+    Cause(
+        KV_CACHE_MEMORY,
+        "not enough memory for the KV cache",
+        "the weights leave no room for the KV cache: raise gpu_memory_fraction (SGLang's "
+        "--mem-fraction-static, vLLM's --gpu-memory-utilization), lower max_model_len, or use "
+        "more GPUs (tensor_parallel)",
+        re.compile(
+            # SGLang: the memory pool got no token at all
+            r"Not enough memory\. Please try to increase --mem-fraction-static"
+            # vLLM: no KV cache block, or fewer than one request of max_model_len needs
+            r"|No available memory for the cache blocks"
+            r"|KV cache is needed, which is larger than the available KV cache memory"
+        ),
+    ),
+    Cause(
+        MAX_MODEL_LEN,
+        "max_model_len longer than the model allows",
+        "lower max_model_len to the model's max_position_embeddings (or set "
+        "VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 in the run's env if you know it is safe)",
+        re.compile(r"max_model_len \(\d+\) is greater than the derived max_model_len"),
+    ),
+    Cause(
+        TOO_FEW_GPUS,
+        "fewer GPUs than tensor_parallel",
+        "tensor_parallel asks for more GPUs than the host shows (CUDA_VISIBLE_DEVICES, "
+        "nvidia-smi): lower it or pick a host with more GPUs",
+        re.compile(
+            r"to less than max local gpu count|CUDA error: invalid device ordinal",
         ),
     ),
     Cause(
@@ -78,6 +123,26 @@ CAUSES: tuple[Cause, ...] = (
 
 BY_NAME: dict[str, Cause] = {cause.name: cause for cause in CAUSES}
 
+# (title, hint) of the causes the controller finds itself, not in the engine's log.
+RUN_CAUSES: dict[str, tuple[str, str]] = {
+    ANOTHER_SERVER: (
+        "another server answered",
+        "another process listens on the run's port, so what answered was not the engine this "
+        "run started: stop it (orch ps / orch stop, or the process named), and give runs that "
+        "share a machine distinct `port:` values",
+    ),
+    ENGINE_DIED: (
+        "the engine died while serving",
+        "read the last log lines; an engine killed by a signal (SIGKILL) may have been ended "
+        "by the kernel's OOM killer (dmesg) or by someone else",
+    ),
+    REQUESTS_FAILED: (
+        "every measured request failed",
+        "no figure can be measured from failed requests: see the errors in requests.jsonl and "
+        "the server's log",
+    ),
+}
+
 
 def classify(log_lines: Sequence[str], causes: Sequence[Cause] = CAUSES) -> str | None:
     """The first cause in table order that any line shows, or None when nothing is recognised.
@@ -93,6 +158,8 @@ def classify(log_lines: Sequence[str], causes: Sequence[Cause] = CAUSES) -> str 
 
 def describe(cause: str | None) -> tuple[str, str | None]:
     """(title, hint) for a cause returned by classify; an unknown death gets a generic hint."""
+    if cause is not None and cause in RUN_CAUSES:
+        return RUN_CAUSES[cause]
     if cause is None or cause not in BY_NAME:
         return "exited during start-up", "read the log lines above for the engine's own error"
     found = BY_NAME[cause]

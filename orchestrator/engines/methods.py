@@ -3,7 +3,8 @@
 Dependency-free on purpose: the playbook model (``config/playbook.py``) types its fields with
 these literals, and the engines (which import the config package) check against the same
 tuples, so the two lists cannot drift apart. Each engine says which of the methods it serves
-(``Engine.speculative_methods``) and how it spells them on its command line.
+(``Engine.speculative_methods``), how it spells them on its command line, and the other names
+people write for them (``Engine.method_aliases``).
 """
 
 from __future__ import annotations
@@ -20,3 +21,31 @@ SPECULATIVE_METHODS: tuple[SpeculativeMethod, ...] = get_args(SpeculativeMethod)
 NEEDS_DRAFT_MODEL: frozenset[SpeculativeMethod] = frozenset({"dflash", "eagle", "eagle3"})
 # Methods drafting a chain with an EAGLE-style head: SGLang gives them num-steps and a top-k.
 CHAIN_METHODS: frozenset[SpeculativeMethod] = frozenset({"mtp", "eagle", "eagle3"})
+
+# Methods some engine serves that a playbook cannot ask for yet: the doctor still knows them.
+DOCTOR_ONLY_METHODS: tuple[str, ...] = ("draft_model", "suffix", "dspark")
+# Every speculative method orch knows by its canonical name (what aliases resolve to).
+KNOWN_METHODS: tuple[str, ...] = (
+    *(m for m in SPECULATIVE_METHODS if m != "none"),
+    *DOCTOR_ONLY_METHODS,
+)
+# Methods that need a separate drafter checkpoint, and those with no model at all.
+DRAFTER_METHODS: frozenset[str] = NEEDS_DRAFT_MODEL | {"draft_model", "dspark"}
+MODEL_FREE_METHODS: frozenset[str] = frozenset({"ngram", "suffix"})
+
+# What people read for each method (plot legends, tables).
+METHOD_DISPLAY_NAMES: dict[str, str] = {
+    "dflash": "DFlash",
+    "mtp": "MTP",
+    "eagle": "EAGLE",
+    "eagle3": "EAGLE-3",
+    "ngram": "n-gram",
+    "draft_model": "draft model",
+    "suffix": "suffix",
+    "dspark": "dspark",
+}
+
+
+def display_name(method: str) -> str:
+    """``eagle3`` -> ``EAGLE-3``; a method without a display name is shown as written."""
+    return METHOD_DISPLAY_NAMES.get(method, method)

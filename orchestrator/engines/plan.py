@@ -90,6 +90,69 @@ def plan_launches(
     return plans
 
 
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost", "localhost6"})
+
+
+def machine_of(host: HostConfig) -> str:
+    """Which machine's loopback ``host``'s engines listen on, as far as the inventory tells:
+    embedded hosts all run on this machine; SSH hosts are told apart by address (two entries
+    with one address, whatever their SSH port or user, reach one machine)."""
+    if host.transport == "embedded":
+        return "localhost"
+    target = host.target.strip().lower().strip("[]")
+    return "localhost" if target in LOOPBACK_NAMES else target
+
+
+@dataclass(frozen=True)
+class PortCollision:
+    """Two launches that would run at once on one machine and port."""
+
+    first: PlannedLaunch
+    second: PlannedLaunch
+    machine: str
+
+    @property
+    def port(self) -> int:
+        return self.first.port
+
+    def message(self) -> str:
+        where = (
+            "this machine's loopback (both are embedded hosts or reach 127.0.0.1)"
+            if self.machine == "localhost"
+            else f"one machine ({self.machine})"
+        )
+        return (
+            f"runs {self.first.run_name!r} on {self.first.host.name} and "
+            f"{self.second.run_name!r} on {self.second.host.name} would both listen on port "
+            f"{self.port} of {where} at the same time: one would fail with 'address already in "
+            "use' and be measured against the other's server"
+        )
+
+
+def port_collisions(plans: Sequence[PlannedLaunch]) -> list[PortCollision]:
+    """Launches that would run at the same time on the same machine and port.
+
+    Each host entry runs its launches one after another, and different entries run in
+    parallel: two launches collide when their entries differ, reach one machine
+    (``machine_of``) and use one port. One collision per pair of host entries and port.
+    """
+    found: list[PortCollision] = []
+    seen: set[tuple[str, str, int]] = set()
+    for i, first in enumerate(plans):
+        for second in plans[i + 1 :]:
+            if first.host.name == second.host.name or first.port != second.port:
+                continue
+            machine = machine_of(first.host)
+            if machine != machine_of(second.host):
+                continue
+            a, b = sorted((first.host.name, second.host.name))
+            if (a, b, first.port) in seen:
+                continue
+            seen.add((a, b, first.port))
+            found.append(PortCollision(first, second, machine))
+    return found
+
+
 def to_json(plans: Sequence[PlannedLaunch]) -> dict[str, Any]:
     """``{"runs": [{"run", "host", "argv", "env"}]}`` with secrets shown as ``***``."""
     return {

@@ -27,6 +27,50 @@ class MethodSupport:
 
 
 @dataclass(frozen=True)
+class DflashBlock:
+    """How the engine fits ``num_draft_tokens`` N into a DFlash drafter's block of B tokens.
+
+    ``exact``: the engine verifies whole blocks, so N + 1 must equal B (SGLang); otherwise any
+    N up to B - 1 fits (vLLM). ``setting`` names the engine's own setting in the message.
+    """
+
+    exact: bool
+    setting: str
+
+    def problem(self, num_draft_tokens: int, block: int) -> str | None:
+        """Why ``num_draft_tokens`` does not fit ``block`` on this engine (None: it fits)."""
+        if self.exact and num_draft_tokens + 1 != block:
+            return (
+                f"{self.setting} (num_draft_tokens + 1 = {num_draft_tokens + 1}) must equal "
+                f"the drafter's block_size {block}. Fix: set speculative.num_draft_tokens "
+                f"to {block - 1}."
+            )
+        if not self.exact and num_draft_tokens > block - 1:
+            return (
+                f"num_draft_tokens {num_draft_tokens} does not fit the drafter's block of "
+                f"{block}: {self.setting} must be <= block_size - 1 = {block - 1}. "
+                f"Fix: set speculative.num_draft_tokens to {block - 1} or less."
+            )
+        return None
+
+
+@dataclass(frozen=True)
+class DflashLaunch:
+    """Launch settings a healthy DFlash drafter needs on this engine to accept as trained.
+
+    ``attention_flag`` / ``attention_env``: where the attention backend is chosen (the env
+    variable is older releases' spelling); ``backend``: the one DFlash runs with;
+    ``runner_env``: the variable (set to "1") drafters mixing sliding-window and full
+    attention layers need, None when the engine needs none.
+    """
+
+    attention_flag: str
+    attention_env: str | None
+    backend: str
+    runner_env: str | None
+
+
+@dataclass(frozen=True)
 class DoctorFacts:
     """What the doctor compares a run against on this engine.
 
@@ -36,10 +80,16 @@ class DoctorFacts:
     the doctor), which include methods orch cannot launch yet (``draft_model``, ``suffix``).
     ``drafter_architectures``: the drafter classes the engine loads for a method; a method not
     listed is matched by keyword (any architecture containing "eagle3" for eagle3).
+    ``dflash_block``: the block-size rule; ``dflash_launch``: settings the doctor checks before
+    a DFlash launch (None: the engine has none); ``attention_fix``: what to do when a collapse
+    points at the attention backend.
     """
 
     layer_shift: int
     default_memory_fraction: float
+    dflash_block: DflashBlock
+    attention_fix: str
+    dflash_launch: DflashLaunch | None = None
     method_support: Mapping[str, MethodSupport] = field(default_factory=dict)
     drafter_architectures: Mapping[str, frozenset[str]] = field(default_factory=dict)
 

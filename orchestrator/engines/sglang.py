@@ -20,7 +20,12 @@ from orchestrator.config.playbook import RunSpec, SpeculativeSpec
 from orchestrator.engines.base import LOOPBACK, Engine
 from orchestrator.engines.flags import SGLANG_LAUNCH_SERVER, FlagTable
 from orchestrator.engines.methods import CHAIN_METHODS, EngineName, SpeculativeMethod
-from orchestrator.engines.reference import DoctorFacts, MethodSupport, StatsInterval
+from orchestrator.engines.reference import (
+    DflashBlock,
+    DoctorFacts,
+    MethodSupport,
+    StatsInterval,
+)
 from orchestrator.metrics import sglang_log
 from orchestrator.metrics.logparse import LineParser
 from orchestrator.metrics.prom import Scrape, SpecDelta, sglang_spec_delta
@@ -33,7 +38,7 @@ ALGORITHMS: dict[SpeculativeMethod, str] = {
     "dflash": "DFLASH",
     "ngram": "NGRAM",
 }
-_READ = "engines.md (SGLang 0.5.23)"
+_READ = "docs/ENGINES.md (SGLang 0.5.23)"
 
 # SGLang 0.5.23 is the release the engine reference (docs/) was read from.
 DOCTOR = DoctorFacts(
@@ -41,15 +46,24 @@ DOCTOR = DoctorFacts(
     default_memory_fraction=0.88,  # a typical --mem-fraction-static on one GPU
     method_support={
         "dflash": MethodSupport(
-            None, "0.5.23", "DFLASH merged in SGLang in April 2026 (#22077); engines.md (0.5.23)"
+            None,
+            "0.5.23",
+            "DFLASH merged in SGLang in April 2026 (#22077); docs/ENGINES.md (0.5.23)",
         ),
-        "mtp": MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23, NEXTN)"),
+        "mtp": MethodSupport(None, "0.5.23", "docs/ENGINES.md (SGLang 0.5.23, NEXTN)"),
         "eagle": MethodSupport(None, "0.5.23", _READ),
         "eagle3": MethodSupport(None, "0.5.23", _READ),
-        "draft_model": MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23, STANDALONE)"),
-        "ngram": MethodSupport(None, "0.5.23", "engines.md (SGLang 0.5.23, NGRAM)"),
+        "draft_model": MethodSupport(None, "0.5.23", "docs/ENGINES.md (SGLang 0.5.23, STANDALONE)"),
+        "ngram": MethodSupport(None, "0.5.23", "docs/ENGINES.md (SGLang 0.5.23, NGRAM)"),
     },
     drafter_architectures={"dflash": frozenset({"DFlashDraftModel"})},
+    dflash_block=DflashBlock(
+        exact=True,
+        setting="SGLang DFLASH verifies whole blocks: --speculative-num-draft-tokens",
+    ),
+    attention_fix=(
+        "request an attention backend SGLang keeps on this GPU and KV cache dtype (see its log)"
+    ),
 )
 
 
@@ -65,6 +79,11 @@ class SglangEngine(Engine):
     # orch passes the flag with this value (SGLang's own default is 40 as well)
     stats_interval = StatsInterval("--decode-log-interval", 40, "decode steps", "flag")
     doctor = DOCTOR
+    # its --speculative-algorithm names (NEXTN: a built-in MTP head); STANDALONE: a draft model
+    method_aliases: ClassVar[dict[str, str]] = {
+        "standalone": "draft_model",
+        **{algorithm.lower(): method for method, algorithm in ALGORITHMS.items()},
+    }
     flags: ClassVar[FlagTable] = SGLANG_LAUNCH_SERVER
     ready_lines = ("The server is fired up and ready to roll!",)
     flag_fields: ClassVar[dict[str, str]] = {

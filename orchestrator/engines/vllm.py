@@ -13,14 +13,22 @@ from typing import Any, ClassVar
 
 from orchestrator.config.playbook import RunSpec, SpeculativeSpec
 from orchestrator.engines.base import LOOPBACK, Engine, compact_json
-from orchestrator.engines.flags import VLLM_SERVE, FlagTable
-from orchestrator.engines.methods import EngineName
-from orchestrator.engines.reference import DoctorFacts, MethodSupport, StatsInterval
+from orchestrator.engines.flags import VLLM_SERVE, FlagTable, values_of
+from orchestrator.engines.methods import KNOWN_METHODS, EngineName
+from orchestrator.engines.reference import (
+    DflashBlock,
+    DflashLaunch,
+    DoctorFacts,
+    MethodSupport,
+    StatsInterval,
+)
 from orchestrator.metrics import vllm_log
 from orchestrator.metrics.logparse import LineParser
 from orchestrator.metrics.prom import Scrape, SpecDelta, vllm_spec_delta
 
-_LISTED = "engines.md (vLLM 0.33 method list)"
+_LISTED = "docs/ENGINES.md (vLLM 0.33 method list)"
+API_KEY_FLAG = "--api-key"
+API_KEY_ENV = "VLLM_API_KEY"  # vLLM's own fallback for --api-key
 
 # vLLM 0.33.0 is the release the engine reference (docs/) was read from.
 DOCTOR = DoctorFacts(
@@ -32,11 +40,20 @@ DOCTOR = DoctorFacts(
         ),
         **{
             method: MethodSupport(None, "0.33.0", _LISTED)
-            for method in ("mtp", "eagle", "eagle3", "draft_model", "ngram", "suffix", "dspark")
+            for method in KNOWN_METHODS
+            if method != "dflash"
         },
     },
     # DFlash2DraftModel is served by vLLM's "dflash" method from 0.28 on.
     drafter_architectures={"dflash": frozenset({"DFlashDraftModel", "DFlash2DraftModel"})},
+    dflash_block=DflashBlock(exact=False, setting="vLLM's num_speculative_tokens"),
+    attention_fix="for vLLM DFlash pass --attention-backend flash_attn (extra_args)",
+    dflash_launch=DflashLaunch(
+        attention_flag="--attention-backend",
+        attention_env="VLLM_ATTENTION_BACKEND",  # older releases' spelling of the same choice
+        backend="flash_attn",
+        runner_env="VLLM_USE_V2_MODEL_RUNNER",
+    ),
 )
 
 
@@ -48,6 +65,13 @@ class VllmEngine(Engine):
     log_parser = LineParser(vllm_log.ENGINE, vllm_log.KINDS, vllm_log.parse, vllm_log.is_signature)
     stats_interval = StatsInterval("VLLM_LOG_STATS_INTERVAL", 10.0, "s", "env")
     doctor = DOCTOR
+    # vLLM's deprecated per-family MTP names, and its GPU n-gram drafter
+    method_aliases: ClassVar[dict[str, str]] = {
+        "qwen3_next_mtp": "mtp",
+        "qwen3_5_mtp": "mtp",
+        "deepseek_mtp": "mtp",
+        "ngram_gpu": "ngram",
+    }
     flags: ClassVar[FlagTable] = VLLM_SERVE
     ready_lines = ("Application startup complete.",)
     flag_fields: ClassVar[dict[str, str]] = {
@@ -73,6 +97,36 @@ class VllmEngine(Engine):
 
     def spec_delta(self, before: Scrape, after: Scrape) -> SpecDelta:
         return vllm_spec_delta(before, after)
+
+    # -- the API key travels in the environment: argv is world-readable (ps, /proc) ----------
+    def _api_key_uses(self, run: RunSpec) -> tuple[list[str], list[str]]:
+        """(extra_args without their --api-key uses, the keys those uses gave)."""
+        args = [str(a) for a in run.extra_args]
+        drop: set[int] = set()
+        keys: list[str] = []
+        for use in self.flag_uses(args):
+            if use.flag is not None and use.flag.name == API_KEY_FLAG:
+                values = values_of(args, use)
+                keys += values
+                drop.add(use.index)
+                if use.inline is None:
+                    drop.update(range(use.index + 1, use.index + 1 + len(values)))
+        return [a for i, a in enumerate(args) if i not in drop], keys
+
+    def argv(self, run: RunSpec, *, port: int | None = None) -> list[str]:
+        """The argv without ``--api-key``: vLLM reads the key from ``VLLM_API_KEY`` (see
+        ``engine_env``), where other users of the host cannot read it in ``ps``. Several keys
+        (vLLM's --api-key takes a list; the variable holds one) stay in argv, masked."""
+        argv = super().argv(run, port=port)
+        rest, keys = self._api_key_uses(run)
+        if len(keys) != 1:
+            return argv
+        extra = len(run.extra_args)
+        return argv[: len(argv) - extra] + rest
+
+    def engine_env(self, run: RunSpec) -> dict[str, str]:
+        _rest, keys = self._api_key_uses(run)
+        return {API_KEY_ENV: keys[0]} if len(keys) == 1 else {}
 
     def base_argv(self, run: RunSpec, *, port: int) -> list[str]:
         argv = [

@@ -128,11 +128,14 @@ class SpecDelta:
     note: str | None = None
 
 
-def generation_tokens_delta(before: Scrape, after: Scrape, *, engine: str) -> float | None:
-    """Output tokens generated in the window, from the engine's own counter."""
-    if engine == "sglang":
-        return counter_delta(before, after, "sglang:generation_tokens_total", where=sglang_rank0)
+def vllm_generation_tokens(before: Scrape, after: Scrape) -> float | None:
+    """vLLM's output tokens generated in the window, summed over its engines."""
     return counter_delta(before, after, "vllm:generation_tokens_total")
+
+
+def sglang_generation_tokens(before: Scrape, after: Scrape) -> float | None:
+    """SGLang's output tokens generated in the window, on TP rank 0."""
+    return counter_delta(before, after, "sglang:generation_tokens_total", where=sglang_rank0)
 
 
 def vllm_spec_delta(before: Scrape, after: Scrape) -> SpecDelta:
@@ -141,7 +144,7 @@ def vllm_spec_delta(before: Scrape, after: Scrape) -> SpecDelta:
     Positions are the ``position`` label values ("0".."K-1") sorted numerically, summed over
     engines.
     """
-    gen = generation_tokens_delta(before, after, engine="vllm")
+    gen = vllm_generation_tokens(before, after)
     drafts = counter_delta(before, after, "vllm:spec_decode_num_drafts_total")
     draft_tokens = counter_delta(before, after, "vllm:spec_decode_num_draft_tokens_total")
     accepted = counter_delta(before, after, "vllm:spec_decode_num_accepted_tokens_total")
@@ -189,7 +192,7 @@ def sglang_spec_delta(before: Scrape, after: Scrape) -> SpecDelta:
     the gauge covers only the last decode-log interval, hence the note. A gauge that is
     absent, NaN or <= 0 means no speculation.
     """
-    gen = generation_tokens_delta(before, after, engine="sglang")
+    gen = sglang_generation_tokens(before, after)
     verify = counter_delta(before, after, "sglang:spec_verify_calls_total", where=sglang_rank0)
     if verify is not None and verify > 0 and gen is not None:
         return SpecDelta(

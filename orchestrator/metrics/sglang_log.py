@@ -1,6 +1,6 @@
 """SGLang's ``Decode batch`` / ``Prefill batch`` lines -> typed events (pure).
 
-Variants covered (see /work/shared/reference/engines.md): plain ``#token``/``token usage``,
+Variants covered (see docs/ENGINES.md): plain ``#token``/``token usage``,
 hybrid ``#full token``/``full token usage``/``mamba ...``, sliding-window ``#swa token ...``,
 the graph flag spelled ``cuda``/``cpu``/``npu graph``, optional ``cap len``, ``block accept
 len``, ``#cached-token``, trailing ``est. ...`` parts, an iteration tag (``Decode batch

@@ -1,6 +1,6 @@
 """vLLM's periodic stat lines -> typed events (pure: one line in, one event out).
 
-Two lines matter (see /work/shared/reference/engines.md): the engine line (``Engine 000: Avg
+Two lines matter (see docs/ENGINES.md): the engine line (``Engine 000: Avg
 prompt throughput: ...`` or ``2 Engines Aggregated: ...``) and the ``SpecDecoding metrics:``
 line, in all three versions the reference page lists. Fields are looked up BY KEY, never by
 position: releases add, drop and reorder parts, so every part except the few named in

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.engines import get_engine
+from orchestrator.engines.methods import display_name
 from orchestrator.errors import SpecError
 from orchestrator.results.model import RunResult, WorkloadSettings
 from orchestrator.results.store import write_bytes
@@ -32,14 +33,6 @@ COLLAPSE_COLOR = "#c0392b"
 COLLAPSE_HATCH = "//"
 COLLAPSE_LABEL = "acceptance collapse"
 LONG_RUN_NAME = 20  # longer names break before a matrix suffix ("name\n[concurrency=4]")
-METHOD_NAMES = {
-    "dflash": "DFlash",
-    "mtp": "MTP",
-    "eagle": "EAGLE",
-    "eagle3": "EAGLE-3",
-    "ngram": "n-gram",
-    "suffix": "suffix",
-}
 
 
 @dataclass(frozen=True)
@@ -79,7 +72,7 @@ def configuration_label(result: RunResult) -> str:
     method = result.settings.speculative.method
     if method == "none":
         return f"{engine} (no speculation)"
-    return f"{engine} {METHOD_NAMES.get(method, method)}"
+    return f"{engine} {display_name(method)}"
 
 
 def configuration_colors(results: Sequence[RunResult]) -> dict[str, str]:

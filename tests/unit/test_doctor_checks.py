@@ -875,7 +875,8 @@ def test_simulator_broken_drafter_is_caught(engine: str) -> None:
 # --- host checks --------------------------------------------------------------------------------
 
 from orchestrator.doctor import HostProbe, estimate_parameters, run_host_checks  # noqa: E402
-from orchestrator.doctor.host import Gpu, estimate_weight_bytes  # noqa: E402
+from orchestrator.doctor.host import estimate_weight_bytes  # noqa: E402
+from orchestrator.remote.wire import GpuInfo  # noqa: E402
 
 
 def probe(
@@ -889,7 +890,7 @@ def probe(
 ) -> HostProbe:
     """The host facts the checks read (what HostProbe.from_probe makes of a probe result)."""
     return HostProbe(
-        gpus=[Gpu(i, name, total, used) for i, (name, total, used) in enumerate(gpus)],
+        gpus=[GpuInfo(i, name, total, used, None) for i, (name, total, used) in enumerate(gpus)],
         driver_version=driver,
         engines={"vllm": vllm, "sglang": sglang, "torch": "2.9.0"},
         checked_ports=set(checked if checked is not None else [8000]),
@@ -987,7 +988,7 @@ def test_host_memory_finding_gives_the_numbers() -> None:
 
 def test_host_probe_free_memory_and_unprobed_ports() -> None:
     host = HostProbe(
-        gpus=[Gpu(0, "L4", 23034, 0)], driver_version="550.54", engines={"vllm": "0.33.0"}
+        gpus=[GpuInfo(0, "L4", 23034, 0, None)], driver_version="550.54", engines={"vllm": "0.33.0"}
     )
     assert host.gpus[0].free_mib == 23034 and host.engines == {"vllm": "0.33.0"}
     assert host.free_ports is None

@@ -23,11 +23,10 @@ from orchestrator.doctor import (
     problems,
     rank_causes,
 )
-from orchestrator.doctor.host import Gpu
 from orchestrator.engines import get_engine
-from orchestrator.remote.wire import ModelFiles
+from orchestrator.remote.wire import GpuInfo, ModelFiles
 
-# Real per-position rates: the healthy one is engines.md's vLLM example line.
+# Real per-position rates: the healthy one is docs/ENGINES.md's vLLM example line.
 HEALTHY = [0.863, 0.706, 0.588, 0.471, 0.314, 0.255, 0.176]
 DEAD = [0.012, 0.001, 0.0, 0.0, 0.0, 0.0, 0.0]
 
@@ -355,7 +354,7 @@ def test_check_run_from_agent_results() -> None:
     drafter, none = model_from_agent(models, "z-lab/Qwen3-8B-DFlash-b16", role="drafter")
     assert (note.check, note.severity) == ("model_files", "warning") and none is None
     host = HostProbe(
-        gpus=[Gpu(0, "NVIDIA H100 80GB HBM3", 81559, 1)],
+        gpus=[GpuInfo(0, "NVIDIA H100 80GB HBM3", 81559, 1, None)],
         driver_version="570.124.06",
         engines={"vllm": "0.33.0"},
         checked_ports={8000},

@@ -70,7 +70,11 @@ def test_registry_is_keyed_by_the_names_the_playbook_accepts() -> None:
 
 def test_a_probe_asks_each_engines_package_and_the_agents_default_is_the_same() -> None:
     """The agent cannot import the registry (standard library only), so its default is a copy."""
-    assert probe_packages() == ("vllm", "sglang", "torch", "transformers") == DEFAULT_PACKAGES
+    assert (
+        probe_packages()
+        == ("vllm", "sglang", "torch", "transformers", "aiohttp")
+        == DEFAULT_PACKAGES
+    )
 
 
 def test_unknown_engine_is_a_spec_error_on_the_engine_field() -> None:

@@ -245,6 +245,7 @@ def test_parse_os_release() -> None:
 # ---------------------------------------------------------------------------------------------
 # The verb, run as on a host (python agent.pyz probe spec.json) with a fake nvidia-smi on PATH
 
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "wire"
 FAKE_SMI = f"""#!/bin/sh
 case "$*" in
   *--query-gpu=index,name,*)
@@ -292,7 +293,7 @@ def fake_bin(tmp_path: Path, script: str | None) -> Path:
 
 def probe(pyz: Path, tmp_path: Path, spec: dict[str, Any], smi: str | None) -> dict[str, Any]:
     spec_path = tmp_path / "probe.json"
-    spec_path.write_text(json.dumps(spec))
+    spec_path.write_text(json.dumps({"v": CONTRACT_VERSION, **spec}))
     bindir = fake_bin(tmp_path, smi)
     # Without a fake, PATH is only the empty dir: a real nvidia-smi in /usr/bin must not count.
     env = {"PATH": f"{bindir}:/usr/bin:/bin" if smi else str(bindir), "HOME": str(tmp_path)}
@@ -451,6 +452,27 @@ def test_hosts_check_and_the_doctor_read_the_same_probe(pyz: Path, tmp_path: Pat
     assert HostProbe.from_probe(facts.probe) == HostProbe.from_probe(result)
     assert facts.checked_ports == [8000]
     assert result.to_json() == raw  # nothing the agent said is lost on the way
+
+
+def test_the_doctor_finds_an_engine_whose_package_has_another_name(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The probe reports versions by Python package; the doctor asks by engine name. With a
+    package named unlike its engine (a vendor build), the version must still be found."""
+    from dataclasses import replace
+
+    from orchestrator.doctor.host import check_engine_version
+    from orchestrator.engines.vllm import VllmEngine
+
+    monkeypatch.setattr(VllmEngine, "package", "vllm-cu128")
+    golden = json.loads((GOLDEN / "probe.result.json").read_text())
+    result = replace(
+        ProbeResult.from_json(golden), packages={"vllm-cu128": "0.33.0", "torch": "2.9.0"}
+    )
+    host = HostProbe.from_probe(result)
+    assert host.engines == {"vllm": "0.33.0", "sglang": None}
+    found = check_engine_version(host, engine="vllm", method="dflash")
+    assert (found.severity, found.message) == ("ok", "vllm 0.33.0 supports 'dflash'.")
 
 
 def test_host_facts_without_nvidia_smi(pyz: Path, tmp_path: Path) -> None:

@@ -11,7 +11,6 @@ from orchestrator.metrics.prom import (
     SpecDelta,
     counter_delta,
     delta,
-    generation_tokens_delta,
     sglang_spec_delta,
     vllm_spec_delta,
 )
@@ -191,7 +190,7 @@ def test_counter_reset_counts_from_zero_and_new_series_from_zero() -> None:
         )
     )
     # engine 0: 6800 - 5000; engine 1 restarted: 150; engine 2 is new: 70
-    assert generation_tokens_delta(before, restarted, engine="vllm") == 1800.0 + 150.0 + 70.0
+    assert get_engine("vllm").generation_tokens_delta(before, restarted) == 1800.0 + 150.0 + 70.0
     assert counter_delta(before, restarted, "vllm:generation_tokens_total", engine="1") == 150.0
     assert counter_delta(before, restarted, "vllm:nonexistent_total") is None
 
@@ -314,13 +313,15 @@ def test_registry_and_generation_tokens_for_both_engines() -> None:
     assert get_engine("sglang").spec_delta(*sglang) == sglang_spec_delta(*sglang)
     assert get_engine("vllm").spec_delta(*vllm) != sglang_spec_delta(*vllm)
     assert (
-        generation_tokens_delta(
-            Scrape.parse(SGLANG_BEFORE), Scrape.parse(SGLANG_AFTER), engine="sglang"
+        get_engine("sglang").generation_tokens_delta(
+            Scrape.parse(SGLANG_BEFORE), Scrape.parse(SGLANG_AFTER)
         )
         == 2900.0
     )
     assert (
-        generation_tokens_delta(Scrape.parse(VLLM_BEFORE), Scrape.parse(VLLM_AFTER), engine="vllm")
+        get_engine("vllm").generation_tokens_delta(
+            Scrape.parse(VLLM_BEFORE), Scrape.parse(VLLM_AFTER)
+        )
         == 2400.0
     )
 
