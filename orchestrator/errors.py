@@ -129,6 +129,14 @@ class RemoteCommandError(HostError):
     """A remote command exited non-zero or produced output we could not understand."""
 
 
+class RemoteDiskFull(RemoteCommandError):
+    """A write on the host failed because its filesystem has no space left (``path``: where)."""
+
+    def __init__(self, host: str, message: str, *, path: str, hint: str | None = None) -> None:
+        super().__init__(host, message, hint=hint)
+        self.path = path
+
+
 class AgentError(HostError):
     """The remote agent reported an error record (``kind`` names it, e.g. ``port_in_use``)."""
 
@@ -163,3 +171,20 @@ class EngineError(HostError):
         self.cause = cause
         self.log_tail = log_tail or []
         self.exit_code = exit_code
+
+
+class ResultsWriteError(OrchError):
+    """A file of the local results folder could not be written (the disk is full, read-only ...).
+
+    ``path`` is the file or folder, ``errno`` the OS error number (``errno.ENOSPC``), ``reason``
+    its text ("no space left on device"). A full results disk ends the whole playbook: every
+    later run would fail the same way, after loading its model for nothing.
+    """
+
+    def __init__(
+        self, path: str, reason: str, *, errno: int | None = None, hint: str | None = None
+    ) -> None:
+        super().__init__(f"cannot write {path}: {reason}", hint=hint)
+        self.path = path
+        self.reason = reason
+        self.errno = errno

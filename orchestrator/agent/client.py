@@ -17,16 +17,25 @@ import contextlib
 import json
 import posixpath
 import re
+import shlex
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Protocol, TypeVar
 
+from orchestrator.agent import verify
 from orchestrator.agent.bundle import AgentBundle, build_bundle
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.engines import engine_packages
-from orchestrator.errors import AgentError, ConfigError, OrchError, RemoteCommandError
+from orchestrator.errors import (
+    AgentError,
+    ConfigError,
+    HostTimeout,
+    OrchError,
+    RemoteCommandError,
+    RemoteDiskFull,
+)
 from orchestrator.remote.wire import (
     CONTRACT_VERSION,
     ContractMismatch,
@@ -45,6 +54,8 @@ from orchestrator.remote.wire import (
     ProbeResult,
     ProbeSpec,
     ProgressEvent,
+    PruneResult,
+    PruneSpec,
     ReadModelConfigsResult,
     ReadModelConfigsSpec,
     RequestRecord,
@@ -64,7 +75,9 @@ from orchestrator.remote.wire import (
 from orchestrator.remote.wire import decode_line as decode_wire_line
 
 # asked about besides the engines' own packages (their versions explain engine behaviour)
-PROBE_LIBRARIES = ("torch", "transformers")
+PROBE_LIBRARIES = ("torch", "transformers", "aiohttp")
+# what a run imports on the host besides its engine: the load generator's HTTP client
+RUN_MODULES = ("aiohttp",)
 _VERB = re.compile(r"^[a-z][a-z0-9_]*$")
 _TAIL_LINES = 15
 PYTHON_HINT = (
@@ -77,11 +90,42 @@ CONTRACT_HINT = (
 )
 R = TypeVar("R", bound=Wire)
 
+# Every agent call has a deadline, so a host whose interpreter blocks (stale NFS, a disk in D
+# state) fails its own row instead of holding up every host. Quick verbs: seconds the whole
+# call may take (a host's `agent_timeout_s` in hosts.yaml replaces these); a caller passing its
+# own timeout (stop waits for the engine to exit, http for the server) wins.
+VERB_TIMEOUT_S = {
+    "echo": 60.0,
+    "probe": 120.0,
+    "status": 60.0,
+    "http": 60.0,
+    "launch": 120.0,
+    "read_model_configs": 120.0,
+    "stop": 180.0,
+}
+# Streams: seconds they may stay silent. tail sends a heartbeat every 5 s; loadgen a progress
+# line every 2 s once it runs, but first loads the tokenizer (slow on a cold cache). A host's
+# `agent_timeout_s` can raise these, never lower them below the heartbeat's reach.
+STREAM_SILENCE_S = {"tail": 60.0, "loadgen": 600.0}
+MIN_STREAM_SILENCE_S = 20.0
+FIND_BLOCKED_TIMEOUT_S = 5.0
+BLOCKED_HINT = (
+    "look at that process on the host (`ps -o pid,stat,wchan,args -p PID`: state D is a "
+    "process stuck in the kernel, e.g. on a stale NFS mount or a failing disk); kill it or fix "
+    "the mount, then retry. If the host is only slow, raise agent_timeout_s in hosts.yaml"
+)
+STDIN_SPEC = "-"  # the spec path that tells the agent to read its spec from stdin's first line
+
 
 def probe_packages() -> tuple[str, ...]:
     """What a probe asks the version of: every engine's package (the registry's), then the
     libraries. A function, not a constant: the registry loads the engine objects on first use."""
     return (*engine_packages().values(), *PROBE_LIBRARIES)
+
+
+def probe_modules() -> tuple[str, ...]:
+    """What a probe checks is importable: what every run needs, then each engine's package."""
+    return (*RUN_MODULES, *engine_packages().values())
 
 
 class _Completed(Protocol):
@@ -114,15 +158,28 @@ class AgentConnection(Protocol):
     @property
     def host(self) -> str: ...
     async def run(
-        self, argv: Sequence[str], *, timeout: float | None = None, check: bool = False
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        check: bool = False,
+        input: str | None = None,
     ) -> _Completed: ...
     def open_stream(
-        self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        check: bool = True,
+        idle_timeout: float | None = None,
+        input: str | None = None,
     ) -> _RemoteStream: ...
     async def put_bytes(self, data: bytes, remote_path: str, *, mode: int = 0o600) -> int: ...
     async def exists(self, remote_path: str) -> bool: ...
     async def remove(self, remote_path: str) -> bool: ...
-    async def makedirs(self, remote_path: str) -> None: ...
+    async def makedirs(self, remote_path: str, *, mode: int | None = None) -> None: ...
+    async def lstat(self, remote_path: str, *, follow: bool = False) -> verify.Attrs | None: ...
+    async def read_bytes(self, remote_path: str) -> bytes: ...
     async def home(self) -> str: ...
 
 
@@ -186,19 +243,59 @@ def decode_output(stdout: str) -> DecodedOutput:
     return DecodedOutput(events, noise)
 
 
+Connect = Callable[[], Awaitable[AgentConnection]]
+
+
 class Agent:
-    """The agent on one host, over one reused connection."""
+    """The agent on one host, over one reused connection.
+
+    With ``connect`` (e.g. ``functools.partial(pool.get, host)``) every call first checks that
+    the connection is still up and takes a fresh one when it dropped: an agent held across a
+    dropped connection serves the next step instead of failing it with "connection lost".
+    """
 
     def __init__(
-        self, conn: AgentConnection, host: HostConfig, *, bundle: AgentBundle | None = None
+        self,
+        conn: AgentConnection,
+        host: HostConfig,
+        *,
+        bundle: AgentBundle | None = None,
+        connect: Connect | None = None,
     ) -> None:
         self.conn = conn
         self.host = host
         self.bundle = bundle or build_bundle()
         self.bytes_pushed = 0
+        self._connect = connect
         self._workdir: str | None = None
         self._ready = False
         self._lock = asyncio.Lock()
+
+    @property
+    def reconnects(self) -> bool:
+        """Whether this agent re-opens its connection itself when it dropped."""
+        return self._connect is not None
+
+    async def live(self) -> AgentConnection:
+        """The connection, re-opened first if it dropped (when this agent knows how)."""
+        if self._connect is not None and getattr(self.conn, "closed", False):
+            self.conn = await self._connect()
+        return self.conn
+
+    def _timeout(self, verb: str, given: float | None) -> float | None:
+        if given is not None:
+            return given
+        own = self.host.agent_timeout_s
+        if own is not None and verb != "stop":
+            return float(own)
+        return VERB_TIMEOUT_S.get(verb)
+
+    def _silence(self, verb: str) -> float | None:
+        default = STREAM_SILENCE_S.get(verb)
+        own = self.host.agent_timeout_s
+        if own is None:
+            return default
+        return max(float(own), MIN_STREAM_SILENCE_S)
 
     async def workdir(self) -> str:
         """The host's workdir as an absolute path (``~`` expanded from the SFTP home, no shell)."""
@@ -216,7 +313,7 @@ class Agent:
                 hint="use an absolute path or one under '~/'",
             )
         if raw == "~" or raw.startswith("~/") or not raw.startswith("/"):
-            home = await self.conn.home()
+            home = await (await self.live()).home()
             rest = raw[2:] if raw.startswith("~/") else ("" if raw == "~" else raw)
             raw = posixpath.join(home, rest) if rest else home
         return posixpath.normpath(raw)
@@ -225,28 +322,69 @@ class Agent:
         return posixpath.join(await self.workdir(), self.bundle.filename)
 
     async def ensure(self) -> int:
-        """Make the workdir and push the bundle unless that exact file is there; bytes pushed."""
+        """Make the workdir and push the bundle unless that exact file is there; bytes pushed.
+
+        Nothing runs unless it is verified (see ``agent/verify.py``): the workdir and ``specs/``
+        belong to the login user and nobody else can write to them, and the agent file is a
+        regular file of that user whose content is the bundle (read back and hashed). A file
+        that differs is replaced (atomically, in a directory only we can write to) and checked
+        again; anything else is refused with UnsafeRemotePath, before any spec is written.
+        """
         async with self._lock:
             workdir = await self.workdir()
-            await self.conn.makedirs(posixpath.join(workdir, "specs"))
+            conn = await self.live()
+            specs = posixpath.join(workdir, "specs")
+            await conn.makedirs(specs, mode=0o700)
+            uid = await _login_uid(conn, self.host.name, specs)
+            for path in (workdir, specs):
+                verify.check_dir(self.host.name, path, await conn.lstat(path, follow=True), uid)
             pyz = await self.pyz_path()
             sent = 0
-            if not await self.conn.exists(pyz):
-                sent = await self.conn.put_bytes(self.bundle.data, pyz, mode=0o644)
+            if not await self._verified_agent(conn, pyz, uid, present_only=True):
+                sent = await conn.put_bytes(self.bundle.data, pyz, mode=0o644)
+                await self._verified_agent(conn, pyz, uid, present_only=False)
             self.bytes_pushed += sent
             self._ready = True
             return sent
 
-    async def _command(self, verb: str, spec: Wire, *, keep_spec: bool = False) -> list[str]:
-        """Push the spec file and return the argv that runs the verb on it."""
+    async def _verified_agent(
+        self, conn: AgentConnection, pyz: str, uid: int, *, present_only: bool
+    ) -> bool:
+        """True when ``pyz`` is the bundle, safe to run. ``present_only``: a missing or different
+        file is False (to be pushed); otherwise (just pushed) it is an error."""
+        attrs = await conn.lstat(pyz)
+        if attrs is None:
+            if present_only:
+                return False
+            raise verify.UnsafeRemotePath(self.host.name, f"{pyz} vanished right after the push")
+        verify.check_agent_file(self.host.name, pyz, attrs, uid)
+        data = await conn.read_bytes(pyz)
+        if present_only:
+            return verify.matches(data, self.bundle.sha256)
+        verify.check_content(self.host.name, pyz, data, self.bundle.sha256)
+        return True
+
+    async def _command(
+        self, verb: str, spec: Wire, *, keep_spec: bool = False
+    ) -> tuple[list[str], str | None]:
+        """Push the spec file; the argv that runs the verb on it, and what to send on stdin.
+
+        When the host's disk is full the spec cannot be written: it then goes on the agent's
+        stdin (one JSON line; still never on a command line, where `ps` would show it), so
+        `orch ps` and `orch stop` keep working on a host where nothing can be written.
+        """
         if not _VERB.match(verb):
             raise ValueError(f"not a verb name: {verb!r}")
         if not self._ready:
             await self.ensure()
-        data = json.dumps(spec_file(spec, keep_spec=keep_spec), ensure_ascii=True).encode("ascii")
+        text = json.dumps(spec_file(spec, keep_spec=keep_spec), ensure_ascii=True)
         spec_path = posixpath.join(await self.workdir(), "specs", f"{verb}-{uuid.uuid4().hex}.json")
-        await self.conn.put_bytes(data, spec_path, mode=0o600)
-        return [self.host.python, await self.pyz_path(), verb, spec_path]
+        conn = await self.live()
+        try:
+            await conn.put_bytes(text.encode("ascii"), spec_path, mode=0o600)
+        except RemoteDiskFull:
+            return [self.host.python, await self.pyz_path(), verb, STDIN_SPEC], text + "\n"
+        return [self.host.python, await self.pyz_path(), verb, spec_path], None
 
     # -- the verbs ---------------------------------------------------------------------------
     async def echo(
@@ -264,8 +402,12 @@ class Agent:
             workdir=await self.workdir(),
             ports=list(ports),
             packages=list(probe_packages() if packages is None else packages),
+            modules=list(probe_modules()),
         )
         return _typed(await self._call("probe", spec), ProbeResult)
+
+    async def prune(self, spec: PruneSpec, *, timeout: float | None = None) -> PruneResult:
+        return _typed(await self._call("prune", spec, timeout=timeout), PruneResult)
 
     async def launch(self, spec: LaunchSpec) -> LaunchResult:
         return _typed(await self._call("launch", spec), LaunchResult)
@@ -307,9 +449,16 @@ class Agent:
         may never have read it). Lines that are not events (a chatty login script, say) are
         tolerated when a final event follows.
         """
-        argv = await self._command(verb, spec, keep_spec=keep_spec)
+        argv, stdin = await self._command(verb, spec, keep_spec=keep_spec)
+        deadline = self._timeout(verb, timeout)
         try:
-            proc = await self.conn.run(argv, timeout=timeout, check=False)
+            if stdin is None:
+                proc = await self.conn.run(argv, timeout=deadline, check=False)
+            else:
+                proc = await self.conn.run(argv, timeout=deadline, check=False, input=stdin)
+        except HostTimeout as exc:
+            waited = f"no answer within {deadline:g} s" if deadline is not None else exc.message
+            raise await self._blocked(verb, argv, waited) from exc
         except OrchError:
             await self._discard(argv[-1])
             raise
@@ -330,11 +479,19 @@ class Agent:
 
         Closing the iterator early stops the remote agent (the transport sends it SIGTERM).
         """
-        argv = await self._command(verb, spec)
+        argv, stdin = await self._command(verb, spec)
         noise: list[str] = []
         finished = False
+        silence = self._silence(verb)
+        stream = (
+            self.conn.open_stream(argv, timeout=timeout, check=False, idle_timeout=silence)
+            if stdin is None
+            else self.conn.open_stream(
+                argv, timeout=timeout, check=False, idle_timeout=silence, input=stdin
+            )
+        )
         try:
-            async with self.conn.open_stream(argv, timeout=timeout, check=False) as remote:
+            async with stream as remote:
                 async for line in remote:
                     obj = decode_line(line)
                     if obj is None:
@@ -349,6 +506,11 @@ class Agent:
                     yield value
                 if not finished:
                     raise self._no_result(verb, remote.returncode, noise, remote.stderr)
+        except HostTimeout as exc:
+            if not finished:
+                waited = f"no output for {silence:g} s" if silence is not None else exc.message
+                raise await self._blocked(verb, argv, waited) from exc
+            raise
         except OrchError:
             if not finished:
                 await self._discard(argv[-1])
@@ -374,6 +536,31 @@ class Agent:
                 hint=CONTRACT_HINT,
             ) from exc
 
+    async def _blocked(self, verb: str, argv: list[str], waited: str) -> HostTimeout:
+        """The deadline's error, naming the remote process it left behind (pid when found)."""
+        pids = await self._find(argv[-1]) if argv[-1] != STDIN_SPEC else []
+        await self._discard(argv[-1])
+        which = f"pid {', '.join(map(str, pids))}" if pids else "pid unknown"
+        return HostTimeout(
+            self.host.name,
+            f"{verb}: {waited} from the agent; its process may still be blocked on the host "
+            f"({which}): {shlex.join(argv)}",
+            hint=BLOCKED_HINT,
+        )
+
+    async def _find(self, spec_path: str) -> list[int]:
+        """Pids of the processes whose command line holds ``spec_path`` (unique per call)."""
+        if not spec_path.startswith("/"):
+            return []
+        try:
+            conn = await self.live()
+            found = await conn.run(
+                ["pgrep", "-f", "--", re.escape(spec_path)], timeout=FIND_BLOCKED_TIMEOUT_S
+            )
+        except OrchError:
+            return []
+        return [int(p) for p in found.stdout.split() if p.isdigit()]
+
     async def _discard(self, spec_path: str) -> None:
         """Delete a spec file no agent reported reading (e.g. ``python`` not found: exit 127).
 
@@ -381,8 +568,10 @@ class Agent:
         the engine's secrets) would stay in the workdir. Best effort: the caller's error is the
         one that matters, so a failure here (connection lost) is not raised over it.
         """
+        if spec_path == STDIN_SPEC:
+            return
         with contextlib.suppress(OrchError):
-            await self.conn.remove(spec_path)
+            await (await self.live()).remove(spec_path)
 
     def _agent_error(self, verb: str, event: ErrorEvent) -> AgentError:
         hint = None
@@ -427,3 +616,18 @@ def _typed(value: Wire, cls: type[R]) -> R:
     if not isinstance(value, cls):
         raise TypeError(f"expected a {cls.__name__}, got {type(value).__name__}")
     return value
+
+
+async def _login_uid(conn: AgentConnection, host: str, directory: str) -> int:
+    """The uid this login writes files as: that of a new file, made and removed here."""
+    probe = posixpath.join(directory, f".owner-{uuid.uuid4().hex}")
+    await conn.put_bytes(b"", probe, mode=0o600)
+    try:
+        attrs = await conn.lstat(probe)
+    finally:
+        await conn.remove(probe)
+    if attrs is None or attrs.uid is None:
+        raise verify.UnsafeRemotePath(
+            host, f"cannot tell who owns the files written in {directory}"
+        )
+    return attrs.uid

@@ -7,17 +7,32 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.segment import Segment
+from typer.core import TyperOption
 
 from orchestrator.commands.fanout import without_host as without_host
 from orchestrator.commands.session import SshOptions as SshOptions
 from orchestrator.errors import ConfigError, EngineError, OrchError, SpecError
+
+_typed_label = TyperOption.display_type_rich
+
+
+def _flags_take_no_value(self: TyperOption, ctx: Any) -> str | None:
+    """typer's rich help labels every option with its type, so flags (--help included) read
+    `--json <bool>` as if they took a value; its plain help leaves flags bare, as this does."""
+    return None if self.is_flag or self.count else _typed_label(self, ctx)
+
+
+TyperOption.display_type_rich = _flags_take_no_value  # type: ignore[method-assign]
 
 
 # Progress and messages go to stderr so that `--json` output on stdout stays machine-readable.
@@ -26,8 +41,36 @@ def _width(stream: Any) -> int | None:
     return None if stream.isatty() or os.environ.get("COLUMNS") else 160
 
 
-out = Console(highlight=False, width=_width(sys.stdout))
-err = Console(stderr=True, highlight=False, width=_width(sys.stderr))
+# C0 controls but newline and tab, DEL, C1: ESC sequences from a host or a file could retitle,
+# clear or rewrite the operator's terminal (and a CI log viewer), CR could overwrite a line.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def sanitize(text: str) -> str:
+    """``text`` with every control character but newline and tab made visible: ESC -> ``\\x1b``."""
+    if not _CONTROL.search(text):
+        return text
+    return _CONTROL.sub(lambda m: f"\\x{ord(m[0]):02x}", text)
+
+
+class SafeConsole(Console):
+    """A rich Console that never writes a control character it was given as text.
+
+    Everything orch prints goes through one of the two consoles below (tables, the run display,
+    error messages, log lines), so this is the one choke point: the text of each segment is
+    sanitized just before rich renders it, after markup was parsed, while rich's own styles and
+    cursor controls (segments it marks as control) pass untouched.
+    """
+
+    def _render_buffer(self, buffer: Iterable[Segment]) -> str:
+        return super()._render_buffer(
+            segment if segment.control else Segment(sanitize(segment.text), segment.style)
+            for segment in buffer
+        )
+
+
+out = SafeConsole(highlight=False, width=_width(sys.stdout))
+err = SafeConsole(stderr=True, highlight=False, width=_width(sys.stderr))
 
 DEFAULT_HOSTS_FILE = "hosts.yaml"
 
@@ -71,7 +114,10 @@ EXIT_INTERRUPTED = 130
 
 def print_json(obj: Any) -> None:
     """Plain print, not rich: JSON on stdout must be byte-exact and never wrapped."""
-    sys.stdout.write(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n")
+    text = json.dumps(obj, indent=2, ensure_ascii=False, default=str)
+    # json escapes C0 controls; DEL and C1 (0x9b is a CSI) only occur inside strings: escape them
+    text = re.sub("[\x7f-\x9f]", lambda m: f"\\u{ord(m[0]):04x}", text)
+    sys.stdout.write(text + "\n")
     sys.stdout.flush()
 
 

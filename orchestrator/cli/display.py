@@ -32,6 +32,8 @@ from orchestrator.commands.progress import (
     RunAdded,
     RunEvent,
     RunPhase,
+    ServerLeftRunning,
+    StoppingServers,
 )
 
 REASON_CHARS = 60  # of a failure's message, in the phase column
@@ -129,6 +131,16 @@ class Display:
             self.open()
         elif isinstance(event, ExecutionEnded):
             self.close()
+        elif isinstance(event, StoppingServers):
+            many = "server" if event.count == 1 else "servers"
+            self.console.print(
+                f"stopping {event.count} {many} on {escape(event.host)} "
+                f"(SIGTERM, up to {event.timeout_s:g} s) ..."
+            )
+        elif isinstance(event, ServerLeftRunning):
+            self.console.print(f"[bold red]{escape(event.host)}:[/] {escape(event.message)}")
+            if event.hint:
+                self.console.print(f"  {escape(event.hint)}", soft_wrap=True)
 
     def _phase(self, row: RunRow, phase: RunPhase, reason: str | None) -> None:
         if (phase, reason) == (row.phase, row.reason):

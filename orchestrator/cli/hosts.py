@@ -84,15 +84,14 @@ async def _check_with_progress(
 
 def render_table(reports: list[HostReport]) -> Table:
     table = Table(title="hosts", title_justify="left")
-    for col in ("host", "GPUs", "memory in use", "driver", "vllm", "sglang"):
+    for col in ("host", "GPUs", "memory in use", "driver", *ENGINES):
         table.add_column(col, no_wrap=True)
     table.add_column("problems")
     for r in reports:
         f = r.facts
         if f is None:
-            table.add_row(
-                escape(r.name), "-", "-", "-", "-", "-", f"[red]{escape(r.failure or '')}[/]"
-            )
+            dashes = ["-"] * (3 + len(ENGINES))
+            table.add_row(escape(r.name), *dashes, f"[red]{escape(r.failure or '')}[/]")
             continue
         gpus = ", ".join(sorted({g.name or "?" for g in f.gpus})) if f.gpus else "none"
         gpus = f"{len(f.gpus)} x {gpus}" if f.gpus else gpus
@@ -104,7 +103,7 @@ def render_table(reports: list[HostReport]) -> Table:
         )
         problems = (
             "\n".join(
-                [f"[red]{escape(p)}[/]" for p in r.gpu_problems]
+                [f"[red]{escape(p)}[/]" for p in [*r.gpu_problems, *r.missing]]
                 + [f"[yellow]{escape(p)}[/]" for p in r.warnings]
             )
             or "[green]ok[/]"
@@ -114,8 +113,7 @@ def render_table(reports: list[HostReport]) -> Table:
             gpus,
             mem,
             f.driver_version or "-",
-            f.engines.get("vllm") or "-",
-            f.engines.get("sglang") or "-",
+            *(f.engines.get(e) or "-" for e in ENGINES),
             problems,
         )
     return table

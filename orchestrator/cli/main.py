@@ -33,6 +33,8 @@ Examples:
 
   orch ps  /  orch stop --all             # servers orch started
 
+  orch clean --older-than 7d --dry-run    # finished runs' folders on the hosts
+
   orch schema playbook                    # JSON Schema for editors
 """
 

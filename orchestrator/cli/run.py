@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 from typing import Annotated, NoReturn
 
@@ -46,6 +47,32 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 60.0  # how long the clean-up may still take after a second stop signal
 STOP_GRACE_ENV = "ORCH_STOP_GRACE_S"
 
+# Exit status of `orch run` (also in its --help and the README's "Exit status"):
+EXIT_OK = 0  # every run measured; none failed, none collapsed
+EXIT_RUN_FAILED = 1  # a run failed (no trustworthy figure), or orch itself could not go on
+EXIT_BAD_INPUT = 2  # the playbook or hosts file is wrong: nothing was launched
+EXIT_COLLAPSE = 3  # every run completed, but one's speculative decoding collapsed
+
+
+class FailOn(str, Enum):
+    COLLAPSE = "collapse"
+    FAILED = "failed"
+    NEVER = "never"
+
+
+def exit_status(verdicts: Sequence[str], fail_on: FailOn = FailOn.COLLAPSE) -> int:
+    """The exit status of a finished playbook from its runs' verdicts and ``--fail-on``:
+    ``collapse`` (default) fails on failed runs (1) and collapsed ones (3); ``failed`` on
+    failed runs only; ``never`` on neither (scripts reading summary.json themselves)."""
+    if fail_on is FailOn.NEVER:
+        return EXIT_OK
+    if "failed" in verdicts:
+        return EXIT_RUN_FAILED
+    if fail_on is FailOn.COLLAPSE and "collapse" in verdicts:
+        return EXIT_COLLAPSE
+    return EXIT_OK
+
+
 PlaybookArg = Annotated[
     Path, typer.Argument(help="Playbook file (playbooks/*.yaml).", show_default=False)
 ]
@@ -72,11 +99,23 @@ def run_command(
     ] = Path("results"),
     accept_new_host_keys: AcceptNewOpt = False,
     known_hosts: KnownHostsOpt = None,
+    fail_on: Annotated[
+        FailOn,
+        typer.Option(
+            "--fail-on",
+            help="Which outcomes make the exit status non-zero: 'collapse' (failed runs: 1, "
+            "collapsed runs: 3), 'failed' (failed runs only), 'never'.",
+        ),
+    ] = FailOn.COLLAPSE,
 ) -> None:
     """Run a playbook: start each run's server, drive its workload, write results and a plot.
 
     Hosts work in parallel; the runs on one host go one after another. The doctor checks
     every run first and refuses one with errors (unless --force or `doctor: warn`).
+
+    Exit status: 0 every run measured, none collapsed; 1 a run failed (or orch could not go
+    on); 2 bad playbook or hosts file, nothing launched; 3 every run completed but one
+    collapsed (with --fail-on collapse, the default); 128+N stopped by signal N (130: Ctrl-C).
     """
     run_plan = plan_run(playbook_file, hosts_file, only)
     plans = run_plan.plans
@@ -116,8 +155,9 @@ def run_command(
         print_json(outcome_json(outcome))
     else:
         render_outcome(outcome)
-    if outcome.failed:
-        raise typer.Exit(1)
+    code = exit_status([r.verdict for r in outcome.results], fail_on)
+    if code != EXIT_OK:
+        raise typer.Exit(code)
 
 
 def outcome_json(outcome: PlaybookOutcome) -> dict[str, object]:

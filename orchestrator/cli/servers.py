@@ -1,4 +1,5 @@
-"""`orch ps` and `orch stop` on the command line (the work is in ``commands/servers.py``).
+"""`orch ps`, `orch stop` and `orch clean` on the command line (the work is in
+``commands/servers.py`` and ``commands/clean.py``).
 
 Mounted by cli/main.py with ``register(app)``.
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -26,7 +28,9 @@ from orchestrator.cli.common import (
     out,
     print_json,
 )
+from orchestrator.commands import clean as clean_command
 from orchestrator.commands import servers as command
+from orchestrator.commands.clean import CleanReport, parse_age
 from orchestrator.commands.servers import HostServers
 from orchestrator.commands.session import load_hosts
 from orchestrator.remote.wire import ServerState
@@ -54,24 +58,38 @@ def uptime_text(seconds: float | None) -> str:
     return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
 
 
-def ps_table(results: list[HostServers]) -> Table:
-    table = Table(title="engine servers started by orch", title_justify="left")
-    for col in ("host", "run", "state", "pid", "port", "uptime", "log"):
+def started_text(epoch: float) -> str:
+    """Local time, the date only when it is not today."""
+    when = datetime.fromtimestamp(epoch)
+    today = datetime.now().date() == when.date()
+    return when.strftime("%H:%M:%S" if today else "%Y-%m-%d %H:%M")
+
+
+def host_text(result: HostServers) -> str:
+    """The entry's name, and the other entries that reach the same workdir."""
+    return " = ".join(result.names)
+
+
+def ps_table(results: list[HostServers], *, all_runs: bool = False) -> Table:
+    title = "engine servers started by orch" + ("" if all_runs else " (running; --all: every run)")
+    table = Table(title=title, title_justify="left")
+    for col in ("host", "run", "state", "pid", "port", "started", "uptime", "log"):
         table.add_column(col)
     for result in results:
         if result.error:
             table.add_row(
-                escape(result.host), "-", f"[red]{escape(result.error)}[/]", "", "", "", ""
+                escape(result.host), "-", f"[red]{escape(result.error)}[/]", "", "", "", "", ""
             )
         for s in result.servers:
             state = state_text(s)
             color = "green" if state == "running" else "dim"
             table.add_row(
-                escape(result.host),
+                escape(host_text(result)),
                 escape(s.run_id),
                 f"[{color}]{state}[/]",
                 str(s.pid),
                 str(s.port),
+                started_text(s.started_at),
                 uptime_text(s.uptime_s),
                 escape(s.log),
             )
@@ -95,6 +113,7 @@ def ps_json(results: list[HostServers]) -> dict[str, Any]:
     servers = [
         {
             "host": r.host,
+            "also": list(r.also),
             "run_id": s.run_id,
             "alive": s.alive,
             "state": state_text(s),
@@ -118,19 +137,23 @@ def ps_json(results: list[HostServers]) -> dict[str, Any]:
 def ps(
     hosts_file: HostsFileOpt = Path(DEFAULT_HOSTS_FILE),
     only: OnlyOpt = None,
+    all_runs: Annotated[
+        bool, typer.Option("--all", help="Also the runs whose server has ended.")
+    ] = False,
     as_json: JsonOpt = False,
     accept_new_host_keys: AcceptNewOpt = False,
     known_hosts: KnownHostsOpt = None,
 ) -> None:
-    """List the engine servers orch started on the hosts (alive or not), from their server.json."""
+    """List the engine servers orch started on the hosts that are running (--all: every run's),
+    with their start time and uptime. Host entries reaching one workdir are shown once."""
     inventory, hosts = load_hosts(hosts_file, only)
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
 
-    results = asyncio.run(command.ps(inventory, hosts, ssh))
+    results = asyncio.run(command.ps(inventory, hosts, ssh, all_runs=all_runs))
     if as_json:
         print_json(ps_json(results))
     else:
-        out.print(ps_table(results))
+        out.print(ps_table(results, all_runs=all_runs))
         for r in results:
             if r.error and r.hint:
                 out.print(f"[bold]{escape(r.host)}[/]: {escape(r.hint)}")
@@ -197,7 +220,101 @@ def stop(
         raise typer.Exit(1)
 
 
+def size_text(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def clean_json(report: CleanReport) -> dict[str, Any]:
+    return {
+        "dry_run": report.dry_run,
+        "hosts": [
+            {
+                "host": h.host,
+                "also": list(h.also),
+                "error": h.error,
+                "hint": h.hint,
+                **(h.result.to_json() if h.result else {}),
+            }
+            for h in report.hosts
+        ],
+    }
+
+
+def render_clean(report: CleanReport) -> None:
+    verb = "would remove" if report.dry_run else "removed"
+    for h in report.hosts:
+        name = escape(" = ".join([h.host, *h.also]))
+        if h.error:
+            out.print(f"[red]{name}: {escape(h.error)}[/]")
+            if h.hint:
+                out.print(f"  hint: {escape(h.hint)}")
+            continue
+        assert h.result is not None
+        for p in h.result.pruned:
+            ended = started_text(p.ended_at) if p.ended_at else "end unknown"
+            if p.error:
+                out.print(f"[red]{name}: could not remove {escape(p.run_id)}: {escape(p.error)}[/]")
+            else:
+                out.print(
+                    f"{name}: {verb} {escape(p.run_id)} (ended {ended}, {size_text(p.bytes)})"
+                )
+        total = sum(p.bytes for p in h.result.pruned if not p.error)
+        specs = len(h.result.specs_removed)
+        out.print(
+            f"{name}: {verb} {len(h.result.pruned)} run folder(s), {size_text(total)}"
+            + (f", {specs} stale spec file(s)" if specs else "")
+            + f"; kept {len(h.result.kept)} finished, {len(h.result.live)} live untouched"
+        )
+
+
+def clean(
+    older_than: Annotated[
+        str | None,
+        typer.Option(
+            "--older-than", help="Only runs that ended at least this long ago (90s, 30m, 12h, 7d)."
+        ),
+    ] = None,
+    keep: Annotated[
+        int | None,
+        typer.Option("--keep", help="Keep the N most recently ended runs on each host.", min=0),
+    ] = None,
+    hosts_file: HostsFileOpt = Path(DEFAULT_HOSTS_FILE),
+    only: OnlyOpt = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")
+    ] = False,
+    as_json: JsonOpt = False,
+    accept_new_host_keys: AcceptNewOpt = False,
+    known_hosts: KnownHostsOpt = None,
+) -> None:
+    """Remove finished runs' folders (argv with secrets, engine logs) from the hosts' workdirs.
+
+    A running server's folder is never touched. Without --older-than or --keep every finished
+    run goes; your results folder keeps its own copy of each run's files.
+    """
+    older_than_s = parse_age(older_than) if older_than is not None else None
+    inventory, hosts = load_hosts(hosts_file, only)
+    ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
+    report = asyncio.run(
+        clean_command.clean(
+            inventory, hosts, ssh, older_than_s=older_than_s, keep=keep, dry_run=dry_run
+        )
+    )
+    if as_json:
+        print_json(clean_json(report))
+    else:
+        render_clean(report)
+    if report.failed:
+        raise typer.Exit(1)
+
+
 def register(app: typer.Typer) -> None:
-    """Mount `ps` and `stop` on the root app."""
+    """Mount `ps`, `stop` and `clean` on the root app."""
     app.command("ps")(ps)
     app.command("stop")(stop)
+    app.command("clean")(clean)

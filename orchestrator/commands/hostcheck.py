@@ -17,6 +17,7 @@ from orchestrator.commands.progress import HostPhase, HostPhaseCallback
 from orchestrator.config import HostConfig
 from orchestrator.engines import ENGINES
 from orchestrator.errors import OrchError
+from orchestrator.runner.preflight import host_requirements
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
@@ -30,13 +31,14 @@ class HostReport:
     hint: str | None = None
     facts: HostFacts | None = None
     gpu_problems: list[str] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)  # what every run imports (aiohttp)
     warnings: list[str] = field(default_factory=list)
     agent_bytes_pushed: int = 0
 
     @property
     def ok(self) -> bool:
         """Reachable, the agent ran, and the GPUs are the ones declared (warnings do not count)."""
-        return self.reachable and self.error is None and not self.gpu_problems
+        return self.reachable and self.error is None and not self.gpu_problems and not self.missing
 
     @property
     def failure(self) -> str | None:
@@ -48,7 +50,7 @@ class HostReport:
 
     @property
     def problems(self) -> list[str]:
-        return [*self.gpu_problems, *self.warnings]
+        return [*self.gpu_problems, *self.missing, *self.warnings]
 
 
 def engine_warnings(host: HostConfig, facts: HostFacts) -> list[str]:
@@ -56,7 +58,8 @@ def engine_warnings(host: HostConfig, facts: HostFacts) -> list[str]:
     if installed:
         return []
     return [
-        f"neither vllm nor sglang is installed for {host.python} (set `python` in hosts.yaml "
+        f"neither {' nor '.join(ENGINES)} is installed for {host.python} "
+        "(set `python` in hosts.yaml "
         "to the engine venv's interpreter)"
     ]
 
@@ -95,6 +98,7 @@ async def check_hosts(
             raise
         report.facts = facts
         report.gpu_problems = facts.gpu_problems(host.gpus)
+        report.missing = host_requirements(host.python, facts, engine=None)
         report.warnings = [*facts.gpu_warnings(host.gpus), *engine_warnings(host, facts)]
         phase(host.name, HostPhase.DONE if report.ok else HostPhase.PROBLEMS)
         return report

@@ -107,6 +107,26 @@ class ExecutionEnded:
     """Every run has ended, or the playbook was interrupted."""
 
 
+@dataclass(frozen=True)
+class StoppingServers:
+    """Clean-up (after an interrupt or an error): ``count`` servers still running on ``host``
+    are being stopped, by SIGTERM, then SIGKILL if still there after ``timeout_s``."""
+
+    host: str
+    count: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class ServerLeftRunning:
+    """A clean-up stop that failed: a server may still run (``message`` and ``hint`` say what
+    to do about it)."""
+
+    host: str
+    message: str
+    hint: str | None = None
+
+
 RunEvent = (
     RunAdded
     | PhaseChanged
@@ -117,6 +137,8 @@ RunEvent = (
     | DoctorNotice
     | ExecutionStarted
     | ExecutionEnded
+    | StoppingServers
+    | ServerLeftRunning
 )
 
 

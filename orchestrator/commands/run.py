@@ -31,8 +31,8 @@ from orchestrator.commands.progress import (
 from orchestrator.commands.session import SshOptions, load_hosts, open_pool
 from orchestrator.config import Inventory, Playbook, RunSpec, load_playbook
 from orchestrator.doctor.findings import Finding
-from orchestrator.engines.plan import PlannedLaunch, plan_launches
-from orchestrator.errors import ConfigError, OrchError
+from orchestrator.engines.plan import PlannedLaunch, plan_launches, port_collisions
+from orchestrator.errors import ConfigError, OrchError, ResultsWriteError
 from orchestrator.loadgen.prompts import PromptSet, load_prompts
 from orchestrator.results.model import RunResult
 from orchestrator.results.plot import write_comparison
@@ -40,8 +40,14 @@ from orchestrator.results.report import write_summary_csv
 from orchestrator.results.store import new_results_dir, safe_name
 from orchestrator.runner.execute import RunJob, execute_run, failed_result
 from orchestrator.runner.manifest import manifest
-from orchestrator.runner.preflight import DoctorResult, HostSession, doctor_plans, open_hosts
-from orchestrator.runner.server import ServerRegistry, pool_reconnect
+from orchestrator.runner.preflight import (
+    DoctorResult,
+    HostSession,
+    check_requirements,
+    doctor_plans,
+    open_hosts,
+)
+from orchestrator.runner.server import ServerRegistry, live_agent, pool_reconnect
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
@@ -101,7 +107,27 @@ def plan_run(playbook_file: Path, hosts_file: Path, only: list[str] | None) -> R
             f"no run of {playbook_file} matches a host",
             hint="check the playbook's `hosts` and --only against hosts.yaml",
         )
+    refuse_port_collisions(playbook, plans)
     return RunPlan(playbook, inventory, plans, load_run_prompts(playbook, plans))
+
+
+def refuse_port_collisions(playbook: Playbook, plans: Sequence[PlannedLaunch]) -> None:
+    """A ConfigError (exit 2, nothing touched) when two runs would listen on one machine's
+    port at the same time, located at the second run's ``port`` (or the run itself)."""
+    collisions = port_collisions(plans)
+    if not collisions:
+        return
+    first = collisions[0]
+    more = len(collisions) - 1
+    message = first.message() + (f" (and {more} more such pair{'s' * (more > 1)})" if more else "")
+    raise playbook.error_at(
+        first.second.run,
+        ["port"],
+        message,
+        hint="give runs that share a machine distinct `port:` values, or let one host entry run "
+        "them one after another; a run sent to two host entries on one machine cannot "
+        "have a port of its own on each: send it to one (its `hosts:`)",
+    )
 
 
 def prompt_notes(plans: Sequence[PlannedLaunch], prompts: Sequence[PromptSet]) -> list[str]:
@@ -231,6 +257,7 @@ async def run_playbook(
         prompts = load_run_prompts(playbook, plans)
     observer.on_event(Connecting(hosts=len({p.host.name for p in plans})))
     sessions = await open_hosts(pool, plans)
+    check_requirements(sessions, plans)  # aiohttp, the engine: before any model is loaded
     doctor = await doctor_plans(sessions, plans)
     refused = refused_runs(plans, doctor, force=force)
     if refused:
@@ -264,22 +291,30 @@ async def run_playbook(
         )
         jobs.append(job)
     results: dict[str, RunResult] = {}
-    async with ServerRegistry() as registry:
+    async with ServerRegistry(observer) as registry:
         observer.on_event(ExecutionStarted())
-        try:
-            await asyncio.gather(
-                *(
-                    _host_worker(
-                        sessions[name],
-                        [j for j in jobs if j.plan.host.name == name],
-                        pool=pool,
-                        registry=registry,
-                        observer=observer,
-                        results=results,
-                    )
-                    for name in dict.fromkeys(j.plan.host.name for j in jobs)
+        workers = [
+            asyncio.ensure_future(
+                _host_worker(
+                    sessions[name],
+                    [j for j in jobs if j.plan.host.name == name],
+                    pool=pool,
+                    registry=registry,
+                    observer=observer,
+                    results=results,
                 )
             )
+            for name in dict.fromkeys(j.plan.host.name for j in jobs)
+        ]
+        try:
+            await asyncio.gather(*workers)
+        except ResultsWriteError as exc:
+            # every later run would fail the same way after loading its model: stop them all
+            # (their servers are stopped by their own clean-up, then by the registry)
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            raise results_write_stopped(exc, jobs, results, results_dir, observer) from exc
         finally:
             observer.on_event(ExecutionEnded())
     ordered = [results[j.key] for j in jobs]
@@ -288,6 +323,32 @@ async def run_playbook(
         results_dir / "comparison.png", ordered, title=f"{playbook.name}: {results_dir.name}"
     )
     return PlaybookOutcome(results_dir, ordered, csv_path, plot_path)
+
+
+def results_write_stopped(
+    exc: ResultsWriteError,
+    jobs: Sequence[RunJob],
+    results: dict[str, RunResult],
+    results_dir: Path,
+    observer: Observer,
+) -> ResultsWriteError:
+    """The playbook stopped because a results file could not be written: ``exc`` with what
+    became of the runs (the ones left are told as failed, not started)."""
+    left = [j for j in jobs if j.key not in results]
+    for job in left:
+        observer.on_event(
+            PhaseChanged(job.key, RunPhase.FAILED, reason=f"not finished: {exc.reason}")
+        )
+    done = len(results)
+    what = [
+        "the playbook stopped and every server it started was stopped",
+        f"{done} run{'' if done == 1 else 's'} finished (their files are in {results_dir})",
+    ]
+    if left:
+        what.append(f"{len(left)} did not finish: {', '.join(j.key for j in left)}")
+    hint = "; ".join([*what, exc.hint or "make the results folder writable and run again"])
+    stopped = ResultsWriteError(exc.path, exc.reason, errno=exc.errno, hint=hint)
+    return stopped
 
 
 async def _host_worker(
@@ -306,9 +367,17 @@ async def _host_worker(
             results[job.key] = failed_result(job, error)
             observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=error.message))
             continue
+        # a live agent per run: a connection that dropped during the previous run (run 1
+        # failed with "connection lost") is re-opened here instead of failing this run at once
+        try:
+            agent = await live_agent(pool, session.host, session.agent)
+        except OrchError as exc:  # the host is gone for good: this run fails, the next tries
+            results[job.key] = failed_result(job, exc)
+            observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=exc.message))
+            continue
         results[job.key] = await execute_run(
             job,
-            agent=session.agent,
+            agent=agent,
             reconnect=pool_reconnect(pool, session.host, session.agent),
             registry=registry,
             observer=observer,

@@ -2,10 +2,16 @@
 
 Both read the hosts' ``<workdir>/runs/*/server.json`` through the agent, so they work from any
 controller (not only the one that launched): nothing is ever left orphaned on a GPU.
+
+Two host entries may reach one machine and one workdir (another address, port or user whose
+home is the same): the agent says which machine (``/etc/machine-id``) and which real workdir it
+answered for, and entries with both equal are asked once and shown once, naming every entry
+(``HostServers.also``). `orch ps` shows live servers unless asked for every run (``all_runs``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -29,6 +35,43 @@ class HostServers:
     stopped: list[StopOutcome] = field(default_factory=list)
     error: str | None = None  # without the host's name: every line that shows it names the host
     hint: str | None = None
+    machine_id: str | None = None  # which machine and real workdir answered (None: not known)
+    workdir: str | None = None
+    also: list[str] = field(default_factory=list)  # other host entries for the same workdir
+
+    @property
+    def place(self) -> tuple[str, str] | None:
+        """(machine id, real workdir) when both are known: entries with equal places share one
+        workdir, hence its servers."""
+        if self.machine_id and self.workdir:
+            return (self.machine_id, self.workdir)
+        return None
+
+    @property
+    def names(self) -> list[str]:
+        return [self.host, *self.also]
+
+
+def is_live(server: ServerState) -> bool:
+    """Running, or something of its process group still is (exiting)."""
+    return server.alive or bool(server.group_pids)
+
+
+def same_place(entries: Sequence[HostServers]) -> list[HostServers]:
+    """One entry per (machine, workdir): the first entry of each place, naming the others in
+    ``also``; entries whose place is unknown (a host that could not be asked) stay as they are."""
+    out: list[HostServers] = []
+    first: dict[tuple[str, str], HostServers] = {}
+    for entry in entries:
+        place = entry.place
+        if place is None:
+            out.append(entry)
+        elif place in first:
+            first[place].also.append(entry.host)
+        else:
+            first[place] = entry
+            out.append(entry)
+    return out
 
 
 @dataclass(frozen=True)
@@ -60,13 +103,32 @@ def _entries(outcomes: list[HostOutcome[HostServers]]) -> list[HostServers]:
     ]
 
 
-async def list_servers(pool: ConnectionPool, hosts: list[HostConfig]) -> list[HostServers]:
+async def list_servers(
+    pool: ConnectionPool, hosts: list[HostConfig], *, all_runs: bool = True
+) -> list[HostServers]:
+    """Every place's servers, once per (machine, workdir); ``all_runs=False``: live ones only."""
+
     async def job(host: HostConfig) -> HostServers:
         agent = Agent(await pool.get(host), host)
         data = await agent.status(StatusSpec(all=True, workdir=await agent.workdir()))
-        return HostServers(host.name, servers=list(data.servers))
+        servers = [s for s in data.servers if all_runs or is_live(s)]
+        return HostServers(
+            host.name, servers=servers, machine_id=data.machine_id, workdir=data.workdir
+        )
 
-    return _entries(await each_host(hosts, job))
+    return same_place(_entries(await each_host(hosts, job)))
+
+
+async def distinct_hosts(
+    pool: ConnectionPool, hosts: list[HostConfig]
+) -> list[tuple[HostConfig, list[str]]]:
+    """``hosts`` less the entries that reach a workdir an earlier one already does, each with
+    the names of the entries it stands for; a host that cannot be asked is kept (the command
+    then reports why)."""
+    by_name = {h.name: h for h in hosts}
+    if len(hosts) < 2:
+        return [(h, []) for h in hosts]
+    return [(by_name[e.host], e.also) for e in await list_servers(pool, hosts)]
 
 
 async def stop_servers(
@@ -78,6 +140,8 @@ async def stop_servers(
 ) -> StopReport:
     """Stop ``run_id`` wherever it exists, or every server (``run_id=None``); per-host results."""
 
+    also = dict((h.name, names) for h, names in await distinct_hosts(pool, hosts))
+
     async def job(host: HostConfig) -> HostServers:
         agent = Agent(await pool.get(host), host)
         spec = StopSpec(
@@ -87,17 +151,21 @@ async def stop_servers(
             data = await agent.stop(spec, timeout=timeout_s + 120)
         except AgentError as exc:
             if exc.kind is ErrorKind.NOT_FOUND:
-                return HostServers(host.name)
+                return HostServers(host.name, also=also[host.name])
             raise
-        return HostServers(host.name, stopped=list(data.stopped))
+        return HostServers(host.name, stopped=list(data.stopped), also=also[host.name])
 
-    return StopReport(_entries(await each_host(hosts, job)), run_id)
+    chosen = [h for h in hosts if h.name in also]
+    return StopReport(_entries(await each_host(chosen, job)), run_id)
 
 
-async def ps(inventory: Inventory, hosts: list[HostConfig], ssh: SshOptions) -> list[HostServers]:
-    """`orch ps`: the servers on ``hosts``, one entry per host."""
+async def ps(
+    inventory: Inventory, hosts: list[HostConfig], ssh: SshOptions, *, all_runs: bool = False
+) -> list[HostServers]:
+    """`orch ps`: the live servers on ``hosts`` (every run's with ``all_runs``), one entry per
+    machine and workdir."""
     async with open_pool(inventory, ssh) as pool:
-        return await list_servers(pool, hosts)
+        return await list_servers(pool, hosts, all_runs=all_runs)
 
 
 async def stop(

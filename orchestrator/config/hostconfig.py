@@ -54,6 +54,7 @@ class HostConfig:
     tags: tuple[str, ...] = ()
     transport: str = "ssh"
     connect_timeout: float | None = None  # None: the connection pool's default applies
+    agent_timeout_s: float | None = None  # None: each agent call's own default deadline
     source: str | None = None  # "hosts.yaml:12" where the host was declared, for messages
     # where each env value was written (defaults, a group or the host), for ${VAR} errors
     env_marks: dict[str, Mark] = field(default_factory=dict, compare=False, repr=False)
@@ -162,18 +163,42 @@ class Secrets(frozenset[str]):
 
 # A value printed under a secret-looking name: vLLM's ``'api_key': ['sk-..']``, SGLang's
 # ``api_key='sk-..'``, JSON's ``"hf_token": "hf_.."``. Only quoted values: ``api_key=None`` stays.
-_NAMED = re.compile(
-    r"""(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<sep>['"]?\s*[:=]\s*)"""
-    r"""(?P<value>\[[^\]]*\]|'[^']*'|"[^"]*")"""
+# The name is matched from the start of its word only (leading digits, which cannot start a name,
+# are kept aside), and the value is found by ``_hide_named`` with str.find: a regex that retries
+# every position of a long word, or rescans an unclosed ``[`` from every ``k=[``, is quadratic.
+_NAME_SEP = re.compile(
+    r"""(?<![A-Za-z0-9_])(?P<digits>[0-9]*)(?P<name>[A-Za-z_][A-Za-z0-9_]*)"""
+    r"""(?P<sep>['"]?\s*[:=]\s*)(?=[\['"])"""
 )
+_CLOSER = {"[": "]", "'": "'", '"': '"'}
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
-def _hide_named(match: re.Match[str]) -> str:
-    if not _SECRET_KEY.search(match["name"]):
-        return match[0]
-    value = _QUOTED.sub(lambda q: q[0][0] + "***" + q[0][0], match["value"])
-    return match["name"] + match["sep"] + value
+def _hide_named(text: str) -> str:
+    """Replace quoted values under secret-looking names with ``***`` (in linear time)."""
+    out: list[str] = []
+    done = 0  # text[:done] is settled (copied to out, or consumed by a value)
+    unclosed: dict[str, int] = {}  # closing char -> a position after which it never occurs
+    for match in _NAME_SEP.finditer(text):
+        if match.start() < done:
+            continue  # inside a value already taken whole
+        opener = text[match.end()]
+        closer = _CLOSER[opener]
+        start = match.end() + 1
+        if start >= unclosed.get(closer, len(text) + 1):
+            continue
+        end = text.find(closer, start)
+        if end < 0:
+            unclosed[closer] = start
+            continue
+        value = text[match.end() : end + 1]
+        out.append(text[done : match.start()])
+        if _SECRET_KEY.search(match["name"]):
+            value = _QUOTED.sub(lambda q: q[0][0] + "***" + q[0][0], value)
+        out.append(match["digits"] + match["name"] + match["sep"] + value)
+        done = end + 1
+    out.append(text[done:])
+    return "".join(out)
 
 
 def mask(text: str, secrets: Iterable[str]) -> str:
@@ -193,7 +218,7 @@ def mask(text: str, secrets: Iterable[str]) -> str:
     head, eq, value = text.partition("=")
     if eq and head.startswith("-") and value in found.standalone:
         return head + "=***"
-    text = _NAMED.sub(_hide_named, text)
+    text = _hide_named(text)
     for secret in sorted(found, key=len, reverse=True):
         if len(secret) >= MIN_TEXT_SECRET:
             text = text.replace(secret, "***")

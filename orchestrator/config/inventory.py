@@ -41,6 +41,10 @@ def name_check(kind: str) -> Callable[[str], str]:
             raise ValueError(
                 f"{kind} names may only contain letters, digits, '.', '_' and '-'; found {value!r}"
             )
+        if value in (".", ".."):  # as a path part it would leave the folder it names
+            raise ValueError(f"{kind} name {value!r} is not allowed: it names a directory")
+        if value.startswith("-"):  # would read as an option in a command line
+            raise ValueError(f"{kind} names may not start with '-'; found {value!r}")
         return value
 
     return check
@@ -164,6 +168,11 @@ class HostFields(StrictModel):
     connect_timeout: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Seconds to wait for SSH to connect (default 15)."
     )
+    agent_timeout_s: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        description="Seconds a quick agent call (probe, status, launch, a file over SFTP) may "
+        "take on this host before it is reported as blocked (defaults: 60-180 per call).",
+    )
 
 
 class GroupFields(HostFields):
@@ -208,6 +217,7 @@ _SCALARS = (
     "gpus",
     "transport",
     "connect_timeout",
+    "agent_timeout_s",
 )
 
 
@@ -357,6 +367,7 @@ def _resolve(
         # None when hosts.yaml does not set it: the connection pool's default applies then,
         # while a value the user wrote (15 included) always wins (ConnectionPool.timeout_for)
         connect_timeout=values.get("connect_timeout"),
+        agent_timeout_s=values.get("agent_timeout_s"),
         source=f"{doc.file}:{line}",
         env_marks=env_marks,
     )

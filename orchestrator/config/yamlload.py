@@ -26,6 +26,12 @@ MAP_TAG = "tag:yaml.org,2002:map"
 STR_TAG = "tag:yaml.org,2002:str"
 MERGE_TAG = "tag:yaml.org,2002:merge"
 
+# Hostile input bounds. Aliases (*name) re-use a value without copying it, so a dozen lines can
+# stand for billions of values ("billion laughs"); a deep nest overflows the stack of every
+# recursive walk. The limits count values as if every alias were written out in full.
+MAX_DEPTH = 100  # nested mappings and lists
+MAX_NODES = 100_000  # keys and values in the whole file, aliases expanded
+
 Loc = tuple[str | int, ...]
 
 
@@ -139,48 +145,173 @@ def child(node: Node | None, part: str | int) -> tuple[Node | None, Node] | None
 def load_yaml(path: str | Path) -> Document:
     file = str(path)
     try:
-        text = Path(path).read_text(encoding="utf-8-sig")
+        raw = Path(path).read_bytes()
     except FileNotFoundError as exc:
         raise ConfigError("file not found", file=file, hint="check the path") from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError(f"not UTF-8 text ({exc.reason} at byte {exc.start})", file=file) from exc
+    except IsADirectoryError as exc:
+        raise ConfigError("is a directory, not a file", file=file) from exc
     except OSError as exc:
         raise ConfigError(f"cannot read the file: {exc.strerror or exc}", file=file) from exc
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (raw.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise ConfigError(
+            f"not UTF-8 text (byte 0x{raw[exc.start]:02x} at byte {exc.start}: {exc.reason})",
+            file=file,
+            line=line,
+            column=column,
+            hint="save the file as UTF-8",
+        ) from exc
     return parse_yaml(text, file=file)
 
 
-def parse_yaml(text: str, *, file: str = "<input>") -> Document:
-    """Compose ``text`` and check it: one mapping at the top, no duplicate keys, no cycles."""
-    try:
-        loader = yaml.SafeLoader(text)
+class _Loader(yaml.SafeLoader):
+    """The safe loader, refusing to compose nests deeper than ``MAX_DEPTH``.
+
+    PyYAML's composer recurses once per level: without a bound, a 1000-deep ``[[[...]]]``
+    ends in RecursionError instead of an error that says where.
+    """
+
+    def __init__(self, stream: str, file: str) -> None:
+        super().__init__(stream)
+        self.file = file
+        self.depth = 0
+
+    def compose_node(self, parent: Node | None, index: int) -> Node | None:
+        self.depth += 1
         try:
-            root = loader.get_single_node()
+            if self.depth > MAX_DEPTH:
+                start = self.peek_event().start_mark
+                raise ConfigError(
+                    f"values nested more than {MAX_DEPTH} levels deep",
+                    file=self.file,
+                    line=start.line + 1,
+                    column=start.column + 1,
+                    hint="orch's files need only a few levels; check for unclosed brackets",
+                )
+            node: Node | None = super().compose_node(parent, index)
+            return node
         finally:
-            loader.dispose()
-        if root is None or (isinstance(root, ScalarNode) and root.tag == "tag:yaml.org,2002:null"):
-            raise ConfigError(
-                "the file is empty; expected a mapping of keys",
-                file=file,
-                line=1,
-                column=1,
-                hint="see `orch schema` for the keys this file takes",
+            self.depth -= 1
+
+
+def parse_yaml(text: str, *, file: str = "<input>") -> Document:
+    """Compose ``text`` and check it: one mapping at the top, no duplicate keys, no cycles,
+    bounded depth and size. Every failure is a ConfigError that says where (file:line:column)."""
+    try:
+        return _parse(text, file)
+    except ConfigError:
+        raise
+    except yaml.MarkedYAMLError as exc:
+        raise _syntax_error(exc, file, text) from exc
+    except yaml.reader.ReaderError as exc:
+        line, column = _position(text, exc.position)
+        char = f"U+{exc.character:04X}" if isinstance(exc.character, int) else repr(exc.character)
+        raise ConfigError(
+            f"invalid YAML: the control character {char} is not allowed in YAML text",
+            file=file,
+            line=line,
+            column=column,
+            hint='remove it, or write it as an escape inside double quotes ("\\e", "\\x1b")',
+        ) from exc
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"invalid YAML: {exc}", file=file, line=1, column=1) from exc
+    except RecursionError as exc:  # a safety net: the depth bounds above should prevent it
+        raise ConfigError(
+            f"values nested too deeply (orch reads at most {MAX_DEPTH} levels)",
+            file=file,
+            line=1,
+            column=1,
+        ) from exc
+
+
+def _parse(text: str, file: str) -> Document:
+    loader = _Loader(text, file)
+    try:
+        root = loader.get_single_node()
+    finally:
+        loader.dispose()
+    if root is None or (isinstance(root, ScalarNode) and root.tag == "tag:yaml.org,2002:null"):
+        raise ConfigError(
+            "the file is empty; expected a mapping of keys",
+            file=file,
+            line=1,
+            column=1,
+            hint="see `orch schema` for the keys this file takes",
+        )
+    if not isinstance(root, MappingNode):
+        start = root.start_mark
+        raise ConfigError(
+            f"expected a mapping of keys at the top level, found {node_kind(root)}",
+            file=file,
+            line=start.line + 1,
+            column=start.column + 1,
+        )
+    _check_size(root, file)
+    _normalize(root, file, SafeConstructor(), set(), set(), "")
+    doc = Document(file, root)
+    doc.data  # noqa: B018 - constructs every scalar once, so bad tags fail here, with a mark
+    return doc
+
+
+def _position(text: str, index: int) -> tuple[int, int]:
+    """1-based (line, column) of ``text[index]``."""
+    return text.count("\n", 0, index) + 1, index - (text.rfind("\n", 0, index) + 1) + 1
+
+
+def _children(node: Node) -> list[Node]:
+    if isinstance(node, MappingNode):
+        return [part for pair in node.value for part in pair]
+    if isinstance(node, SequenceNode):
+        return list(node.value)
+    return []
+
+
+def _check_size(root: Node, file: str) -> None:
+    """Refuse a tree that, aliases written out, has more than ``MAX_NODES`` values or nests
+    deeper than ``MAX_DEPTH``; points at the alias or value that crosses the bound.
+
+    Each distinct node is visited once (its expanded size and depth are remembered) and the walk
+    keeps its own stack, so neither a billion laughs nor a chain of aliased nests costs more
+    than the text. A cycle (an alias inside its own anchor) counts as nothing here:
+    ``_normalize`` reports it.
+    """
+    sizes: dict[int, tuple[int, int]] = {}  # id(node) -> (values, depth), aliases expanded
+    entered: set[int] = set()
+    stack: list[Node] = [root]
+    while stack:
+        node = stack[-1]
+        if id(node) in sizes:
+            stack.pop()
+            continue
+        kids = _children(node)
+        if id(node) not in entered:
+            entered.add(id(node))
+            stack.extend(k for k in kids if id(k) not in sizes and id(k) not in entered)
+            continue
+        stack.pop()
+        count = 1 + sum(sizes.get(id(k), (0, 0))[0] for k in kids)
+        depth = 1 + max((sizes.get(id(k), (0, 0))[1] for k in kids), default=0)
+        if count > MAX_NODES or depth > MAX_DEPTH:
+            big = max(kids, key=lambda k: sizes.get(id(k), (0, 0))[0]) if kids else node
+            where = big if count > MAX_NODES else node
+            start = where.start_mark
+            what = (
+                f"more than {MAX_NODES:,} values once its aliases (*name) are expanded"
+                if count > MAX_NODES
+                else f"values nested more than {MAX_DEPTH} levels deep once its aliases "
+                "(*name) are expanded"
             )
-        if not isinstance(root, MappingNode):
-            start = root.start_mark
             raise ConfigError(
-                f"expected a mapping of keys at the top level, found {node_kind(root)}",
+                f"the file holds {what}",
                 file=file,
                 line=start.line + 1,
                 column=start.column + 1,
+                hint="orch's files are small: check the anchors (&name) and aliases (*name)",
             )
-        _normalize(root, file, SafeConstructor(), set(), set(), "")
-        doc = Document(file, root)
-        doc.data  # noqa: B018 - constructs every scalar once, so bad tags fail here, with a mark
-    except yaml.MarkedYAMLError as exc:
-        raise _syntax_error(exc, file, text) from exc
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"invalid YAML: {exc}", file=file) from exc
-    return doc
+        sizes[id(node)] = (count, depth)
 
 
 def node_kind(node: Node) -> str:
@@ -293,7 +424,12 @@ def to_python(node: Node, constructor: SafeConstructor | None = None) -> Any:
         return {key.value: to_python(value, constructor) for key, value in node.value}
     if isinstance(node, SequenceNode):
         return [to_python(item, constructor) for item in node.value]
-    return constructor.construct_object(node, deep=True)
+    try:
+        return constructor.construct_object(node, deep=True)
+    except (ValueError, OverflowError, TypeError) as exc:  # 2001-13-01, a 5000-digit integer
+        raise yaml.constructor.ConstructorError(
+            None, None, f"cannot read the value {node.value[:40]!r}: {exc}", node.start_mark
+        ) from exc
 
 
 def merge_nodes(base: Node | None, over: Node, doc: Document) -> Node:

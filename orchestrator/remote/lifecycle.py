@@ -33,14 +33,16 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .gpus import check_gpus, wait_gpu_released
+from .probe import identity
 from .procs import (
     boot_id,
     group_members,
     kill_quietly,
     port_holders,
+    port_owner,
     same_process,
     signal_group,
     start_ticks,
@@ -53,6 +55,7 @@ from .wire import (
     ExitRecord,
     LaunchResult,
     LaunchSpec,
+    PortHolder,
     ServerRecord,
     ServerState,
     StatusResult,
@@ -71,6 +74,7 @@ SERVER_JSON = "server.json"
 EXIT_JSON = "exit.json"
 SERVER_LOG = "server.log"
 SUPERVISOR_LOG = "supervisor.log"
+LOCKS = "locks"
 LOG_MODE = 0o600  # engines print their API key and arguments: the logs are the user's alone
 SUPERVISOR_START_TIMEOUT_S = 30.0
 HEARTBEAT_S = 5.0
@@ -118,8 +122,13 @@ def record_fields(record: ServerRecord) -> Dict[str, Any]:
     return {f.name: getattr(record, f.name) for f in dataclasses.fields(ServerRecord)}
 
 
-def server_state(directory: str) -> Optional[ServerState]:
-    """server.json with liveness and exit facts, or None when no server was launched here."""
+def server_state(directory: str, *, check_port: bool = True) -> Optional[ServerState]:
+    """server.json with liveness and exit facts, or None when no server was launched here.
+
+    ``check_port``: also say who answers on the server's port (``port_owner``): the controller
+    must know that what answers is the engine it launched, not a stale or foreign server. A
+    listing of every run checks it for live servers only.
+    """
     raw = read_json(os.path.join(directory, SERVER_JSON))
     if raw is None:
         return None
@@ -130,6 +139,13 @@ def server_state(directory: str) -> Optional[ServerState]:
         log_size: Optional[int] = os.path.getsize(record.log)
     except OSError:
         log_size = None
+    owner: Optional[str] = None
+    holders: List[PortHolder] = []
+    if check_port or alive:
+        owner, found = port_owner(record.port, raw)
+        holders = [
+            PortHolder(pid=h["pid"], cmdline=h["cmdline"], launched=h["launched"]) for h in found
+        ]
     return ServerState(
         **record_fields(record),
         alive=alive,
@@ -138,6 +154,8 @@ def server_state(directory: str) -> Optional[ServerState]:
         returncode=exit_record.returncode if exit_record else None,
         log_size=log_size,
         uptime_s=round(time.time() - record.started_at, 1) if alive else None,
+        port_owner=owner,
+        port_holders=holders,
     )
 
 
@@ -161,13 +179,22 @@ def launch(raw: Dict[str, Any], emit: Emit) -> LaunchResult:
     if not spec.argv:
         raise AgentFailure(ErrorKind.BAD_SPEC, "launch: 'argv' must be a non-empty list of strings")
     directory = run_dir(spec.workdir, spec.run_id)
-    previous = server_state(directory)
+    previous = server_state(directory, check_port=False)
     if previous is not None and (previous.alive or previous.group_pids):
         raise AgentFailure(
             ErrorKind.ALREADY_RUNNING,
             f"run {spec.run_id} already has a live server (pid {previous.pid})",
             {"pid": previous.pid, "run_id": spec.run_id},
         )
+    lock = take_port_lock(spec.workdir, spec.port, spec.run_id)
+    try:
+        return _launch(spec, directory, lock)
+    except BaseException:
+        release_port_lock(lock, spec.run_id)
+        raise
+
+
+def _launch(spec: LaunchSpec, directory: str, lock: str) -> LaunchResult:
     check_port(spec.workdir, spec.port)
     merged_env = dict(os.environ)
     merged_env.update(spec.env)
@@ -188,6 +215,7 @@ def launch(raw: Dict[str, Any], emit: Emit) -> LaunchResult:
         "port": spec.port,
         "cwd": os.path.expanduser(spec.cwd or directory),
         "log": log,
+        "lock": lock,
     }
     record = start_supervisor(config)
     return LaunchResult(**record_fields(record), log_offset=log_offset, gpu_check=gpu_check)
@@ -226,7 +254,7 @@ def check_port(workdir: str, port: int) -> None:
     holders = port_holders(port)
     runs = [
         state.run_id
-        for state in (server_state(d) for d in all_run_dirs(workdir))
+        for state in (server_state(d, check_port=False) for d in all_run_dirs(workdir))
         if state and state.port == port and (state.alive or state.group_pids)
     ]
     named = (
@@ -239,6 +267,110 @@ def check_port(workdir: str, port: int) -> None:
     raise AgentFailure(
         ErrorKind.PORT_IN_USE, message, {"port": port, "holders": holders, "runs": runs}
     )
+
+
+# ---------------------------------------------------------------------------------------------
+# port locks: one launch per host and port at a time
+
+
+def lock_path(workdir: str, port: int) -> str:
+    return os.path.join(os.path.expanduser(workdir), LOCKS, "port-%d.lock" % port)
+
+
+def take_port_lock(workdir: str, port: int, run_id: str) -> str:
+    """Reserve ``port`` for ``run_id`` on this host, atomically (``O_CREAT | O_EXCL``), or refuse.
+
+    Two `orch run` started at once against one host and port would both find the port free
+    (the engine binds it only after loading) and both launch. The lock names its run and the
+    launching agent; it is released when the run is stopped, when its supervisor sees the
+    engine exit, or when its launch fails. A lock whose owner is gone (no live server for its
+    run, and its launching agent gone) is stale and taken over, under an flock so that two
+    agents cannot both take over the same stale lock.
+    """
+    path = lock_path(workdir, port)
+    os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+    mine = json.dumps(
+        {
+            "run_id": run_id,
+            "port": port,
+            "launcher_pid": os.getpid(),
+            "launcher_ticks": start_ticks(os.getpid()),
+            "boot_id": boot_id(),
+            "created_at": time.time(),
+        }
+    ).encode("utf-8")
+    for _attempt in range(3):
+        if _create_exclusive(path, mine):
+            return path
+        with _flock(path + ".guard"):
+            holder = read_json(path)
+            if holder is not None and _lock_owner_alive(workdir, holder):
+                other = str(holder.get("run_id") or "?")
+                raise AgentFailure(
+                    ErrorKind.PORT_IN_USE,
+                    f"port {port} on this host is reserved by orch run {other!r}, which is "
+                    f"launching or serving there: stop it with `orch stop {other}`, or give "
+                    "this run another `port:`",
+                    {"port": port, "runs": [other], "lock": path},
+                )
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)  # stale: its owner is gone
+            if _create_exclusive(path, mine):
+                return path
+    raise AgentFailure(
+        ErrorKind.PORT_IN_USE, f"port {port} on this host: could not take its lock {path}"
+    )
+
+
+def _create_exclusive(path: str, data: bytes) -> bool:
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+    return True
+
+
+@contextlib.contextmanager
+def _flock(path: str) -> Iterator[None]:
+    import fcntl
+
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing releases the flock
+
+
+def _lock_owner_alive(workdir: str, holder: Dict[str, Any]) -> bool:
+    """A lock's run still launching (its agent alive, no server.json yet) or serving."""
+    run_id = holder.get("run_id")
+    if isinstance(run_id, str) and RUN_ID.match(run_id):
+        state = server_state(run_dir(workdir, run_id), check_port=False)
+        if state is not None:
+            return state.exit is None and (state.alive or bool(state.group_pids))
+    return _launcher_alive(holder)
+
+
+def _launcher_alive(holder: Dict[str, Any]) -> bool:
+    """The agent that took the lock is still launching (its server.json may not exist yet)."""
+    pid = holder.get("launcher_pid")
+    if not isinstance(pid, int):
+        return False
+    launcher = {"pid": pid, "start_ticks": holder.get("launcher_ticks")}
+    return same_process({**launcher, "boot_id": holder.get("boot_id")})
+
+
+def release_port_lock(path: str, run_id: Optional[str]) -> None:
+    """Remove the lock at ``path`` if ``run_id`` holds it (another run's lock stays)."""
+    with contextlib.suppress(OSError), _flock(path + ".guard"):
+        holder = read_json(path)
+        if holder is not None and holder.get("run_id") == run_id:
+            os.unlink(path)
 
 
 def start_supervisor(config: Dict[str, Any]) -> ServerRecord:
@@ -324,7 +456,7 @@ def supervise() -> None:
         )
     except OSError as exc:
         _report({"ok": False, "error": f"{exc.strerror or exc} ({config['argv'][0]})"}, devnull)
-        return
+        return  # the launcher releases the port lock
     finally:
         os.close(log_fd)
     record = ServerRecord(
@@ -352,6 +484,8 @@ def supervise() -> None:
         ended_at=time.time(),
     )
     atomic_write_json(os.path.join(config["dir"], EXIT_JSON), ended.to_json())
+    if config.get("lock"):
+        release_port_lock(config["lock"], config["run_id"])
 
 
 def open_log(path: str) -> int:
@@ -376,8 +510,8 @@ def _report(obj: Dict[str, Any], devnull: int) -> None:
 def status(raw: Dict[str, Any], emit: Emit) -> StatusResult:
     spec = parse_spec(StatusSpec, raw)
     if spec.all:
-        states = [server_state(d) for d in all_run_dirs(spec.workdir)]
-        return StatusResult(servers=[s for s in states if s is not None])
+        states = [server_state(d, check_port=False) for d in all_run_dirs(spec.workdir)]
+        return StatusResult(servers=[s for s in states if s is not None], **identity(spec.workdir))
     run_id = _run_id(spec.run_id, "status")
     state = server_state(run_dir(spec.workdir, run_id))
     if state is None:
@@ -546,6 +680,9 @@ def stop_one(
     remaining = group_members(record)
     gpu_released = wait_gpu_released(sorted(pids), gpu_timeout) if pids else True
     _wait_for_exit_record(directory, 5.0 if pids else 0.0)
+    if not remaining and isinstance(record.get("port"), int):
+        workdir = os.path.dirname(os.path.dirname(directory))  # <workdir>/runs/<run_id>
+        release_port_lock(lock_path(workdir, record["port"]), record.get("run_id"))
     return StopOutcome(
         run_id=record.get("run_id"),
         pid=record.get("pid"),

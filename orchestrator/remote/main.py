@@ -6,6 +6,17 @@ stop the others from working. The spec file is deleted as soon as it is read bec
 hold secrets (tokens in engine environments), unless it says ``"keep_spec": true``. What the
 lines and the spec hold is the contract in ``wire``; a spec of another contract version is
 refused rather than misread.
+
+A spec path of ``-`` means the spec is the first line of stdin: the controller's fallback when
+the host's disk is full and no spec file can be written (still never on a command line).
+
+The long-running verbs (``WATCHED``) end when their controller goes away: the controller keeps
+the command's stdin open, so when stdin reaches EOF (the SSH channel closed, the controller was
+interrupted or lost its connection) a watcher thread interrupts the verb (SIGINT to this
+process: the load generator's asyncio tasks are cancelled, closing its in-flight requests), and
+exits it outright if it has not ended ``EXIT_GRACE_S`` later. sshd does not forward signals for
+every login (root's, for one), and a closed channel alone only ends a verb on its next write, so
+without this a load generator would keep an engine busy after Ctrl-C.
 """
 
 from __future__ import annotations
@@ -15,7 +26,11 @@ import importlib
 import io
 import json
 import os
+import signal
+import stat
 import sys
+import threading
+import time
 import traceback
 from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
@@ -40,13 +55,17 @@ VERBS: Dict[str, Union[str, Handler]] = {
     "launch": "lifecycle:launch",
     "tail": "lifecycle:tail",
     "stop": "lifecycle:stop",
+    "prune": "prune:run",
     "status": "lifecycle:status",
     "http": "http:run",
     "loadgen": "loadgen:run",
     "read_model_configs": "modelfiles:run",
 }
 
-USAGE = "usage: agent.pyz <verb> <spec.json>"
+USAGE = "usage: agent.pyz <verb> <spec.json | ->"
+STDIN_SPEC = "-"
+WATCHED = ("tail", "loadgen")
+EXIT_GRACE_S = 10.0
 
 
 def resolve(verb: str) -> Handler:
@@ -74,10 +93,15 @@ def resolve(verb: str) -> Handler:
 
 
 def load_spec(path: str) -> Dict[str, Any]:
-    """Read the spec (a JSON object) and delete its file unless it asks to be kept."""
+    """Read the spec (a JSON object) and delete its file unless it asks to be kept.
+
+    ``-``: the spec is stdin's first line (nothing to delete)."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read()
+        if path == STDIN_SPEC:
+            raw = sys.stdin.buffer.readline()
+        else:
+            with open(path, "rb") as handle:
+                raw = handle.read()
     except OSError as exc:
         raise AgentFailure(
             ErrorKind.BAD_SPEC, f"cannot read spec file {path}: {exc.strerror}", {"path": path}
@@ -85,20 +109,28 @@ def load_spec(path: str) -> Dict[str, Any]:
     try:
         spec = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        _remove(path)
+        if path != STDIN_SPEC:
+            _remove(path)
         raise AgentFailure(
             ErrorKind.BAD_SPEC, f"spec file {path} is not valid JSON: {exc}", {"path": path}
         ) from exc
     if not isinstance(spec, dict):
-        _remove(path)
+        if path != STDIN_SPEC:
+            _remove(path)
         raise AgentFailure(
             ErrorKind.BAD_SPEC,
             f"spec file {path} holds a {type(spec).__name__}, not an object",
             {"path": path},
         )
-    if spec.pop("keep_spec", None) is not True:
+    if spec.pop("keep_spec", None) is not True and path != STDIN_SPEC:
         _remove(path)
-    version = spec.pop("v", CONTRACT_VERSION)  # hand-written specs (tests) may leave it out
+    if "v" not in spec:
+        raise AgentFailure(
+            ErrorKind.CONTRACT_MISMATCH,
+            f'the spec carries no contract version ("v"); this agent speaks v{CONTRACT_VERSION}',
+            {"theirs": None, "ours": CONTRACT_VERSION},
+        )
+    version = spec.pop("v")
     if version != CONTRACT_VERSION:
         raise AgentFailure(
             ErrorKind.CONTRACT_MISMATCH,
@@ -124,13 +156,17 @@ def make_emit(out: Any) -> Emit:
     return emit
 
 
-def run_verb(argv: List[str], out: Any) -> int:
-    """Dispatch one invocation, writing events to ``out``; returns the exit status."""
+def run_verb(argv: List[str], out: Any, *, spec_read: Optional[Callable[[], object]] = None) -> int:
+    """Dispatch one invocation, writing events to ``out``; returns the exit status.
+
+    ``spec_read`` is called once the spec was read (stdin is then free for a watcher)."""
     try:
         if len(argv) != 2:
             raise AgentFailure(ErrorKind.BAD_USAGE, USAGE, {"argv": list(argv)})
         verb, spec_path = argv
         spec, spec_failure = _load_quietly(spec_path)
+        if spec_read is not None:
+            spec_read()
         handler = resolve(verb)  # an unknown verb wins over a bad spec: it is the bigger mistake
         if spec_failure is not None:
             raise spec_failure
@@ -183,13 +219,49 @@ def _protocol_stream() -> io.TextIOWrapper:
     return io.TextIOWrapper(io.FileIO(fd, "w"), encoding="utf-8", newline="\n", line_buffering=True)
 
 
+def stdin_is_a_channel() -> bool:
+    """Whether stdin is a pipe or socket (what sshd gives a command), not a terminal or
+    /dev/null: only then does its EOF mean the controller went away."""
+    try:
+        mode = os.fstat(0).st_mode
+    except OSError:
+        return False
+    return stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)
+
+
+def watch_controller(grace_s: float = EXIT_GRACE_S) -> threading.Thread:
+    """Interrupt this process when stdin reaches EOF; exit it if still running ``grace_s``
+    later. Reads through ``sys.stdin.buffer`` so a spec read from stdin first is not lost."""
+
+    def watch() -> None:
+        stream = sys.stdin.buffer
+        try:
+            while stream.read1(65536):  # type: ignore[union-attr]
+                pass
+        except (OSError, ValueError):
+            pass
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(grace_s)
+        os._exit(130)
+
+    thread = threading.Thread(target=watch, name="controller-watch", daemon=True)
+    thread.start()
+    return thread
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     out = _protocol_stream()
     try:
+        if args and args[0] in WATCHED and stdin_is_a_channel():
+            signal.signal(signal.SIGINT, signal.default_int_handler)
+            return run_verb(args, out, spec_read=watch_controller)
         return run_verb(args, out)
+    except KeyboardInterrupt:  # the controller went away (or Ctrl-C on a manual run)
+        return 130
     finally:
-        out.flush()
+        with contextlib.suppress(OSError, ValueError):
+            out.flush()
 
 
 if __name__ == "__main__":

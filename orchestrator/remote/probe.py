@@ -1,4 +1,5 @@
-"""``probe``: what a host has (Python, OS, CPUs, memory, disk, GPUs, engines, free ports).
+"""``probe``: what a host has (Python, OS, CPUs, memory, disk, GPUs, engines, free ports, whether
+the modules a run imports are there, and which machine and workdir these are).
 
 Each fact is a command or file plus a pure parser, so the parsers are tested on real output
 lines while the I/O stays in ``run``; the GPU facts (nvidia-smi) live in ``gpus``, which
@@ -69,6 +70,43 @@ def parse_os_release(text: str) -> Dict[str, str]:
 
 # ---------------------------------------------------------------------------------------------
 # I/O: gather the facts.
+
+
+def importable(names: List[str]) -> Dict[str, bool]:
+    """Whether THIS interpreter finds each top-level module, without importing it (an engine's
+    import pulls in torch: seconds)."""
+    import importlib.util
+
+    out: Dict[str, bool] = {}
+    for name in names:
+        try:
+            out[name] = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            out[name] = False
+    return out
+
+
+MACHINE_ID_FILES = ("/etc/machine-id", "/var/lib/dbus/machine-id")
+
+
+def machine_id() -> Optional[str]:
+    """The machine's systemd/D-Bus id: equal for two host entries that reach the same machine
+    (another address, user or port); None when the host has none."""
+    for path in MACHINE_ID_FILES:
+        text = (read_text(path) or "").strip()
+        if text:
+            return text
+    return None
+
+
+def real_workdir(workdir: str) -> str:
+    """The workdir as the kernel sees it (``~`` and symlinks resolved), even before it exists."""
+    return os.path.realpath(os.path.expanduser(workdir))
+
+
+def identity(workdir: str) -> Dict[str, Optional[str]]:
+    """``machine_id`` and ``workdir`` fields: host entries with both equal share one workdir."""
+    return {"machine_id": machine_id(), "workdir": real_workdir(workdir)}
 
 
 def package_versions(names: List[str]) -> Dict[str, Optional[str]]:
@@ -142,4 +180,6 @@ def run(raw: Dict[str, Any], emit: Emit) -> ProbeResult:
         nvidia_smi=gpu.status,
         packages=package_versions(spec.packages),
         ports=PortsInfo(checked=list(spec.ports), free=free, bind_host=spec.bind_host),
+        modules=importable(list(spec.modules)),
+        **identity(spec.workdir),
     )

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 from .protocol import AgentFailure
 from .util import read_text, wait_until
@@ -96,25 +97,107 @@ def kill_quietly(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
+# Flags and NAME=value words whose value is a secret (vLLM/SGLang's --api-key, --hf-token,
+# a token or password of anything else): hidden in every command line the agent reports, so a
+# refusal naming the process that holds a port never prints someone's key.
+_SECRET_WORDS = frozenset(
+    {"key", "apikey", "token", "secret", "password", "passwd", "pass", "credential", "credentials"}
+)
+MASK = "***"
+
+
+def _secret_name(name: str) -> bool:
+    parts = [p for p in re.split(r"[-_.]+", name.lower()) if p]
+    return any(p in _SECRET_WORDS for p in parts)
+
+
+def mask_argv(argv: List[str]) -> List[str]:
+    """``argv`` with the values of secret-looking flags (``--api-key X``, ``--hf-token=X``) and
+    of secret-looking ``NAME=value`` words (``VLLM_API_KEY=X``) replaced by ``***``."""
+    out = list(argv)
+    i = 0
+    while i < len(out):
+        item = out[i]
+        if item.startswith("-") and len(item) > 1:
+            name, eq, _value = item.lstrip("-").partition("=")
+            if _secret_name(name):
+                if eq:
+                    out[i] = item.split("=", 1)[0] + "=" + MASK
+                else:
+                    j = i + 1
+                    while j < len(out) and not out[j].startswith("-"):
+                        out[j] = MASK  # vLLM's --api-key takes several values
+                        j += 1
+                    i = j
+                    continue
+        else:
+            name, eq, _value = item.partition("=")
+            if eq and re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", name) and _secret_name(name):
+                out[i] = name + "=" + MASK
+        i += 1
+    return out
+
+
 def cmdline(pid: int) -> str:
+    """The process's command line, secret values masked, at most 160 characters."""
     text = read_text("/proc/%d/cmdline" % pid) or ""
-    return " ".join(" ".join(part.split()) for part in text.split("\0") if part)[:160] or "?"
+    parts = mask_argv([part for part in text.split("\0") if part])
+    return " ".join(" ".join(part.split()) for part in parts)[:160] or "?"
 
 
-def _listening_inodes(port: int) -> List[str]:
+# Local addresses (as /proc/net/tcp{,6} print them, either byte order) that accept a
+# connection to 127.0.0.1: the loopback address itself, and the wildcards.
+_ANSWERS_LOOPBACK = frozenset(
+    {
+        "0100007F",  # 127.0.0.1, little-endian hosts
+        "7F000001",  # 127.0.0.1, big-endian hosts
+        "00000000",  # 0.0.0.0
+        "00000000000000000000000000000000",  # :: (dual-stack)
+        "0000000000000000FFFF00000100007F",  # ::ffff:127.0.0.1, little-endian
+        "00000000000000000000FFFF7F000001",  # ::ffff:127.0.0.1, big-endian
+    }
+)
+LISTEN = "0A"
+
+
+def listening_inodes(tables: List[str], port: int, *, loopback_only: bool = False) -> List[str]:
+    """Socket inodes listening on ``port`` in the texts of /proc/net/tcp and tcp6.
+
+    ``loopback_only``: only sockets that answer a connection to 127.0.0.1 (bound to it or to a
+    wildcard), which is where orch's engines listen and the agent connects.
+    """
     inodes = []
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        for line in (read_text(table) or "").splitlines()[1:]:
+    for text in tables:
+        for line in text.splitlines()[1:]:
             parts = line.split()
-            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                inodes.append(parts[9])
+            if len(parts) <= 9 or parts[3] != LISTEN or ":" not in parts[1]:
+                continue
+            address, _, hex_port = parts[1].rpartition(":")
+            try:
+                if int(hex_port, 16) != port:
+                    continue
+            except ValueError:
+                continue
+            if loopback_only and address.upper() not in _ANSWERS_LOOPBACK:
+                continue
+            inodes.append(parts[9])
     return inodes
 
 
-def port_holders(port: int) -> List[Dict[str, Any]]:
-    """Processes listening on ``port`` (those whose fds this user may read)."""
-    wanted = {"socket:[%s]" % inode for inode in _listening_inodes(port)}
-    holders = []
+def _tcp_tables() -> Optional[List[str]]:
+    texts = [read_text(t) for t in ("/proc/net/tcp", "/proc/net/tcp6")]
+    found = [t for t in texts if t is not None]
+    return found or None
+
+
+def _listening_inodes(port: int) -> List[str]:
+    return listening_inodes(_tcp_tables() or [], port)
+
+
+def socket_owners(inodes: List[str]) -> List[int]:
+    """Pids holding one of the socket ``inodes`` (among the processes this user may read)."""
+    wanted = {"socket:[%s]" % inode for inode in inodes}
+    owners = []
     for name in os.listdir("/proc") if wanted else []:
         if not name.isdigit():
             continue
@@ -128,6 +211,103 @@ def port_holders(port: int) -> List[Dict[str, Any]]:
             except OSError:
                 continue
             if target in wanted:
-                holders.append({"pid": int(name), "cmdline": cmdline(int(name))})
+                owners.append(int(name))
                 break
-    return holders
+    return sorted(owners)
+
+
+def port_holders(port: int) -> List[Dict[str, Any]]:
+    """Processes listening on ``port`` (those whose fds this user may read)."""
+    return [{"pid": pid, "cmdline": cmdline(pid)} for pid in socket_owners(_listening_inodes(port))]
+
+
+def parent_pid(pid: int) -> Optional[int]:
+    fields = _stat_fields(pid)
+    return int(fields[1]) if fields and len(fields) > 3 else None
+
+
+def session_id(pid: int) -> Optional[int]:
+    fields = _stat_fields(pid)
+    return int(fields[3]) if fields and len(fields) > 3 else None
+
+
+def descends_from(pid: int, ancestors: List[int], *, depth: int = 64) -> bool:
+    """True when ``pid`` is one of ``ancestors`` or a descendant of one (through /proc ppids)."""
+    wanted = set(ancestors)
+    current: Optional[int] = pid
+    for _ in range(depth):
+        if current is None or current <= 1:
+            return False
+        if current in wanted:
+            return True
+        current = parent_pid(current)
+    return False
+
+
+def launched_by(pid: int, record: Dict[str, Any]) -> bool:
+    """Whether ``pid`` belongs to the engine ``record`` describes: its session or process group
+    (the engine leads both: its workers and API server children stay in them), or a descendant
+    of the engine or its supervisor; and started no earlier than the engine (no reused pid)."""
+    engine = record.get("pid")
+    if not isinstance(engine, int):
+        return False
+    if record.get("boot_id") and record["boot_id"] != boot_id():
+        return False
+    fields = _alive_fields(pid)
+    if fields is None:
+        return False
+    since = record.get("start_ticks") or 0
+    if int(fields[19]) < since:
+        return False
+    pgid = record.get("pgid")
+    if int(fields[3]) == engine or (isinstance(pgid, int) and int(fields[2]) == pgid):
+        return True
+    lineage = [engine]
+    supervisor = record.get("supervisor_pid")
+    if isinstance(supervisor, int):
+        lineage.append(supervisor)
+    return descends_from(pid, lineage)
+
+
+def port_owner(port: int, record: Dict[str, Any]) -> Tuple[str, List[Dict[str, Any]]]:
+    """Who answers 127.0.0.1:``port``: ``("launched" | "foreign" | "none" | "unknown",
+    holders)``, each holder ``{"pid", "cmdline", "launched"}``.
+
+    ``none``: nothing listens (yet); ``foreign``: some listener is not the launched engine's
+    (one this user cannot see counts: the engine's own sockets are always visible to it);
+    ``unknown``: this system has no /proc/net/tcp to tell.
+    """
+    tables = _tcp_tables()
+    if tables is None:
+        return "unknown", []
+    inodes = listening_inodes(tables, port, loopback_only=True)
+    if not inodes:
+        return "none", []
+    pids = socket_owners(inodes)
+    holders: List[Dict[str, Any]] = [
+        {"pid": pid, "cmdline": cmdline(pid), "launched": launched_by(pid, record)} for pid in pids
+    ]
+    ours = [h["pid"] for h in holders if h["launched"]]
+    # every listening socket must be the engine's: one we cannot see, or a second listener
+    # sharing the port (SO_REUSEPORT), means someone else may answer
+    if ours and len(ours) == len(holders) and set(inodes) <= set(socket_inodes_of(ours)):
+        return "launched", holders
+    return "foreign", holders
+
+
+def socket_inodes_of(pids: List[int]) -> List[str]:
+    """Socket inodes held by ``pids``."""
+    found = []
+    for pid in pids:
+        try:
+            fds = os.listdir("/proc/%d/fd" % pid)
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink("/proc/%d/fd/%s" % (pid, fd))
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                found.append(target[len("socket:[") : -1])
+    return found

@@ -28,7 +28,8 @@ from .codec import WireError as WireError
 CONTRACT_VERSION = 1
 ENVELOPE_KEYS = ("v", "event")
 SPEC_ENVELOPE_KEYS = ("v", "keep_spec")
-DEFAULT_PACKAGES = ("vllm", "sglang", "torch", "transformers")
+DEFAULT_PACKAGES = ("vllm", "sglang", "torch", "transformers", "aiohttp")
+DEFAULT_MODULES = ("aiohttp",)
 
 
 class ErrorKind(str, enum.Enum):
@@ -114,6 +115,9 @@ class ProbeSpec(Wire):
     packages: List[str] = field(default_factory=lambda: list(DEFAULT_PACKAGES))
     ports: List[int] = field(default_factory=list)
     bind_host: str = "127.0.0.1"
+    # modules a run imports in this interpreter (the load generator's aiohttp, the engines):
+    # found on its path or not, without importing them
+    modules: List[str] = field(default_factory=lambda: list(DEFAULT_MODULES))
 
 
 @dataclass(frozen=True)
@@ -200,6 +204,9 @@ class ProbeResult(Wire):
     nvidia_smi: NvidiaSmiStatus
     packages: Dict[str, Optional[str]]
     ports: PortsInfo
+    modules: Dict[str, bool] = field(default_factory=dict)  # importable by this interpreter
+    machine_id: Optional[str] = None  # /etc/machine-id: two host entries, one machine
+    workdir: Optional[str] = None  # the workdir's real path (symlinks and ~ resolved)
 
 
 # ---------------------------------------------------------------------------- lifecycle
@@ -260,6 +267,15 @@ class LaunchResult(ServerRecord):
 
 
 @dataclass(frozen=True)
+class PortHolder(Wire):
+    """A process listening on the server's port (its command line's secret values masked)."""
+
+    pid: int
+    cmdline: str
+    launched: bool  # in the launched engine's session, process group or process tree
+
+
+@dataclass(frozen=True)
 class ServerState(ServerRecord):
     alive: bool
     group_pids: List[int]
@@ -267,6 +283,11 @@ class ServerState(ServerRecord):
     returncode: Optional[int]
     log_size: Optional[int]
     uptime_s: Optional[float]
+    # Who answers 127.0.0.1:<port>: "launched" (the engine this record describes), "foreign"
+    # (another process listens there), "none" (nobody yet), "unknown" (no /proc to tell);
+    # None when not checked (a server long gone, in a listing of every run).
+    port_owner: Optional[str] = None
+    port_holders: List[PortHolder] = field(default_factory=list)
 
 
 @dataclass(frozen=True)
@@ -279,6 +300,8 @@ class StatusSpec(Wire):
 @dataclass(frozen=True)
 class StatusResult(Wire):
     servers: List[ServerState]
+    machine_id: Optional[str] = None  # as in ProbeResult: which host entries share a workdir
+    workdir: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -339,6 +362,45 @@ class StopOutcome(Wire):
 @dataclass(frozen=True)
 class StopResult(Wire):
     stopped: List[StopOutcome]
+
+
+# --------------------------------------------------------------------------------- prune
+
+
+@dataclass(frozen=True)
+class PruneSpec(Wire):
+    """Remove finished runs' folders (``runs/<id>/``) from the workdir; a live server's never.
+
+    ``older_than_s``: only runs that ended at least that long ago; ``keep``: spare the ``keep``
+    most recently ended finished runs; neither: every finished run. Spec files left in
+    ``specs/`` longer than ``stale_spec_s`` (an agent that never ran to read them) go too.
+    """
+
+    workdir: str
+    older_than_s: Optional[float] = None
+    keep: Optional[int] = None
+    dry_run: bool = False
+    stale_spec_s: float = 86400.0
+
+
+@dataclass(frozen=True)
+class PrunedRun(Wire):
+    run_id: str
+    ended_at: Optional[float]  # epoch s; None when nothing says
+    bytes: int
+    removed: bool  # False in a dry run, or when removing failed (``error``)
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class PruneResult(Wire):
+    pruned: List[PrunedRun]  # what was (or, dry run, would be) removed
+    kept: List[str]  # finished runs spared by ``older_than_s`` / ``keep``
+    live: List[str]  # runs whose server is running (or starting): never touched
+    specs_removed: List[str]
+    dry_run: bool
+    machine_id: Optional[str] = None
+    workdir: Optional[str] = None
 
 
 # ---------------------------------------------------------------------------------- http
@@ -567,6 +629,7 @@ CONTRACT: Dict[str, VerbContract] = {
     "status": VerbContract(StatusSpec, StatusResult),
     "tail": VerbContract(TailSpec, TailResult, (TailLine, TailHeartbeat)),
     "stop": VerbContract(StopSpec, StopResult),
+    "prune": VerbContract(PruneSpec, PruneResult),
     "http": VerbContract(HttpSpec, HttpResult),
     "loadgen": VerbContract(LoadgenSpec, LoadgenResult, (PhaseEvent, ProgressEvent, RequestRecord)),
     "read_model_configs": VerbContract(ReadModelConfigsSpec, ReadModelConfigsResult),

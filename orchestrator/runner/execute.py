@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +37,7 @@ from orchestrator.config.hostconfig import Secrets, mask
 from orchestrator.doctor import ModelConfig
 from orchestrator.doctor.findings import Finding
 from orchestrator.engines import engine_for
+from orchestrator.engines.failures import REQUESTS_FAILED, describe
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import EngineError, HostError, OrchError
 from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec
@@ -43,7 +45,7 @@ from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.logparse import LogFollower
 from orchestrator.remote.wire import PhaseEvent, ProgressEvent
 from orchestrator.results.model import RunError, RunResult, RunTimes
-from orchestrator.results.store import AppendLog, write_json, write_text
+from orchestrator.results.store import AppendLog, make_dir, write_json, write_text
 from orchestrator.runner.server import Server, ServerRegistry
 from orchestrator.runner.summarize import build_result, iso_time
 
@@ -73,7 +75,7 @@ def begin_run(job: RunJob) -> float:
     end time and the phases' times go to ``summary.json``.
     """
     started = time.time()
-    job.run_dir.mkdir()
+    make_dir(job.run_dir)
     stamp = iso_time(started)
     write_json(
         job.run_dir / "manifest.json", {**job.manifest, "created_at": stamp, "started_at": stamp}
@@ -114,6 +116,7 @@ async def execute_run(
     error: RunError | None = None
     server: Server | None = None
     tail_task: asyncio.Task[None] | None = None
+    stop_error: OrchError | None = None
     key = job.key
 
     def phase(new: RunPhase, reason: str | None = None) -> None:
@@ -139,19 +142,44 @@ async def execute_run(
         )
         ready_at = time.time()
         phase(RunPhase.WARM_UP)
-        loadgen = await _drive_load(job, server, agent, state, requests, observer)
+        try:
+            loadgen = await _drive_load(job, server, agent, state, requests, observer)
+        except OrchError as exc:
+            await _died_meanwhile(server, exc)  # the engine's death explains a lost loadgen
+            raise
+        # the figures are the engine's only if it is still alive and still the one answering
+        await server.check_serving(when="while measuring")
+        await _check_requests(job, server, loadgen, state)
         phase(RunPhase.STOPPING)
     except OrchError as exc:
         error = run_error(exc)
         phase(RunPhase.FAILED, mask(exc.message, state.secrets))
     finally:
         if server is not None:
-            with contextlib.suppress(OrchError):
+            try:
                 await server.stop()
-        if tail_task is not None:
+            except OrchError as exc:  # StopFailed: the server may still hold its port and GPUs
+                stop_error = exc
+        if tail_task is not None and stop_error is not None:
+            tail_task.cancel()  # the server may run on: its log would never end
+            with contextlib.suppress(asyncio.CancelledError, OrchError):
+                await tail_task
+        elif tail_task is not None:
             await _finish_tail(tail_task)
         for log in (server_log, events, requests):
             log.close()
+    stop_warning: str | None = None
+    if stop_error is not None:  # never swallowed: the run fails, or says so beside its error
+        phase(RunPhase.FAILED, mask(stop_error.message, state.secrets))
+        if error is None:
+            error = run_error(stop_error)
+        else:
+            stop_warning = f"{stop_error.message} ({stop_error.hint})"
+    # a log that lost lines (a full results disk, even in the tail task) fails the run
+    lost = next((log.error for log in (server_log, events, requests) if log.error), None)
+    if lost is not None and error is None:
+        error = run_error(lost)
+        phase(RunPhase.FAILED, mask(lost.message, state.secrets))
     if loadgen is not None:
         for name, text in (
             ("metrics_before.txt", loadgen.metrics_before),
@@ -167,6 +195,8 @@ async def execute_run(
         measure_ended_at=loadgen.ended_at if loadgen else None,
     )
     result = build_result(job, state=state, loadgen=loadgen, error=error, times=times)
+    if stop_warning is not None:
+        result = result.model_copy(update={"warnings": [*result.warnings, stop_warning]})
     result = result.masked(state.secrets)
     write_json(job.run_dir / "summary.json", result.to_json())
     if error is None:  # a failure was told with its reason when it happened
@@ -267,6 +297,37 @@ async def _drive_load(
     if result is None:
         raise HostError(job.plan.host.name, "the load generator ended without a result")
     return result
+
+
+async def _died_meanwhile(server: Server, exc: OrchError) -> None:
+    """Raise the engine's death (or the foreign server) instead of ``exc`` when that is what
+    happened; nothing when the engine is still the one serving (or cannot be asked)."""
+    try:
+        await server.check_serving(when="while measuring")
+    except EngineError as died:
+        raise died from exc
+    except OrchError:
+        return
+
+
+async def _check_requests(
+    job: RunJob, server: Server, loadgen: LoadgenResult, state: LiveState
+) -> None:
+    """A window in which no measured request completed measured nothing: the run failed."""
+    measured = [r for r in state.records if not r.warmup]
+    if loadgen.completed > 0 or any(r.ok for r in measured):
+        return
+    errors = Counter(r.error or f"HTTP {r.status}" for r in measured if not r.ok)
+    common = "; ".join(f"{n} x {text}" for text, n in errors.most_common(3))
+    title, hint = describe(REQUESTS_FAILED)
+    raise EngineError(
+        job.plan.host.name,
+        f"run {job.plan.run.name!r}: {title} ({loadgen.failed} of {loadgen.requests})"
+        + (f": {common}" if common else ""),
+        cause=REQUESTS_FAILED,
+        log_tail=await server.log_tail(),
+        hint=hint,
+    )
 
 
 def run_error(exc: OrchError) -> RunError:

@@ -7,6 +7,7 @@ loading, and a host without the GPUs or free memory a run needs is caught before
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -18,6 +19,8 @@ from orchestrator.commands.fanout import each_host, each_of
 from orchestrator.config import HostConfig
 from orchestrator.doctor import HostProbe, ModelConfig, check_run, model_from_agent
 from orchestrator.doctor.findings import Finding
+from orchestrator.doctor.findings import error as finding_error
+from orchestrator.engines import get_engine
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import OrchError
 from orchestrator.remote.wire import ModelRef, ReadModelConfigsSpec
@@ -50,7 +53,8 @@ class DoctorResult:
 async def open_host(pool: ConnectionPool, host: HostConfig, ports: Sequence[int]) -> HostSession:
     """Reach ``host``, push the agent, probe it (``ports``: the ones its runs will listen on)."""
     conn = await pool.get(host)
-    agent = Agent(conn, host)
+    # every call takes a live connection: one that dropped is re-opened for the next step
+    agent = Agent(conn, host, connect=functools.partial(pool.get, host))
     await agent.ensure()
     facts = HostFacts.from_probe(await agent.probe(ports=sorted(set(ports))))
     return HostSession(host, agent=agent, facts=facts)
@@ -92,7 +96,13 @@ async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
         result.drafter, note = model_from_agent(found, draft, role="drafter")
         notes.append(note)
     gpus = plan.host.gpus
-    result.findings = [n for n in notes if n is not None] + check_run(
+    needs = (
+        host_requirements(plan.host.python, session.facts, engine=run.engine)
+        if session.facts
+        else []
+    )
+    result.findings = [finding_error("host_requirements", m) for m in needs]
+    result.findings += [n for n in notes if n is not None] + check_run(
         run,
         target=result.target,
         drafter=result.drafter,
@@ -121,3 +131,70 @@ async def doctor_plans(
 
 def _host_name(plan: PlannedLaunch) -> str:
     return plan.host.name
+
+
+# -- what a run needs on its host ---------------------------------------------------------------
+
+
+def host_requirements(python: str, facts: HostFacts, *, engine: str | None) -> list[str]:
+    """What a run of ``engine`` (None: any run) would miss on a host with ``facts``, as one
+    sentence each naming the interpreter and what to install; empty when nothing is missing.
+
+    A probe by an older agent reports no modules: nothing is claimed missing then.
+    """
+    modules = facts.probe.modules
+    if not modules:
+        return []
+    where = f"{python} ({facts.python_executable})" if facts.python_executable else python
+    missing = []
+    if modules.get("aiohttp") is False:
+        missing.append(
+            f"aiohttp is not importable by {where}: the load generator needs it; install it "
+            f"there ({python} -m pip install aiohttp), or set `python` in hosts.yaml to the "
+            "engine venv's interpreter (vLLM and SGLang ship it)"
+        )
+    if engine is not None:
+        package = get_engine(engine).package
+        if modules.get(package) is False:
+            version = facts.packages.get(package)
+            found = f" (its metadata says {package} {version})" if version else ""
+            missing.append(
+                f"{package} is not importable by {where}{found}: install it there "
+                f"({python} -m pip install {package}), or set `python` in hosts.yaml to the "
+                "interpreter of the venv that has it"
+            )
+    return missing
+
+
+class HostNotReady(OrchError):
+    """Runs whose host lacks what they import (aiohttp, the engine): refused before any launch,
+    where each would otherwise fail after loading its model."""
+
+    def __init__(self, missing: dict[str, list[str]], runs: dict[str, list[str]]) -> None:
+        lines = [
+            f"{host} (runs {', '.join(runs[host])}): {line}"
+            for host, lines_ in missing.items()
+            for line in lines_
+        ]
+        super().__init__(
+            "a host lacks what its runs need:\n  " + "\n  ".join(lines),
+            hint="`orch hosts check` shows what each host has; README: What a host needs",
+        )
+        self.missing = missing
+
+
+def check_requirements(sessions: dict[str, HostSession], plans: Sequence[PlannedLaunch]) -> None:
+    """Refuse (``HostNotReady``) when a probed host lacks what one of its runs imports."""
+    missing: dict[str, list[str]] = {}
+    runs: dict[str, list[str]] = {}
+    for plan in plans:
+        session = sessions.get(plan.host.name)
+        if session is None or session.facts is None:
+            continue
+        lines = host_requirements(plan.host.python, session.facts, engine=plan.run.engine)
+        if lines:
+            runs.setdefault(plan.host.name, []).append(plan.run_name)
+            known = missing.setdefault(plan.host.name, [])
+            known += [line for line in lines if line not in known]
+    if missing:
+        raise HostNotReady(missing, runs)

@@ -20,17 +20,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import time
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.agent.client import Agent, AgentClient
+from orchestrator.commands.progress import Observer, ServerLeftRunning, StoppingServers
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.config.playbook import RunSpec
-from orchestrator.engines import engine_for
+from orchestrator.engines import engine_for, failures
 from orchestrator.engines.base import Engine
-from orchestrator.errors import AgentError, EngineError, HostError
+from orchestrator.errors import (
+    AgentError,
+    EngineError,
+    HostError,
+    HostTimeout,
+    HostUnreachable,
+    OrchError,
+)
 from orchestrator.remote.wire import (
     ErrorKind,
     HttpResult,
@@ -92,6 +101,7 @@ class Server:
         self.stopped = False
         self.launch_sent = False
         self.stop_result: StopResult | None = None
+        self.registry: ServerRegistry | None = None  # set by ServerRegistry.add
         self._workdir: str | None = None
 
     # -- start -------------------------------------------------------------------------------
@@ -160,7 +170,7 @@ class Server:
                 return await call(self.agent)
             except AgentError:
                 raise
-            except HostError:
+            except HostUnreachable:  # the connection dropped: another error would come again
                 attempts += 1
                 if self.reconnect is None or attempts > self.max_reconnects:
                     raise
@@ -208,9 +218,17 @@ class Server:
             state = await self.status()
             if not state.alive:
                 raise await self._died(state)
+            self.check_identity(state)
             phase = await self._probe_ready(phase)
             if phase == "ready":
-                return time.monotonic() - started
+                # who answered? only the engine this run launched counts as ready
+                state = await self.status()
+                if not state.alive:
+                    raise await self._died(state)
+                self.check_identity(state)
+                if state.port_owner != "none":
+                    return time.monotonic() - started
+                phase = "answering, but nothing listens on the port yet"
             if on_progress is not None:
                 on_progress(phase, elapsed)
             if elapsed >= timeout:
@@ -234,7 +252,7 @@ class Server:
             return "ready"
         return "health ok, waiting for the model list"
 
-    async def _died(self, state: ServerState) -> EngineError:
+    async def _died(self, state: ServerState, *, when: str = "during start-up") -> EngineError:
         for _ in range(20):
             if state.returncode is not None:
                 break
@@ -242,16 +260,58 @@ class Server:
             state = await self.status()
         tail = await self.log_tail()
         cause = self.adapter.classify_failure(tail)
+        if cause is None and when != "during start-up":
+            cause = failures.ENGINE_DIED
         title, hint = self.adapter.describe_failure(cause)
         code = state.returncode
-        message = f"{self.adapter.name} server of run {self.run.name!r} died during start-up"
-        if cause is not None:
+        message = f"{self.adapter.name} server of run {self.run.name!r} died {when}"
+        if cause is not None and cause != failures.ENGINE_DIED:
             message += f": {title}"
-        if code is not None:
+        if state.exit is not None and state.exit.signal:
+            message += f" (killed by {state.exit.signal})"
+        elif code is not None:
             message += f" (exit code {code})"
+        if state.port_owner == "foreign":
+            # it lost its port to another server (which answered meanwhile): say so first
+            message += f"; {self._foreign(state)}"
+            cause = failures.ANOTHER_SERVER
+            hint = self.adapter.describe_failure(cause)[1]
         return EngineError(
             self.host.name, message, cause=cause, log_tail=tail, exit_code=code, hint=hint
         )
+
+    # -- identity: what answers is the engine this run launched ----------------------------
+    def check_identity(self, state: ServerState) -> None:
+        """Raise when another process listens on the run's port: what answers there may not
+        be this run's engine (a stale server, another run's, someone else's). ``unknown``
+        (no /proc on the host) and ``None`` (not checked) pass: nothing to tell them apart."""
+        if state.port_owner == "foreign":
+            raise EngineError(
+                self.host.name,
+                f"{self.adapter.name} server of run {self.run.name!r}: {self._foreign(state)}",
+                cause=failures.ANOTHER_SERVER,
+                hint=self.adapter.describe_failure(failures.ANOTHER_SERVER)[1],
+            )
+
+    def _foreign(self, state: ServerState) -> str:
+        others = [h for h in state.port_holders if not h.launched]
+        who = (
+            "; ".join(f"pid {h.pid} ({h.cmdline})" for h in others)
+            or "a process this user cannot see"
+        )
+        return (
+            f"another server answered on 127.0.0.1:{self.port}: {who} is not the engine this "
+            f"run launched (pid {state.pid})"
+        )
+
+    async def check_serving(self, *, when: str = "while measuring") -> ServerState:
+        """After measuring: the engine must still be alive and still the one answering, or the
+        figures may be another server's (or no server's): raises EngineError otherwise."""
+        state = await self.status()
+        if not state.alive:
+            raise await self._died(state, when=when)
+        self.check_identity(state)
+        return state
 
     # -- log ---------------------------------------------------------------------------------
     async def tail(
@@ -301,7 +361,7 @@ class Server:
                 return
             except AgentError:
                 raise
-            except HostError:
+            except (HostUnreachable, HostTimeout):  # dropped, or silent: maybe a dead link
                 attempts += 1
                 if self.reconnect is None or attempts > self.max_reconnects:
                     raise
@@ -338,10 +398,17 @@ class Server:
         return answer.body
 
     async def stop(self, *, timeout_s: float = 30.0, gpu_timeout_s: float = 60.0) -> StopResult:
-        """SIGTERM, then SIGKILL, the engine's process group; waits for its GPU memory to free."""
+        """SIGTERM, then SIGKILL, the engine's process group; waits for its GPU memory to free.
+
+        A stop that could not run (the host unreachable, its agent failing) or that left the
+        engine's processes running raises ``StopFailed``, which names the commands that list
+        and stop it: a server must never be left holding its port and GPUs without a word.
+        """
         if self.stopped or not self.launch_sent:
             self.stopped = True
             return self.stop_result or StopResult(stopped=[])
+        if self.registry is not None and _cancelling():  # a clean-up: say what it waits for
+            self.registry.tell_stopping({self.host.name: 1}, timeout_s)
         spec = StopSpec(
             run_id=self.run_id,
             workdir=await self.workdir(),
@@ -351,20 +418,57 @@ class Server:
         # A launch interrupted in flight may still be recording server.json: retry not_found.
         attempts = 1 if self.record is not None else STOP_NOT_FOUND_RETRIES
         result = StopResult(stopped=[])
-        for attempt in range(attempts):
-            try:
-                result = await self._retrying(
-                    lambda agent: agent.stop(spec, timeout=timeout_s + gpu_timeout_s + 60)
-                )
-                break
-            except AgentError as exc:
-                if exc.kind is not ErrorKind.NOT_FOUND:
-                    raise
-                if attempt + 1 < attempts:
-                    await asyncio.sleep(STOP_RETRY_S)
+        try:
+            for attempt in range(attempts):
+                try:
+                    result = await self._retrying(
+                        lambda agent: agent.stop(spec, timeout=timeout_s + gpu_timeout_s + 60)
+                    )
+                    break
+                except AgentError as exc:
+                    if exc.kind is not ErrorKind.NOT_FOUND:
+                        raise
+                    if attempt + 1 < attempts:
+                        await asyncio.sleep(STOP_RETRY_S)
+        except HostError as exc:
+            self.stopped = True  # not tried again: the error says what to do
+            kind = exc.kind if isinstance(exc, AgentError) else ErrorKind.STOP_FAILED
+            raise self.stop_failed(f"stop failed: {without_host(exc)}", kind=kind) from exc
         self.stopped = True
         self.stop_result = result
+        left = sorted({pid for outcome in result.stopped for pid in outcome.remaining_pids})
+        if left:
+            raise self.stop_failed(
+                f"its processes survived SIGTERM and SIGKILL (pid {', '.join(map(str, left))})"
+            )
         return result
+
+    def stop_failed(self, why: str, *, kind: ErrorKind = ErrorKind.STOP_FAILED) -> StopFailed:
+        host = self.host.name
+        return StopFailed(
+            host,
+            f"the {self.adapter.name} server of run {self.run.name!r} (run id {self.run_id}, "
+            f"port {self.port}) may still be running on {host}, holding its port and GPUs: {why}",
+            hint=f"list it with `orch ps --only {host}`; stop it with `orch stop {self.run_id} "
+            f"--only {host}` or every server there with `orch stop --all --only {host}` "
+            "(add --hosts FILE if not hosts.yaml)",
+            kind=kind,
+        )
+
+
+class StopFailed(AgentError):
+    """A server orch started may still be running: its stop could not run or did not end it."""
+
+
+def without_host(exc: HostError) -> str:
+    return exc.message.removeprefix(f"{exc.host}: ")
+
+
+def _cancelling() -> bool:
+    """Whether the current task is being cancelled (Ctrl-C): its clean-up is under way."""
+    task = asyncio.current_task()
+    cancelling = getattr(task, "cancelling", None)  # Python 3.11+
+    return bool(cancelling()) if cancelling is not None else False
 
 
 def model_ids(body: str) -> list[str]:
@@ -378,13 +482,23 @@ def model_ids(body: str) -> list[str]:
 
 
 class ServerRegistry:
-    """Every server a command started; ``async with`` stops the ones still running."""
+    """Every server a command started; ``async with`` stops the ones still running.
 
-    def __init__(self) -> None:
+    ``observer`` is told what the clean-up waits for (``StoppingServers`` per host) and every
+    stop that failed (``ServerLeftRunning``): after a Ctrl-C, nothing is waited on silently."""
+
+    def __init__(self, observer: Observer | None = None) -> None:
         self._servers: list[Server] = []
+        self._observer = observer
 
     def add(self, server: Server) -> None:
         self._servers.append(server)
+        server.registry = self
+
+    def tell_stopping(self, per_host: dict[str, int], timeout_s: float) -> None:
+        if self._observer is not None:
+            for host, count in per_host.items():
+                self._observer.on_event(StoppingServers(host, count, timeout_s))
 
     @property
     def running(self) -> list[Server]:
@@ -392,9 +506,18 @@ class ServerRegistry:
 
     async def stop_all(self, *, timeout_s: float = 30.0) -> list[BaseException | StopResult]:
         servers = self.running
+        per_host: dict[str, int] = {}
+        for server in servers:
+            per_host[server.host.name] = per_host.get(server.host.name, 0) + 1
+            server.registry = None  # told here, all at once
+        self.tell_stopping(per_host, timeout_s)
         results = await asyncio.gather(
             *(s.stop(timeout_s=timeout_s) for s in servers), return_exceptions=True
         )
+        for server, result in zip(servers, results, strict=True):
+            if isinstance(result, OrchError) and self._observer is not None:
+                message = result.message.removeprefix(f"{server.host.name}: ")
+                self._observer.on_event(ServerLeftRunning(server.host.name, message, result.hint))
         return list(results)
 
     async def __aenter__(self) -> ServerRegistry:
@@ -424,6 +547,24 @@ def pool_reconnect(pool: ConnectionPool, host: HostConfig, agent: AgentClient) -
     """A ``reconnect`` for Server: the pool opens a new connection when the old one dropped."""
 
     async def again() -> AgentClient:
-        return Agent(await pool.get(host), host, bundle=agent.bundle)
+        if isinstance(agent, Agent) and agent.reconnects:
+            await agent.live()  # the same agent (already checked and pushed), reconnected
+            return agent
+        return Agent(
+            await pool.get(host),
+            host,
+            bundle=agent.bundle,
+            connect=functools.partial(pool.get, host),
+        )
 
     return again
+
+
+async def live_agent(pool: ConnectionPool, host: HostConfig, agent: AgentClient) -> AgentClient:
+    """``agent`` on a live connection: re-opened through the pool when it dropped (a run must
+    never be handed an agent whose connection died during the run before)."""
+    if not isinstance(agent, Agent):
+        return agent  # an in-memory agent has no connection to lose
+    if agent.reconnects or getattr(agent.conn, "closed", False):
+        return await pool_reconnect(pool, host, agent)()
+    return agent

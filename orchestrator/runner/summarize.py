@@ -155,16 +155,61 @@ def log_missing_note(
     ``completed`` (measured requests) size it.
     """
     window = f"the measured window ({window_s:.1f} s)" if window_s else "the measured window"
-    interval = get_engine(engine).stats_interval_in_effect(env=env, argv=argv)
-    if engine == "sglang":
+    found = get_engine(engine)
+    interval = found.stats_interval_in_effect(env=env, argv=argv)
+    if found.stats_interval.source == "flag":  # orch's own flag: only a longer window helps
         return _sglang_missing_note(
             window, interval, window_s=window_s, steps=steps, completed=completed
         )
     return (
         f"log: no SpecDecoding metrics line fell in {window}: vLLM prints one every "
         f"VLLM_LOG_STATS_INTERVAL = {interval} s; set it lower in the run's env (e.g. "
-        'env: {VLLM_LOG_STATS_INTERVAL: "1"}), or measure longer (more num_prompts or '
-        "duration_s)"
+        'env: {VLLM_LOG_STATS_INTERVAL: "1"}), or measure longer'
+        + _enough_requests(interval, window_s=window_s, completed=completed)
+    )
+
+
+def _enough_requests(interval: str, *, window_s: float | None, completed: int | None) -> str:
+    """`` (num_prompts N or duration_s S at the measured rate)``: a window of
+    ``LOG_INTERVALS_WANTED`` stats intervals, sized from this run's own request rate."""
+    try:
+        need_s = LOG_INTERVALS_WANTED * float(interval)
+    except ValueError:
+        need_s = 0.0
+    if not (window_s and completed and need_s > 0):
+        return " (more num_prompts or duration_s)"
+    rate = completed / window_s
+    return (
+        f": at the measured {rate:.2f} requests/s, num_prompts {_ceil(rate * need_s)} (or "
+        f"duration_s {_ceil(need_s)}) would hold {LOG_INTERVALS_WANTED} intervals"
+    )
+
+
+def short_window_warning(
+    engine: str,
+    *,
+    window_s: float | None,
+    env: Mapping[str, str],
+    argv: Sequence[str],
+    completed: int | None,
+) -> str | None:
+    """A warning when the measured window is shorter than the engine's stats interval (in
+    seconds): the log's acceptance figure, whole intervals, then mostly covers time outside
+    the window (warm-up, idle), or is missing altogether."""
+    stats = get_engine(engine).stats_interval
+    if stats.unit != "s" or not window_s:
+        return None
+    interval = get_engine(engine).stats_interval_in_effect(env=env, argv=argv)
+    try:
+        seconds = float(interval)
+    except ValueError:
+        return None
+    if window_s >= seconds:
+        return None
+    return (
+        f"short measuring window: {window_s:.1f} s is shorter than {stats.setting} = "
+        f"{interval} s, so the log's acceptance figure covers mostly time outside it; measure "
+        "longer" + _enough_requests(interval, window_s=window_s, completed=completed)
     )
 
 
@@ -488,17 +533,28 @@ def _with_measurement(
     )
     prom, note = prometheus_delta(engine, loadgen)
     notes = [note] if note else []
+    completed = requests.completed if requests else None
     if spec.enabled and (log_src is None or log_src.acceptance_length is None):
-        notes.append(
-            log_missing_note(
-                engine,
-                window_s=loadgen.duration_s,
-                env=job.plan.env,
-                argv=job.plan.argv,
-                steps=decode_steps(state.records),
-                completed=requests.completed if requests else None,
-            )
+        missing = log_missing_note(
+            engine,
+            window_s=loadgen.duration_s,
+            env=job.plan.env,
+            argv=job.plan.argv,
+            steps=decode_steps(state.records),
+            completed=completed,
         )
+        notes.append(missing)
+        warnings.append(missing)  # the console shows warnings: say it there too
+    elif spec.enabled:
+        short = short_window_warning(
+            engine,
+            window_s=loadgen.duration_s,
+            env=job.plan.env,
+            argv=job.plan.argv,
+            completed=completed,
+        )
+        if short is not None:
+            warnings.append(short)
     acc = combine_acceptance(
         prometheus=prom.acceptance_length if prom else None,
         log=log_src.acceptance_length if log_src else None,

@@ -78,6 +78,8 @@ class Connector:
         ssh_config: Sequence[str] | tuple[()],
     ) -> None:
         self.known_hosts_path = known_hosts
+        # a path other than the default was asked for: it replaces UserKnownHostsFile
+        self.explicit_known_hosts = known_hosts != hostkeys.DEFAULT_KNOWN_HOSTS.expanduser()
         self.accept_new = accept_new_host_keys
         self.ssh_config = ssh_config
         self._record_lock = asyncio.Lock()
@@ -158,14 +160,14 @@ class Connector:
             addr=await _address(opts.host, tunnel),
         )
         if known_hosts is None:
-            known_hosts = await self._trust(target, kwargs)
+            known_hosts = await self._trust(target, kwargs, opts)
         try:
             conn = await asyncssh.connect(**kwargs, known_hosts=known_hosts)
         except (asyncssh.HostKeyNotVerifiable, asyncssh.KeyExchangeFailed) as exc:
             recorded = target.match(known_hosts)
             if isinstance(exc, asyncssh.KeyExchangeFailed) and not recorded:
                 raise connect_error(exc, route, timeout) from exc
-            raise await self._host_key_error(target, recorded, kwargs) from exc
+            raise await self._host_key_error(target, recorded, kwargs, opts) from exc
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
             raise connect_error(exc, route, timeout) from exc
         return Opened(conn=conn, client=client, jumps=jumps, route=route)
@@ -194,29 +196,60 @@ class Connector:
         assert tunnel is not None
         return tunnel
 
+    def known_hosts_files(
+        self, opts: asyncssh.SSHClientConnectionOptions
+    ) -> tuple[Path, list[Path]]:
+        """(the file new keys are recorded in, every file read), as OpenSSH picks them:
+        UserKnownHostsFile (several allowed; ``--known-hosts`` replaces them) and
+        GlobalKnownHostsFile from the ssh_config, else their defaults."""
+        config = opts.config
+        users = [Path(p).expanduser() for p in _config_list(config, "UserKnownHostsFile")]
+        if self.explicit_known_hosts or not users:
+            users = [self.known_hosts_path]
+            if not self.explicit_known_hosts:
+                users += [p.expanduser() for p in hostkeys.DEFAULT_USER_FILES[1:]]
+        globals_ = [Path(p).expanduser() for p in _config_list(config, "GlobalKnownHostsFile")]
+        if not globals_:
+            globals_ = list(hostkeys.DEFAULT_GLOBAL_FILES)
+        return users[0], [*users, *globals_]
+
     async def _trust(
-        self, target: hostkeys.KeyTarget, kwargs: dict[str, Any]
+        self,
+        target: hostkeys.KeyTarget,
+        kwargs: dict[str, Any],
+        opts: asyncssh.SSHClientConnectionOptions,
     ) -> asyncssh.SSHKnownHosts:
-        """known_hosts for this connection; with accept-new, a host never seen is recorded first."""
-        known = hostkeys.load(self.known_hosts_path)
+        """known_hosts for this connection; with accept-new, a host never seen is recorded first
+        (unless its key is @revoked: that is refused, and never recorded)."""
+        record_in, files = self.known_hosts_files(opts)
+        known = hostkeys.load_all(files)
         if not self.accept_new or target.match(known):
             return known
         async with self._record_lock:  # two hosts may append at once
-            known = hostkeys.load(self.known_hosts_path)
+            known = hostkeys.load_all(files)
             if target.match(known):
                 return known
             key = await self._fetch_key(kwargs, ())
             if key is None:
                 return known
-            hostkeys.record(self.known_hosts_path, target, key)
-            return hostkeys.load(self.known_hosts_path)
+            if target.is_revoked(known, key):
+                raise hostkeys.revoked_error(target, key, files)
+            hostkeys.record(record_in, target, key)
+            return hostkeys.load_all(files)
 
     async def _host_key_error(
         self,
         target: hostkeys.KeyTarget,
         recorded: list[asyncssh.SSHKey],
         kwargs: dict[str, Any],
+        opts: asyncssh.SSHClientConnectionOptions,
     ) -> OrchError:
+        _, files = self.known_hosts_files(opts)
+        known = hostkeys.load_all(files)
+        if target.revoked(known):
+            offered = await self._fetch_key(kwargs, ())
+            if offered is not None and target.is_revoked(known, offered):
+                return hostkeys.revoked_error(target, offered, files)
         if not recorded:
             offered = await self._fetch_key(kwargs, ())
             return hostkeys.unknown_key_error(target, offered, self.known_hosts_path)
@@ -245,8 +278,17 @@ def _route(ep: Endpoint, opts: asyncssh.SSHClientConnectionOptions, via: str | N
         identities = tuple(k if isinstance(k, str) else "<in-memory key>" for k in ep.client_keys)
     else:
         configured = opts.config.get("IdentityFile", ())
-        identities = tuple(str(p) for p in configured) if isinstance(configured, list | tuple) else ()
+        identities = (
+            tuple(str(p) for p in configured) if isinstance(configured, list | tuple) else ()
+        )
     return Route(ep.name, opts.host, opts.port, opts.username, identities, via, ep.hop)
+
+
+def _config_list(config: Any, name: str) -> list[str]:
+    value = config.get(name, ())
+    if isinstance(value, str):
+        return value.split()
+    return [str(v) for v in value] if isinstance(value, list | tuple) else []
 
 
 def split_host_port(hostport: str) -> tuple[str, int | None]:

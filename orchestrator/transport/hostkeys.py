@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,10 @@ import asyncssh
 from orchestrator.errors import ConfigError, HostKeyMismatch, HostKeyUnknown
 
 DEFAULT_KNOWN_HOSTS = Path("~/.ssh/known_hosts")
+# OpenSSH's defaults: UserKnownHostsFile "~/.ssh/known_hosts ~/.ssh/known_hosts2",
+# GlobalKnownHostsFile "/etc/ssh/ssh_known_hosts /etc/ssh/ssh_known_hosts2".
+DEFAULT_USER_FILES = (DEFAULT_KNOWN_HOSTS, Path("~/.ssh/known_hosts2"))
+DEFAULT_GLOBAL_FILES = (Path("/etc/ssh/ssh_known_hosts"), Path("/etc/ssh/ssh_known_hosts2"))
 DEFAULT_PORT = 22
 
 
@@ -40,6 +45,46 @@ class KeyTarget:
         port = None if self.port == DEFAULT_PORT else self.port
         host_keys, ca_keys, *_ = known.match(self.host, self.addr, port)
         return list(dict.fromkeys([*host_keys, *ca_keys]))  # an entry may match host and addr
+
+    def revoked(self, known: asyncssh.SSHKnownHosts) -> list[asyncssh.SSHKey]:
+        """Keys marked ``@revoked`` that apply to this target (under ``[host]:port`` or ``host``).
+
+        ``known.match`` drops the revoked keys of ``[host]:port`` when no key is trusted there
+        (it then retries without the port), so both lookups are made here.
+        """
+        port = None if self.port == DEFAULT_PORT else self.port
+        lookup = getattr(known, "_match", None)
+        found = list(lookup(self.host, self.addr, port)[2]) if lookup else []
+        found += known.match(self.host, self.addr, port)[2]
+        if port is not None:
+            found += known.match(self.host, self.addr, None)[2]
+        return found
+
+    def is_revoked(self, known: asyncssh.SSHKnownHosts, key: asyncssh.SSHKey) -> bool:
+        return any(r.public_data == key.public_data for r in self.revoked(known))
+
+
+def load_all(paths: Sequence[Path]) -> asyncssh.SSHKnownHosts:
+    """Every known_hosts file OpenSSH would read (user and global ones), as one set of entries:
+    ``@revoked`` and ``@cert-authority`` lines in any of them apply. Missing files are empty."""
+    texts = []
+    for path in dict.fromkeys(paths):
+        texts.append(_read(path))
+        load(path)  # each file parses on its own, so an error names the file that is broken
+    return asyncssh.import_known_hosts("\n".join(texts))
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except FileNotFoundError:
+        return ""
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read known_hosts: {exc.strerror}",
+            file=str(path),
+            hint="fix the file's permissions, or pass another known_hosts path",
+        ) from exc
 
 
 def load(path: Path) -> asyncssh.SSHKnownHosts:
@@ -149,4 +194,19 @@ def mismatch_error(
         f"{got}. Someone may be intercepting the connection, or the host was reinstalled. "
         "orch never accepts a changed key, even with --accept-new-host-keys.",
         hint=f"if the change is expected, remove the old entry ({at}): {remove}",
+    )
+
+
+def revoked_error(
+    target: KeyTarget, offered: asyncssh.SSHKey, files: Sequence[Path]
+) -> HostKeyMismatch:
+    """OpenSSH's "REVOKED HOST KEY DETECTED": refused always, never recorded."""
+    where = f"{target.host}:{target.port}"
+    listed = ", ".join(str(f) for f in files)
+    return HostKeyMismatch(
+        target.name,
+        f"REVOKED HOST KEY for {where}: the server offered the {key_type(offered)} key "
+        f"{fingerprint(offered)}, which known_hosts marks @revoked ({listed}). orch refuses it "
+        "and never records it, even with --accept-new-host-keys.",
+        hint="ask the host's administrator for its current key; do not remove the @revoked line",
     )

@@ -11,23 +11,27 @@ import asyncio
 import collections
 import contextlib
 import functools
+import posixpath
 import secrets
 import shlex
 import sys
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import TypeVar
 
 import asyncssh
 
 from orchestrator.config.hostconfig import HostConfig
-from orchestrator.errors import HostUnreachable, RemoteCommandError
+from orchestrator.errors import HostTimeout, HostUnreachable, OrchError, RemoteCommandError
 from orchestrator.transport import hostkeys
 from orchestrator.transport.connect import Connector, Endpoint, Opened
 from orchestrator.transport.embedded import EmbeddedServer, embedded_root
-from orchestrator.transport.translate import LOST_HINT, session_error
+from orchestrator.transport.translate import LOST_HINT, no_space_error, session_error
+
+T = TypeVar("T")
 
 # OpenSSH's sshd allows 10 sessions per connection (MaxSessions): stay below, leaving one for SFTP.
 MAX_CHANNELS = 6
@@ -35,6 +39,9 @@ OPEN_RETRIES = 25
 CLOSE_WAIT_S = 5.0
 STDERR_TAIL_LINES = 40
 DEFAULT_CONNECT_TIMEOUT = 15.0
+# An SFTP step (stat, mkdir, a small file) answers in well under a second on a live host; one
+# blocked in the kernel (stale NFS, a D-state disk) never does: then this ends it.
+DEFAULT_SFTP_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
@@ -70,8 +77,11 @@ def _failed(host: str, argv: Sequence[str], returncode: int, stderr: str) -> Rem
 class Connection:
     """One logged-in SSH connection to a host, reused for every step of a session."""
 
-    def __init__(self, host: str, opened: Opened) -> None:
+    def __init__(
+        self, host: str, opened: Opened, *, sftp_timeout: float = DEFAULT_SFTP_TIMEOUT
+    ) -> None:
         self.host = host
+        self.sftp_timeout = sftp_timeout
         self.bytes_pushed = 0  # sum of put_bytes, so callers can report "pushed N bytes"
         self._opened = opened
         self._conn = opened.conn
@@ -93,14 +103,25 @@ class Connection:
 
     # -- commands --------------------------------------------------------------------------
     async def run(
-        self, argv: Sequence[str], *, timeout: float | None = None, check: bool = False
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        check: bool = False,
+        input: str | None = None,
     ) -> CompletedProcess:
-        """Run ``argv`` to completion; ``check`` raises RemoteCommandError on non-zero exit."""
+        """Run ``argv`` to completion; ``check`` raises RemoteCommandError on non-zero exit.
+
+        ``input`` is written to the command's stdin, then stdin is closed (at EOF at once
+        without it)."""
         cmd = command_line(argv)
         doing = f"running `{cmd}`"
         async with self._channels:
-            proc = await self._create_process(cmd, doing)
+            proc = await self._create_process(cmd, doing, keep_stdin=input is not None)
             try:
+                if input is not None:
+                    proc.stdin.write(input)
+                    proc.stdin.write_eof()
                 result = await proc.wait(check=False, timeout=timeout)
             except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
                 raise session_error(exc, self.host, doing, timeout=timeout) from exc
@@ -115,9 +136,20 @@ class Connection:
         return done
 
     def open_stream(
-        self, argv: Sequence[str], *, timeout: float | None = None, check: bool = True
+        self,
+        argv: Sequence[str],
+        *,
+        timeout: float | None = None,
+        check: bool = True,
+        idle_timeout: float | None = None,
+        input: str | None = None,
     ) -> RemoteStream:
         """A cancellable stream: ``async with conn.open_stream(argv) as s: async for line in s``.
+
+        ``timeout`` bounds the whole command; ``idle_timeout`` the silence between two lines (a
+        HostTimeout when no line came for that long). The command's stdin stays open (after
+        ``input``, if given) until the stream ends: a command can watch it and stop when it
+        reaches EOF, i.e. when this controller went away or left the stream.
 
         Leaving the ``async with`` early (break, exception, task cancelled) or calling
         ``cancel()`` asks sshd to send SIGTERM to the command (the exec is PTY-less; OpenSSH
@@ -127,7 +159,9 @@ class Connection:
         process group. Processes the command detached into their own session (engines started
         by the agent) are never affected and keep running.
         """
-        return RemoteStream(self, argv, timeout=timeout, check=check)
+        return RemoteStream(
+            self, argv, timeout=timeout, check=check, idle_timeout=idle_timeout, input=input
+        )
 
     async def stream(
         self, argv: Sequence[str], *, timeout: float | None = None
@@ -151,15 +185,21 @@ class Connection:
         tmp = f"{path}.tmp-{secrets.token_hex(6)}"
         doing = f"writing {path}"
         sftp = await self._sftp_client(doing)
-        try:
+
+        async def write() -> None:
             async with sftp.open(tmp, "wb", attrs=asyncssh.SFTPAttrs(permissions=mode)) as f:
                 await f.write(data)
             await sftp.chmod(tmp, mode)
             await sftp.posix_rename(tmp, path)
-        except (OSError, asyncssh.Error) as exc:
-            with contextlib.suppress(OSError, asyncssh.Error):
-                await sftp.remove(tmp)
-            raise session_error(exc, self.host, doing) from exc
+
+        try:
+            await asyncio.wait_for(write(), self.sftp_timeout)
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            with contextlib.suppress(OSError, asyncssh.Error, asyncio.TimeoutError):
+                await asyncio.wait_for(sftp.remove(tmp), self.sftp_timeout)
+            if await self._out_of_space(sftp, exc, posixpath.dirname(path), len(data)):
+                raise no_space_error(self.host, posixpath.dirname(path), doing) from exc
+            raise session_error(exc, self.host, doing, timeout=self.sftp_timeout) from exc
         self.bytes_pushed += len(data)
         return len(data)
 
@@ -180,12 +220,26 @@ class Connection:
         path = await self._resolve(remote_path)
         return await self._sftp_call(f"checking {path}", lambda s: s.exists(path))
 
-    async def makedirs(self, remote_path: str) -> None:
-        """Like ``mkdir -p``: parents created, an existing directory is fine."""
+    async def makedirs(self, remote_path: str, *, mode: int | None = None) -> None:
+        """Like ``mkdir -p``: parents created, an existing directory is fine (and unchanged).
+        ``mode``: of the directories created (else the server's default, after its umask)."""
         path = await self._resolve(remote_path)
+        attrs = asyncssh.SFTPAttrs() if mode is None else asyncssh.SFTPAttrs(permissions=mode)
         await self._sftp_call(
-            f"creating directory {path}", lambda s: s.makedirs(path, exist_ok=True)
+            f"creating directory {path}", lambda s: s.makedirs(path, attrs, exist_ok=True)
         )
+
+    async def lstat(self, remote_path: str, *, follow: bool = False) -> asyncssh.SFTPAttrs | None:
+        """A file's attributes (of a symlink itself unless ``follow``); None if nothing is there."""
+        path = await self._resolve(remote_path)
+
+        async def get(sftp: asyncssh.SFTPClient) -> asyncssh.SFTPAttrs | None:
+            try:
+                return await (sftp.stat(path) if follow else sftp.lstat(path))
+            except asyncssh.SFTPNoSuchFile:
+                return None
+
+        return await self._sftp_call(f"checking {path}", get)
 
     async def read_bytes(self, remote_path: str) -> bytes:
         path = await self._resolve(remote_path)
@@ -196,6 +250,30 @@ class Connection:
                 return data if isinstance(data, bytes) else data.encode()
 
         return await self._sftp_call(f"reading {path}", read)
+
+    async def free_bytes(self, remote_dir: str) -> int | None:
+        """Bytes an unprivileged user may still write under ``remote_dir`` (statvfs through
+        OpenSSH's statvfs@openssh.com extension); None when the server cannot say."""
+        path = await self._resolve(remote_dir)
+        try:
+            sftp = await self._sftp_client(f"checking free space in {path}")
+            vfs = await asyncio.wait_for(sftp.statvfs(path), self.sftp_timeout)
+        except (OrchError, OSError, asyncssh.Error, asyncio.TimeoutError):
+            return None
+        return int(vfs.bavail) * int(vfs.frsize or vfs.bsize)
+
+    async def _out_of_space(
+        self, sftp: asyncssh.SFTPClient, exc: BaseException, directory: str, size: int
+    ) -> bool:
+        """Whether a failed write failed for want of space: the status says so, or (OpenSSH's
+        sftp-server answers ENOSPC with a bare SSH_FX_FAILURE "Failure") the filesystem has
+        less room left than the write needed."""
+        if isinstance(exc, asyncssh.SFTPNoSpaceOnFilesystem | asyncssh.SFTPQuotaExceeded):
+            return True
+        if not isinstance(exc, asyncssh.SFTPFailure) or self.closed:
+            return False
+        free = await self.free_bytes(directory)
+        return free is not None and free < max(size, 1)
 
     async def home(self) -> str:
         """The login directory (where SFTP starts), absolute."""
@@ -212,8 +290,11 @@ class Connection:
         await self._opened.close()
 
     # -- internals -------------------------------------------------------------------------
-    async def _create_process(self, cmd: str, doing: str) -> asyncssh.SSHClientProcess[str]:
-        """Open a session channel for ``cmd``, stdin at EOF.
+    async def _create_process(
+        self, cmd: str, doing: str, *, keep_stdin: bool = False
+    ) -> asyncssh.SSHClientProcess[str]:
+        """Open a session channel for ``cmd``: stdin at EOF, or open (``keep_stdin``) for the
+        caller to write to; the command sees EOF when the channel closes.
 
         sshd frees a closed session slightly after the client sees it closed, so a busy
         connection can briefly hit MaxSessions: a refused open is retried with backoff.
@@ -221,6 +302,8 @@ class Connection:
         for attempt in range(OPEN_RETRIES):
             self._check_open(doing)
             try:
+                if keep_stdin:
+                    return await self._conn.create_process(cmd, encoding="utf-8", errors="replace")
                 return await self._conn.create_process(
                     cmd, stdin=asyncssh.DEVNULL, encoding="utf-8", errors="replace"
                 )
@@ -262,12 +345,14 @@ class Connection:
                     raise session_error(exc, self.host, doing) from exc
             return self._sftp
 
-    async def _sftp_call(self, doing, call):  # type: ignore[no-untyped-def]
+    async def _sftp_call(
+        self, doing: str, call: Callable[[asyncssh.SFTPClient], Awaitable[T]]
+    ) -> T:
         sftp = await self._sftp_client(doing)
         try:
-            return await call(sftp)
-        except (OSError, asyncssh.Error) as exc:
-            raise session_error(exc, self.host, doing) from exc
+            return await asyncio.wait_for(call(sftp), self.sftp_timeout)
+        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            raise session_error(exc, self.host, doing, timeout=self.sftp_timeout) from exc
 
 
 async def _end_process(proc: asyncssh.SSHClientProcess[str], *, terminate: bool = True) -> None:
@@ -278,6 +363,9 @@ async def _end_process(proc: asyncssh.SSHClientProcess[str], *, terminate: bool 
     channel is closed the command's stdout is gone and its next write ends it (EPIPE/SIGPIPE).
     """
     running = proc.returncode is None
+    if running:  # EOF on its stdin: an agent verb watching it ends even where TERM is refused
+        with contextlib.suppress(OSError, asyncssh.Error):
+            proc.stdin.write_eof()
     if terminate and running:
         with contextlib.suppress(OSError, asyncssh.Error):
             proc.send_signal("TERM")
@@ -292,7 +380,14 @@ class RemoteStream:
     """A running remote command read line by line; see ``Connection.open_stream``."""
 
     def __init__(
-        self, conn: Connection, argv: Sequence[str], *, timeout: float | None, check: bool
+        self,
+        conn: Connection,
+        argv: Sequence[str],
+        *,
+        timeout: float | None,
+        check: bool,
+        idle_timeout: float | None = None,
+        input: str | None = None,
     ) -> None:
         self.argv = list(argv)
         self.returncode: int | None = None
@@ -302,6 +397,8 @@ class RemoteStream:
         self._timeout = timeout
         self._deadline = None if timeout is None else time.monotonic() + timeout
         self._check = check
+        self._idle_timeout = idle_timeout
+        self._input = input
         self._proc: asyncssh.SSHClientProcess[str] | None = None
         self._stderr: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         self._stderr_task: asyncio.Task[None] | None = None
@@ -315,7 +412,9 @@ class RemoteStream:
     async def __aenter__(self) -> RemoteStream:
         await self._conn._channels.acquire()
         try:
-            self._proc = await self._conn._create_process(self._cmd, self._doing)
+            self._proc = await self._conn._create_process(self._cmd, self._doing, keep_stdin=True)
+            if self._input is not None:
+                self._proc.stdin.write(self._input)
         except BaseException:
             self._conn._channels.release()
             raise
@@ -339,7 +438,7 @@ class RemoteStream:
     async def _lines(self) -> AsyncIterator[str]:
         assert self._proc is not None, "use `async with conn.open_stream(...)`"
         while True:
-            line = await self._io(self._proc.stdout.readline())
+            line = await self._io(self._proc.stdout.readline(), idle=True)
             if not line:
                 break
             yield line[:-1] if line.endswith("\n") else line
@@ -362,11 +461,20 @@ class RemoteStream:
         if proc is not None:
             await _end_process(proc, terminate=not self._finished)
 
-    async def _io(self, aw):  # type: ignore[no-untyped-def]
+    async def _io(self, aw: Awaitable[T], *, idle: bool = False) -> T:
         remaining = None if self._deadline is None else max(0.0, self._deadline - time.monotonic())
+        limit = self._idle_timeout if idle else None
+        silent = limit is not None and (remaining is None or limit < remaining)
         try:
-            return await asyncio.wait_for(aw, remaining)
-        except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
+            return await asyncio.wait_for(aw, limit if silent else remaining)
+        except asyncio.TimeoutError as exc:
+            if silent:
+                raise HostTimeout(
+                    self._conn.host,
+                    f"{self._doing}: no output for {self._idle_timeout:g}s",
+                ) from exc
+            raise session_error(exc, self._conn.host, self._doing, timeout=self._timeout) from exc
+        except (OSError, asyncssh.Error) as exc:
             raise session_error(exc, self._conn.host, self._doing, timeout=self._timeout) from exc
 
     async def _collect_stderr(self) -> None:
@@ -465,7 +573,10 @@ class ConnectionPool:
                 proxy_jump=host.proxy_jump,
             )
             opened = await self._connector.open(endpoint, timeout=timeout)
-        conn = Connection(host.name, opened)
+        own = host.agent_timeout_s
+        conn = Connection(
+            host.name, opened, sftp_timeout=own if own is not None else DEFAULT_SFTP_TIMEOUT
+        )
         self._connections[host.name] = conn
         return conn
 

@@ -20,6 +20,7 @@ from orchestrator.errors import (
     HostUnreachable,
     OrchError,
     RemoteCommandError,
+    RemoteDiskFull,
 )
 
 LOST_HINT = "the host went down or the network dropped; orch reconnects on its next step"
@@ -118,6 +119,18 @@ def connect_error(exc: BaseException, route: Route, timeout: float) -> OrchError
     return HostUnreachable(name, f"cannot connect to {route.where}: {exc}")
 
 
+def no_space_error(host: str, path: str, doing: str) -> RemoteDiskFull:
+    """A write that failed for want of space, said as such (OpenSSH's sftp-server reports
+    ENOSPC as a bare SSH_FX_FAILURE "Failure": the caller checked the free space)."""
+    return RemoteDiskFull(
+        host,
+        f"no space left on {host}:{path} ({doing})",
+        path=path,
+        hint=f"free some space on that filesystem (`df -h {path}` on the host), or set `workdir` "
+        "in hosts.yaml to a filesystem with room",
+    )
+
+
 def session_error(
     exc: BaseException, host: str, doing: str, *, timeout: float | None = None
 ) -> HostError:
@@ -129,6 +142,12 @@ def session_error(
         return HostTimeout(host, f"{doing} took longer than allowed{limit}")
     if isinstance(exc, asyncssh.SFTPNoSuchFile | asyncssh.SFTPNoSuchPath):
         return RemoteCommandError(host, f"{doing}: no such file or directory")
+    if isinstance(exc, asyncssh.SFTPNoSpaceOnFilesystem | asyncssh.SFTPQuotaExceeded):
+        return RemoteCommandError(
+            host,
+            f"{doing}: no space left on the host ({exc.reason})",
+            hint="free some space on the host's workdir filesystem",
+        )
     if isinstance(exc, asyncssh.SFTPPermissionDenied):
         return RemoteCommandError(
             host, f"{doing}: permission denied", hint="check the workdir's owner and permissions"

@@ -133,9 +133,7 @@ def test_spec_file_is_private(sshd_factory: SshdFactory, host: SshdHost) -> None
 
 def test_agent_error_event_becomes_agent_error(sshd_factory: SshdFactory, host: SshdHost) -> None:
     with pytest.raises(AgentError) as info:
-        with_agent(
-            sshd_factory, host.host_config(), lambda agent: agent.probe(ports=[0])
-        )
+        with_agent(sshd_factory, host.host_config(), lambda agent: agent.probe(ports=[0]))
     assert info.value.kind is ErrorKind.BAD_SPEC
     assert info.value.host == "gpu-a"
     assert (

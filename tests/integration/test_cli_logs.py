@@ -269,14 +269,20 @@ def test_json_output_is_exact(log: str, args: list[str], expected: dict) -> None
 @pytest.mark.parametrize(
     ("log", "engine", "message", "hint"),
     [
-        ("sglang_mtp.log", "vllm",
-         "no vllm metrics line in this log, but the sglang parser finds 5 event(s) "
-         "(decode_batch 3, prefill_batch 2): it looks like a sglang log",
-         "use --engine sglang, or --engine auto to detect the engine"),
-        ("vllm_dflash.log", "sglang",
-         "no sglang metrics line in this log, but the vllm parser finds 6 event(s) "
-         "(engine_stats 3, spec_decode 3): it looks like a vllm log",
-         "use --engine vllm, or --engine auto to detect the engine"),
+        (
+            "sglang_mtp.log",
+            "vllm",
+            "no vllm metrics line in this log, but the sglang parser finds 5 event(s) "
+            "(decode_batch 3, prefill_batch 2): it looks like a sglang log",
+            "use --engine sglang, or --engine auto to detect the engine",
+        ),
+        (
+            "vllm_dflash.log",
+            "sglang",
+            "no sglang metrics line in this log, but the vllm parser finds 6 event(s) "
+            "(engine_stats 3, spec_decode 3): it looks like a vllm log",
+            "use --engine vllm, or --engine auto to detect the engine",
+        ),
     ],
 )
 @pytest.mark.parametrize("as_json", [["--json"], []])
@@ -298,8 +304,10 @@ def test_forced_engine_on_a_log_without_metrics_still_gives_zero_events(tmp_path
         "(APIServer pid=4021) INFO 12-02 10:57:01 [api_server.py:1811] "
         "Starting vLLM server on http://127.0.0.1:8000\n"
     )
-    for engine, kinds in (("vllm", {"engine_stats": 0, "spec_decode": 0}),
-                          ("sglang", {"decode_batch": 0, "prefill_batch": 0})):
+    for engine, kinds in (
+        ("vllm", {"engine_stats": 0, "spec_decode": 0}),
+        ("sglang", {"decode_batch": 0, "prefill_batch": 0}),
+    ):
         result = runner.invoke(app, ["parse", str(log), "--engine", engine, "--json"])
         assert result.exit_code == 0, result.output
         got = json.loads(result.stdout)
@@ -308,9 +316,20 @@ def test_forced_engine_on_a_log_without_metrics_still_gives_zero_events(tmp_path
 
 def test_module_entry_point_names_the_right_engine_without_a_traceback() -> None:
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli.logs", "parse", str(LOGS / "sglang_mtp.log"),
-         "--engine", "vllm", "--json"],
-        capture_output=True, text=True, cwd=REPO, timeout=60,
+        [
+            sys.executable,
+            "-m",
+            "orchestrator.cli.logs",
+            "parse",
+            str(LOGS / "sglang_mtp.log"),
+            "--engine",
+            "vllm",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
     )
     assert proc.returncode == 1
     assert proc.stdout == ""

@@ -32,17 +32,31 @@ FAST = {"ORCH_SIM_LOAD_S": "0.3", "ORCH_SIM_SPEED": "50"}
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def make_run(engine: str = "vllm", *, name: str = "r1", env: dict[str, str] | None = None,
-             **fields: Any) -> RunSpec:
-    spec = ({"method": "dflash", "draft_model": "z-lab/Qwen3.6-27B-DFlash", "num_draft_tokens": 15}
-            if engine == "vllm" else {"method": "mtp", "num_draft_tokens": 3})
-    data = {"name": name, "engine": engine, "model": "Qwen/Qwen3.6-27B", "tensor_parallel": 2,
-            "speculative": spec, "env": {**FAST, **(env or {})}, **fields}
+def make_run(
+    engine: str = "vllm", *, name: str = "r1", env: dict[str, str] | None = None, **fields: Any
+) -> RunSpec:
+    spec = (
+        {"method": "dflash", "draft_model": "z-lab/Qwen3.6-27B-DFlash", "num_draft_tokens": 15}
+        if engine == "vllm"
+        else {"method": "mtp", "num_draft_tokens": 3}
+    )
+    data = {
+        "name": name,
+        "engine": engine,
+        "model": "Qwen/Qwen3.6-27B",
+        "tensor_parallel": 2,
+        "speculative": spec,
+        "env": {**FAST, **(env or {})},
+        **fields,
+    }
     return RunSpec.model_validate(data)
 
 
-def scenario(factory: SshdFactory, config: HostConfig,
-             body: Callable[[Any, Agent, ServerRegistry], Awaitable[T]]) -> T:
+def scenario(
+    factory: SshdFactory,
+    config: HostConfig,
+    body: Callable[[Any, Agent, ServerRegistry], Awaitable[T]],
+) -> T:
     """``body(pool, agent, registry)`` in one event loop; the registry stops what is left."""
 
     async def main() -> T:
@@ -66,8 +80,13 @@ def alive(pid: int) -> bool:
 
 
 def smi_pids(host: SshdHost) -> list[int]:
-    out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
-                         env=host.env, capture_output=True, text=True, check=True).stdout
+    out = subprocess.run(
+        ["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"],
+        env=host.env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     return [int(x) for x in out.split()]
 
 
@@ -82,9 +101,12 @@ def test_launch_ready_tail_stop(sshd_factory: SshdFactory, host: SshdHost) -> No
     phases: list[str] = []
 
     async def body(pool: Any, agent: Agent, registry: ServerRegistry) -> dict[str, Any]:
-        server = await Server.start(agent, make_run(), config, run_id="it-1", port=port, registry=registry)
-        took = await server.wait_ready(timeout=60, poll_interval=0.1,
-                                       on_progress=lambda phase, _s: phases.append(phase))
+        server = await Server.start(
+            agent, make_run(), config, run_id="it-1", port=port, registry=registry
+        )
+        took = await server.wait_ready(
+            timeout=60, poll_interval=0.1, on_progress=lambda phase, _s: phases.append(phase)
+        )
         assert took < 60
         metrics = await server.metrics()
         assert "vllm:spec_decode_num_drafts_total" in metrics
@@ -92,8 +114,13 @@ def test_launch_ready_tail_stop(sshd_factory: SshdFactory, host: SshdHost) -> No
         state = await server.status()
         result = await server.stop(timeout_s=10)
         assert server.record is not None
-        return {"record": server.record, "lines": lines, "state": state, "result": result,
-                "after": await server.status()}
+        return {
+            "record": server.record,
+            "lines": lines,
+            "state": state,
+            "result": result,
+            "after": await server.status(),
+        }
 
     out = scenario(sshd_factory, config, body)
     record, lines = out["record"], out["lines"]
@@ -101,7 +128,9 @@ def test_launch_ready_tail_stop(sshd_factory: SshdFactory, host: SshdHost) -> No
     assert phases and phases[0] == "starting"
     log = Path(record.log).read_bytes()
     assert [line.text for line in lines] == log.decode().splitlines()[: len(lines)]
-    assert lines[0].offset == 0 and all(a.next == b.offset for a, b in zip(lines, lines[1:], strict=False))
+    assert lines[0].offset == 0 and all(
+        a.next == b.offset for a, b in zip(lines, lines[1:], strict=False)
+    )
     assert any("Application startup complete." in line.text for line in lines)
     stopped = out["result"].stopped[0]
     assert stopped.gpu_released is True and stopped.remaining_pids == []
@@ -110,13 +139,20 @@ def test_launch_ready_tail_stop(sshd_factory: SshdFactory, host: SshdHost) -> No
     assert out["after"].alive is False
 
 
-def test_death_at_start_up_reports_cause_exit_code_and_log_tail(sshd_factory: SshdFactory,
-                                                                host: SshdHost) -> None:
+def test_death_at_start_up_reports_cause_exit_code_and_log_tail(
+    sshd_factory: SshdFactory, host: SshdHost
+) -> None:
     config = host.host_config()
 
     async def body(pool: Any, agent: Agent, registry: ServerRegistry) -> EngineError:
-        server = await Server.start(agent, make_run("sglang", env={"ORCH_SIM_FAIL": "oom"}), config,
-                                    run_id="it-oom", port=free_port(), registry=registry)
+        server = await Server.start(
+            agent,
+            make_run("sglang", env={"ORCH_SIM_FAIL": "oom"}),
+            config,
+            run_id="it-oom",
+            port=free_port(),
+            registry=registry,
+        )
         started = time.monotonic()
         with pytest.raises(EngineError) as info:
             await server.wait_ready(timeout=60, poll_interval=0.1)
@@ -129,7 +165,9 @@ def test_death_at_start_up_reports_cause_exit_code_and_log_tail(sshd_factory: Ss
     assert error.exit_code not in (None, 0)
     assert 0 < len(error.log_tail) <= 40
     assert any("CUDA out of memory" in line for line in error.log_tail)
-    assert str(error).startswith("gpu-a: sglang server of run 'r1' died during start-up: CUDA out of memory")
+    assert str(error).startswith(
+        "gpu-a: sglang server of run 'r1' died during start-up: CUDA out of memory"
+    )
 
 
 def test_port_in_use_is_refused(sshd_factory: SshdFactory, host: SshdHost) -> None:
@@ -141,7 +179,9 @@ def test_port_in_use_is_refused(sshd_factory: SshdFactory, host: SshdHost) -> No
 
         async def body(pool: Any, agent: Agent, registry: ServerRegistry) -> AgentError:
             with pytest.raises(AgentError) as info:
-                await Server.start(agent, make_run(), config, run_id="it-port", port=port, registry=registry)
+                await Server.start(
+                    agent, make_run(), config, run_id="it-port", port=port, registry=registry
+                )
             assert registry.running == []
             return info.value
 
@@ -157,15 +197,24 @@ def test_tail_resumes_after_the_connection_drops(sshd_factory: SshdFactory, host
     run = make_run("sglang", env={"ORCH_SIM_LOAD_S": "2"})
 
     async def body(pool: Any, agent: Agent, registry: ServerRegistry) -> tuple[list[LogLine], Any]:
-        server = await Server.start(agent, run, config, run_id="it-cut", port=free_port(), registry=registry,
-                                    reconnect=pool_reconnect(pool, config, agent))
+        server = await Server.start(
+            agent,
+            run,
+            config,
+            run_id="it-cut",
+            port=free_port(),
+            registry=registry,
+            reconnect=pool_reconnect(pool, config, agent),
+        )
         got: list[LogLine] = []
         cut_at: list[int] = []  # proxy.connections_seen at each cut
         async for line in server.tail(follow=True, until_exit=True):
             got.append(line)
             # Cut at the 2nd line, then again at the first line that came over a new connection
             # (lines already buffered from before a cut arrive first, over no live connection).
-            if (not cut_at and len(got) == 2) or (len(cut_at) == 1 and proxy.connections_seen > cut_at[0]):
+            if (not cut_at and len(got) == 2) or (
+                len(cut_at) == 1 and proxy.connections_seen > cut_at[0]
+            ):
                 assert proxy.cut() == 1
                 cut_at.append(proxy.connections_seen)
             if "fired up and ready" in line.text:
@@ -177,7 +226,9 @@ def test_tail_resumes_after_the_connection_drops(sshd_factory: SshdFactory, host
     assert proxy.connections_seen >= 3  # the original connection and one per cut
     texts = Path(record.log).read_bytes().decode().splitlines()
     assert [line.text for line in got] == texts
-    assert got[0].offset == 0 and all(a.next == b.offset for a, b in zip(got, got[1:], strict=False))
+    assert got[0].offset == 0 and all(
+        a.next == b.offset for a, b in zip(got, got[1:], strict=False)
+    )
 
 
 _CTRL_C_SCRIPT = """
@@ -214,15 +265,29 @@ except KeyboardInterrupt:
 def test_ctrl_c_stops_every_server_it_started(sshd_factory: SshdFactory, host: SshdHost) -> None:
     config = host.host_config()
     args = {
-        "host": {k: getattr(config, k) for k in ("name", "address", "port", "user", "identity_file",
-                                                 "python", "workdir", "connect_timeout")},
+        "host": {
+            k: getattr(config, k)
+            for k in (
+                "name",
+                "address",
+                "port",
+                "user",
+                "identity_file",
+                "python",
+                "workdir",
+                "connect_timeout",
+            )
+        },
         "known_hosts": str(sshd_factory.write_known_hosts()),
         "ssh_config": str(sshd_factory.ssh_config_path),
         "run": make_run().model_dump(),
         "port": free_port(),
     }
-    proc = subprocess.Popen([sys.executable, "-c", _CTRL_C_SCRIPT.format(root=str(ROOT)), json.dumps(args)],
-                            stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CTRL_C_SCRIPT.format(root=str(ROOT)), json.dumps(args)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         line = proc.stdout.readline() if proc.stdout else ""
         record = json.loads(line)
@@ -236,7 +301,9 @@ def test_ctrl_c_stops_every_server_it_started(sshd_factory: SshdFactory, host: S
     assert not any(alive(pid) for pid in smi_pids(host))
     server_json = Path(record["log"]).with_name("server.json")
     assert json.loads(server_json.read_text())["pid"] == record["pid"]
-    assert json.loads(Path(record["log"]).with_name("exit.json").read_text())["pid"] == record["pid"]
+    assert (
+        json.loads(Path(record["log"]).with_name("exit.json").read_text())["pid"] == record["pid"]
+    )
 
 
 def test_ps_and_stop_commands(sshd_factory: SshdFactory, host: SshdHost, tmp_path: Path) -> None:
@@ -251,16 +318,23 @@ def test_ps_and_stop_commands(sshd_factory: SshdFactory, host: SshdHost, tmp_pat
     port = free_port()
 
     async def body(pool: Any, agent: Agent, registry: ServerRegistry) -> dict[str, Any]:
-        server = await Server.start(agent, make_run("sglang"), config, run_id="it-ps", port=port,
-                                    registry=ServerRegistry())  # not ours to stop: orch stop will
+        server = await Server.start(
+            agent, make_run("sglang"), config, run_id="it-ps", port=port, registry=ServerRegistry()
+        )  # not ours to stop: orch stop will
         await server.wait_ready(timeout=60, poll_interval=0.1)
         assert server.record is not None
         return server.record.to_json()
 
     record = scenario(sshd_factory, config, body)
     inventory = tmp_path / "hosts.yaml"
-    inventory.write_text(yaml.safe_dump({"hosts": {"gpu-a": host.inventory_entry()},
-                                         "ssh_config": str(sshd_factory.ssh_config_path)}))
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": {"gpu-a": host.inventory_entry()},
+                "ssh_config": str(sshd_factory.ssh_config_path),
+            }
+        )
+    )
     app = typer.Typer()
     app.callback()(lambda: None)
     register(app)
@@ -270,8 +344,9 @@ def test_ps_and_stop_commands(sshd_factory: SshdFactory, host: SshdHost, tmp_pat
     listed = runner.invoke(app, ["ps", *common, "--json"])
     assert listed.exit_code == 0, listed.output
     servers = json.loads(listed.stdout)["servers"]
-    assert [(s["host"], s["run_id"], s["alive"], s["state"], s["pid"], s["port"]) for s in servers] == [
-        ("gpu-a", "it-ps", True, "running", record["pid"], port)]
+    assert [
+        (s["host"], s["run_id"], s["alive"], s["state"], s["pid"], s["port"]) for s in servers
+    ] == [("gpu-a", "it-ps", True, "running", record["pid"], port)]
 
     usage = runner.invoke(app, ["stop", *common])
     assert usage.exit_code == 2  # neither a RUN_ID nor --all
@@ -280,7 +355,12 @@ def test_ps_and_stop_commands(sshd_factory: SshdFactory, host: SshdHost, tmp_pat
 
     stopped = runner.invoke(app, ["stop", "--all", *common])
     assert stopped.exit_code == 0, stopped.output
-    assert f"gpu-a: stopped it-ps (pid {record['pid']}, SIGTERM; GPU memory released)" in stopped.stdout
+    assert (
+        f"gpu-a: stopped it-ps (pid {record['pid']}, SIGTERM; GPU memory released)"
+        in stopped.stdout
+    )
     assert not alive(record["pid"])
     after = json.loads(runner.invoke(app, ["ps", *common, "--json"]).stdout)["servers"]
-    assert [(s["run_id"], s["alive"]) for s in after] == [("it-ps", False)]
+    assert after == []  # `orch ps` shows live servers; the ended one only with --all
+    ended = json.loads(runner.invoke(app, ["ps", "--all", *common, "--json"]).stdout)["servers"]
+    assert [(s["run_id"], s["alive"]) for s in ended] == [("it-ps", False)]

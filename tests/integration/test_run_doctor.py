@@ -80,8 +80,9 @@ def embedded_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Pa
     kill_leftovers(root)
 
 
-def test_run_refused_before_any_server_starts(embedded_env: Path, tmp_path: Path,
-                                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_refused_before_any_server_starts(
+    embedded_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     playbook = with_ports(DATA / "doctor.yaml", tmp_path / "doctor.yaml")
     results = tmp_path / "results"
     code = orch_inprocess(["run", str(playbook), "--hosts", str(HOSTS), "--results", str(results)])
@@ -98,11 +99,14 @@ def test_run_refused_before_any_server_starts(embedded_env: Path, tmp_path: Path
     # the hosts were reached (the doctor read the configs there) but no engine ever started
     assert (embedded_env / "emb-2" / "home" / ".cache" / "orch").is_dir()
     assert engine_traces(embedded_env) == []
-    assert [p for home in sandbox_homes(embedded_env) for p in pids_with_env("HOME", str(home))] == []
+    assert [
+        p for home in sandbox_homes(embedded_env) for p in pids_with_env("HOME", str(home))
+    ] == []
 
 
-def test_doctor_json_findings(embedded_env: Path, tmp_path: Path,
-                              capsys: pytest.CaptureFixture[str]) -> None:
+def test_doctor_json_findings(
+    embedded_env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     playbook = with_ports(DATA / "doctor.yaml", tmp_path / "doctor.yaml")
     code = orch_inprocess(["doctor", str(playbook), "--hosts", str(HOSTS), "--json"])
     captured = capsys.readouterr()
@@ -113,8 +117,10 @@ def test_doctor_json_findings(embedded_env: Path, tmp_path: Path,
     for entry in runs.values():
         assert entry["error"] is None
         assert entry["doctor"] == "error"
-    errors = {name: {(f["check"], f["severity"]) for f in r["findings"] if f["severity"] == "error"}
-              for (name, _), r in runs.items()}
+    errors = {
+        name: {(f["check"], f["severity"]) for f in r["findings"] if f["severity"] == "error"}
+        for (name, _), r in runs.items()
+    }
     assert errors == {"dflash-healthy": set(), "dflash-broken": BROKEN_ERRORS}
     broken = {f["check"]: f for f in runs[("dflash-broken", "emb-2")]["findings"]}
     assert "151669" in broken["mask_token_id"]["message"]  # the Qwen3 id, named as such
@@ -126,6 +132,7 @@ def test_doctor_json_findings(embedded_env: Path, tmp_path: Path,
 
 
 # -- launched anyway: --force, and `doctor: warn` without it ---------------------------------
+
 
 @dataclass(frozen=True)
 class Launched:
@@ -145,9 +152,24 @@ def launch(playbook: Path, extra: list[str], work: Path) -> Launched:
     env = {**os.environ, "ORCH_EMBEDDED_ROOT": str(root), SECRET_VAR: uuid.uuid4().hex}
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "orchestrator", "run", str(playbook), "--hosts", str(HOSTS),
-             "--results", str(work / "results"), *extra],
-            cwd=work, env=env, capture_output=True, text=True, timeout=CLI_TIMEOUT_S)
+            [
+                sys.executable,
+                "-m",
+                "orchestrator",
+                "run",
+                str(playbook),
+                "--hosts",
+                str(HOSTS),
+                "--results",
+                str(work / "results"),
+                *extra,
+            ],
+            cwd=work,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+        )
     finally:
         kill_leftovers(root)
     found = list((work / "results").glob("*"))
@@ -162,8 +184,16 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Launched]:
     force_dir = tmp_path_factory.mktemp("doctor-force")
     warn_dir = tmp_path_factory.mktemp("doctor-warn")
     jobs = {
-        "force": (with_ports(DATA / "doctor.yaml", force_dir / "doctor.yaml"), ["--force"], force_dir),
-        "warn": (with_ports(DATA / "doctor-warn.yaml", warn_dir / "doctor-warn.yaml"), [], warn_dir),
+        "force": (
+            with_ports(DATA / "doctor.yaml", force_dir / "doctor.yaml"),
+            ["--force"],
+            force_dir,
+        ),
+        "warn": (
+            with_ports(DATA / "doctor-warn.yaml", warn_dir / "doctor-warn.yaml"),
+            [],
+            warn_dir,
+        ),
     }
     with ThreadPoolExecutor(max_workers=2) as pool:
         futures = {k: pool.submit(launch, *args) for k, args in jobs.items()}
@@ -177,8 +207,7 @@ def check_collapse(summary: RunResult) -> None:
     assert summary.acceptance.length < 1.5
     collapse = summary.collapse
     assert collapse is not None and summary.verdict == "collapse"
-    assert {(f.check, f.severity) for f in summary.doctor
-            if f.severity == "error"} == BROKEN_ERRORS
+    assert {(f.check, f.severity) for f in summary.doctor if f.severity == "error"} == BROKEN_ERRORS
     ranked = [c.cause for c in sorted(collapse.likely_causes, key=lambda c: c.rank)]
     assert set(ranked[:2]) == {"mask_token", "layer_ids"}, ranked
     assert [c.rank for c in collapse.likely_causes][:2] == [1, 2]
@@ -186,7 +215,7 @@ def check_collapse(summary: RunResult) -> None:
 
 def test_force_launches_and_flags_the_collapse(launched: dict[str, Launched]) -> None:
     run = launched["force"]
-    assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr  # a collapse is no failure
+    assert run.proc.returncode == 3, run.proc.stdout + run.proc.stderr  # completed, collapsed
     check_collapse(run.summary("dflash-broken", "emb-2"))
     healthy = run.summary("dflash-healthy", "emb-1")
     assert healthy.error is None and healthy.collapse is None
@@ -202,7 +231,7 @@ def test_force_launches_and_flags_the_collapse(launched: dict[str, Launched]) ->
 
 def test_doctor_warn_launches_without_force(launched: dict[str, Launched]) -> None:
     run = launched["warn"]
-    assert run.proc.returncode == 0, run.proc.stdout + run.proc.stderr
+    assert run.proc.returncode == 3, run.proc.stdout + run.proc.stderr  # completed, collapsed
     check_collapse(run.summary("dflash-broken-warn", "emb-1"))
     assert run.csv_rows()["dflash-broken-warn"]["collapse"] == "True"
     assert "COLLAPSE" in run.proc.stdout

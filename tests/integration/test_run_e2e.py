@@ -45,8 +45,15 @@ SECRET_VAR = "ORCH_E2E_SECRET"
 SECRET = f"e2e-secret-{uuid.uuid4().hex}"  # from ${ORCH_E2E_SECRET} in hosts.yaml
 KEY_SECRET = "k3y-literal-e2e"  # ORCH_E2E_API_KEY in the playbook: a secret by its name
 SERVER_KEY = "sk-e2e-guarded-key"  # --api-key of the sshd run's server
-RUN_FILES = ("manifest.json", "server.log", "events.jsonl", "requests.jsonl",
-             "metrics_before.txt", "metrics_after.txt", "summary.json")
+RUN_FILES = (
+    "manifest.json",
+    "server.log",
+    "events.jsonl",
+    "requests.jsonl",
+    "metrics_before.txt",
+    "metrics_after.txt",
+    "summary.json",
+)
 REL = 0.03  # issue 4: measured vs ground truth
 POS_ABS = 0.03  # issue 4: per-position acceptance
 CLI_TIMEOUT_S = 150
@@ -54,12 +61,19 @@ CLI_TIMEOUT_S = 150
 
 # -- running the CLI ------------------------------------------------------------------------
 
-def orch(args: list[str], *, cwd: Path, env: dict[str, str],
-         timeout: float = CLI_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+
+def orch(
+    args: list[str], *, cwd: Path, env: dict[str, str], timeout: float = CLI_TIMEOUT_S
+) -> subprocess.CompletedProcess[str]:
     """``python -m orchestrator ARGS`` as a user would run it (a separate process)."""
-    return subprocess.run([sys.executable, "-m", "orchestrator", *args], cwd=cwd,
-                          env={**os.environ, **env}, capture_output=True, text=True,
-                          timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        cwd=cwd,
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def with_ports(src: Path, dest: Path) -> Path:
@@ -113,6 +127,7 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 # -- ground truth ---------------------------------------------------------------------------
 
+
 def measured_truth(truth: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """The simulator's records of the measured requests.
 
@@ -121,16 +136,19 @@ def measured_truth(truth: dict[str, Any], records: list[dict[str, Any]]) -> list
     are the client's requests after the first ``warmup`` by arrival. Cross-checked against the
     client's records (same prompt and output token counts, arrival next to the send time).
     """
-    served = sorted((r for r in truth["requests"] if not r["warmup"]),
-                    key=lambda r: r["arrival_time"])
+    served = sorted(
+        (r for r in truth["requests"] if not r["warmup"]), key=lambda r: r["arrival_time"]
+    )
     assert len(served) == len(records), "the simulator served another number of requests"
     warm = sum(1 for r in records if r["warmup"])
     measured, sent = served[warm:], [r for r in records if not r["warmup"]]
     if warm:
         assert max(r["finish_time"] for r in served[:warm]) <= min(
-            r["arrival_time"] for r in measured), "warm-up overlapped the measured requests"
+            r["arrival_time"] for r in measured
+        ), "warm-up overlapped the measured requests"
     assert sorted((r["prompt_tokens"], r["output_tokens"]) for r in measured) == sorted(
-        (r["prompt_tokens"], r["output_tokens"]) for r in sent)
+        (r["prompt_tokens"], r["output_tokens"]) for r in sent
+    )
     starts = sorted(r["start_wall"] for r in sent)
     arrivals = sorted(r["arrival_time"] for r in measured)
     assert max(abs(a - s) for a, s in zip(arrivals, starts, strict=True)) < 0.1
@@ -157,8 +175,9 @@ def acceptance_of(accepted: list[int], positions: int) -> tuple[float, list[floa
     return 1 + sum(accepted) / n, per_pos
 
 
-def vllm_log_truth(truth: dict[str, Any], events: list[dict[str, Any]], lines: list[int],
-                   positions: int) -> tuple[float, list[float]]:
+def vllm_log_truth(
+    truth: dict[str, Any], events: list[dict[str, Any]], lines: list[int], positions: int
+) -> tuple[float, list[float]]:
     """Truth over the stats intervals of the SpecDecoding lines the log figure was read from.
 
     Each line reports the drafts since the previous one, so the drafts printed before the
@@ -174,11 +193,12 @@ def vllm_log_truth(truth: dict[str, Any], events: list[dict[str, Any]], lines: l
     assert inside > 0, "no SpecDecoding line in the measured window"
     steps = decode_steps(truth)
     assert before + inside <= len(steps)
-    return acceptance_of([a for _, a in steps[before:before + inside]], positions)
+    return acceptance_of([a for _, a in steps[before : before + inside]], positions)
 
 
-def sglang_log_truth(truth: dict[str, Any], events: list[dict[str, Any]], lines: list[int],
-                     interval: int) -> float:
+def sglang_log_truth(
+    truth: dict[str, Any], events: list[dict[str, Any]], lines: list[int], interval: int
+) -> float:
     """Truth of the mean ``accept len`` of the Decode batch lines the log figure used.
 
     SGLang prints the k-th decode line after exactly ``k * interval`` decode batches since
@@ -195,7 +215,7 @@ def sglang_log_truth(truth: dict[str, Any], events: list[dict[str, Any]], lines:
     values = []
     for k, event in enumerate(decode):
         if lines[0] <= event["line_no"] <= lines[1] and event["accept_length"] is not None:
-            covered = [a for batch in batches[k * interval:(k + 1) * interval] for a in batch]
+            covered = [a for batch in batches[k * interval : (k + 1) * interval] for a in batch]
             assert len(batches) >= (k + 1) * interval, "a decode line the simulator never ran"
             values.append(1 + sum(covered) / len(covered))
     assert values, "no Decode batch line in the measured window"
@@ -206,7 +226,8 @@ def close(measured: float | None, expected: float, what: str, rel: float = REL) 
     assert measured is not None, f"{what}: not measured"
     assert abs(measured - expected) <= rel * abs(expected), (
         f"{what}: measured {measured:.4f}, ground truth {expected:.4f} "
-        f"({abs(measured - expected) / abs(expected):.2%} off, allowed {rel:.0%})")
+        f"({abs(measured - expected) / abs(expected):.2%} off, allowed {rel:.0%})"
+    )
 
 
 def flag_value(argv: list[str], flag: str) -> str:
@@ -247,8 +268,10 @@ def check_against_truth(outcome: Outcome, run: str, host: str) -> None:
     close(acc.prometheus, length, "acceptance length (prometheus)")
     if summary.settings.engine == "vllm":
         assert acc.prometheus == pytest.approx(length, rel=1e-9)  # counters, exactly
-        truth_pos = [sum(r["accepted_per_position"][i] for r in measured) / sum(steps)
-                     for i in range(positions)]
+        truth_pos = [
+            sum(r["accepted_per_position"][i] for r in measured) / sum(steps)
+            for i in range(positions)
+        ]
         assert acc.per_position_source == "prometheus"
         assert len(acc.per_position or []) == positions
         for i, (got, want) in enumerate(zip(acc.per_position or [], truth_pos, strict=True)):
@@ -256,12 +279,17 @@ def check_against_truth(outcome: Outcome, run: str, host: str) -> None:
         log_length, log_pos = vllm_log_truth(truth, events, list(log_lines), positions)
         close(acc.log, log_length, "acceptance length (log)")
         assert acc.log == pytest.approx(log_length, rel=1e-9)  # printed as integer counts
-        window_spec = [e for e in events if e["kind"] == "spec_decode"
-                       and log_lines[0] <= e["line_no"] <= log_lines[1]]
+        window_spec = [
+            e
+            for e in events
+            if e["kind"] == "spec_decode" and log_lines[0] <= e["line_no"] <= log_lines[1]
+        ]
         drafts = [e["drafted_tokens"] / positions for e in window_spec]
         for i in range(positions):
-            got = sum(e["per_position_acceptance"][i] * d
-                      for e, d in zip(window_spec, drafts, strict=True)) / sum(drafts)
+            got = sum(
+                e["per_position_acceptance"][i] * d
+                for e, d in zip(window_spec, drafts, strict=True)
+            ) / sum(drafts)
             assert abs(got - log_pos[i]) <= POS_ABS, f"log position {i}: {got} vs {log_pos[i]}"
     else:
         # SGLang's counters: Δgeneration_tokens / Δspec_verify_calls, whose numerator also
@@ -282,6 +310,7 @@ def every_file(root: Path) -> Iterator[Path]:
 
 # -- embedded hosts -------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def embedded_e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
     """`orch run data/e2e.yaml` once on the two embedded hosts; the tests read its results."""
@@ -291,11 +320,24 @@ def embedded_e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Outcome]:
     env = {"ORCH_EMBEDDED_ROOT": str(root), SECRET_VAR: SECRET}
     hosts = ("emb-1", "emb-2")
     try:
-        proc = orch(["run", str(playbook), "--hosts", str(DATA / "hosts-embedded.yaml"),
-                     "--results", str(tmp / "results")], cwd=tmp, env=env)
-        yield Outcome(proc=proc, results=only_results_dir(tmp / "results"),
-                      workdirs={h: root / h / "home" / ".cache" / "orch" for h in hosts},
-                      states={h: root / h / "state" for h in hosts})
+        proc = orch(
+            [
+                "run",
+                str(playbook),
+                "--hosts",
+                str(DATA / "hosts-embedded.yaml"),
+                "--results",
+                str(tmp / "results"),
+            ],
+            cwd=tmp,
+            env=env,
+        )
+        yield Outcome(
+            proc=proc,
+            results=only_results_dir(tmp / "results"),
+            workdirs={h: root / h / "home" / ".cache" / "orch" for h in hosts},
+            states={h: root / h / "state" for h in hosts},
+        )
     finally:
         kill_leftovers([root / h / "home" for h in hosts])
 
@@ -305,7 +347,8 @@ def test_failed_run_recorded_and_next_run_completes(embedded_e2e: Outcome) -> No
     assert proc.returncode == 1, proc.stderr  # one run failed
     failed = embedded_e2e.run_dir("vllm-oom", "emb-2")
     assert sorted(p.name for p in failed.iterdir() if p.name in RUN_FILES) == sorted(
-        ["events.jsonl", "manifest.json", "requests.jsonl", "server.log", "summary.json"])
+        ["events.jsonl", "manifest.json", "requests.jsonl", "server.log", "summary.json"]
+    )
     error = read_json(failed / "summary.json")["error"]
     assert error is not None
     assert "CUDA out of memory" in error["message"]
@@ -332,12 +375,29 @@ def test_results_layout(embedded_e2e: Outcome) -> None:
     with (results / "summary.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert set(CSV_COLUMNS) <= set(rows[0])
-    assert {"run", "host", "engine", "method", "completed", "failed", "output_tok_s",
-            "decode_tok_s_median", "ttft_ms_median", "tpot_ms_median", "acceptance_length",
-            "acceptance_length_prometheus", "acceptance_length_log", "acceptance_length_client",
-            "collapse", "error"} <= set(rows[0])
+    assert {
+        "run",
+        "host",
+        "engine",
+        "method",
+        "completed",
+        "failed",
+        "output_tok_s",
+        "decode_tok_s_median",
+        "ttft_ms_median",
+        "tpot_ms_median",
+        "acceptance_length",
+        "acceptance_length_prometheus",
+        "acceptance_length_log",
+        "acceptance_length_client",
+        "collapse",
+        "error",
+    } <= set(rows[0])
     assert [(r["run"], r["host"]) for r in rows] == [
-        ("sglang-mtp", "emb-1"), ("vllm-oom", "emb-2"), ("vllm-dflash", "emb-2")]
+        ("sglang-mtp", "emb-1"),
+        ("vllm-oom", "emb-2"),
+        ("vllm-dflash", "emb-2"),
+    ]
     by_run = {r["run"]: r for r in rows}
     assert by_run["vllm-oom"]["error"] and not by_run["vllm-dflash"]["error"]
     for run, host in (("sglang-mtp", "emb-1"), ("vllm-dflash", "emb-2")):
@@ -345,10 +405,13 @@ def test_results_layout(embedded_e2e: Outcome) -> None:
         row = by_run[run]
         assert summary.requests is not None and summary.acceptance is not None
         assert (row["engine"], row["method"]) == (
-            summary.settings.engine, summary.settings.speculative.method)
+            summary.settings.engine,
+            summary.settings.speculative.method,
+        )
         assert int(row["completed"]) == 10 and int(row["failed"]) == 0
         assert float(row["output_tok_s"]) == pytest.approx(
-            summary.requests.output_throughput, rel=1e-3)
+            summary.requests.output_throughput, rel=1e-3
+        )
         assert float(row["acceptance_length"]) == pytest.approx(summary.acceptance.length, rel=1e-3)
         assert row["collapse"] == "False"
     assert (results / "comparison.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -371,13 +434,20 @@ def test_every_summary_is_a_run_result_with_vllm_bench_keys(embedded_e2e: Outcom
         req, acc = result.requests, result.acceptance
         assert req is not None and acc is not None
         assert (raw["completed"], raw["failed"], raw["duration"]) == (
-            req.completed, req.failed, req.duration_s)
-        assert raw["median_ttft_ms"] == req.ttft_ms.median and raw["p99_itl_ms"] == req.itl_chunk_ms.p99
+            req.completed,
+            req.failed,
+            req.duration_s,
+        )
+        assert (
+            raw["median_ttft_ms"] == req.ttft_ms.median
+            and raw["p99_itl_ms"] == req.itl_chunk_ms.p99
+        )
         assert raw["std_e2el_ms"] is not None and raw["std_e2el_ms"] > 0
         assert raw["spec_decode_acceptance_length"] == acc.length
         k = result.settings.speculative.num_draft_tokens
         assert k and raw["spec_decode_acceptance_rate"] == pytest.approx(
-            100 * (acc.length - 1) / k, rel=1e-12)
+            100 * (acc.length - 1) / k, rel=1e-12
+        )
 
 
 def test_manifest_and_secrets(embedded_e2e: Outcome) -> None:
@@ -389,7 +459,9 @@ def test_manifest_and_secrets(embedded_e2e: Outcome) -> None:
         assert manifest["env"]["ORCH_SIM_SPEED"] == "4"  # not a secret: shown as is
         assert manifest["argv"][:2] in (["vllm", "serve"], ["python", "-m"])
         # the argv recorded is the one launched on the host
-        server = read_json(embedded_e2e.workdirs[host] / "runs" / manifest["run_id"] / "server.json")
+        server = read_json(
+            embedded_e2e.workdirs[host] / "runs" / manifest["run_id"] / "server.json"
+        )
         assert server["requested_argv"] == manifest["argv"]
         assert manifest["host_facts"]["gpus"], "host facts from the probe"
         assert manifest["engine_version"] and manifest["orch_version"]
@@ -407,31 +479,50 @@ def test_measured_against_ground_truth_embedded(embedded_e2e: Outcome, run: str,
 
 # -- a real sshd host -----------------------------------------------------------------------
 
+
 def test_measured_against_ground_truth_sshd(sshd_factory: SshdFactory, tmp_path: Path) -> None:
     """The same figures through OpenSSH, with two requests in flight (batched decode steps)."""
     host = sshd_factory.start("sshd-gpu")
-    entry = {**host.inventory_entry(), "gpus": "2 x RTX A6000",
-             "env": {"HF_TOKEN": "${" + SECRET_VAR + "}", "ORCH_SIM_LOAD_S": "0.2",
-                     "ORCH_SIM_SPEED": "4", "VLLM_LOG_STATS_INTERVAL": "1"}}
+    entry = {
+        **host.inventory_entry(),
+        "gpus": "2 x RTX A6000",
+        "env": {
+            "HF_TOKEN": "${" + SECRET_VAR + "}",
+            "ORCH_SIM_LOAD_S": "0.2",
+            "ORCH_SIM_SPEED": "4",
+            "VLLM_LOG_STATS_INTERVAL": "1",
+        },
+    }
     hosts_file = tmp_path / "hosts.yaml"
-    hosts_file.write_text(yaml.safe_dump({
-        "known_hosts": str(sshd_factory.write_known_hosts()),
-        "ssh_config": str(sshd_factory.ssh_config_path),
-        "hosts": {"sshd-gpu": entry},
-    }))
+    hosts_file.write_text(
+        yaml.safe_dump(
+            {
+                "known_hosts": str(sshd_factory.write_known_hosts()),
+                "ssh_config": str(sshd_factory.ssh_config_path),
+                "hosts": {"sshd-gpu": entry},
+            }
+        )
+    )
     playbook = with_ports(DATA / "e2e-sshd.yaml", tmp_path / "e2e-sshd.yaml")
-    proc = orch(["run", str(playbook), "--hosts", str(hosts_file), "--results",
-                 str(tmp_path / "results")], cwd=tmp_path, env={SECRET_VAR: SECRET})
+    proc = orch(
+        ["run", str(playbook), "--hosts", str(hosts_file), "--results", str(tmp_path / "results")],
+        cwd=tmp_path,
+        env={SECRET_VAR: SECRET},
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    outcome = Outcome(proc=proc, results=only_results_dir(tmp_path / "results"),
-                      workdirs={"sshd-gpu": host.workdir},
-                      states={"sshd-gpu": host.root / "sandbox" / "state"})
+    outcome = Outcome(
+        proc=proc,
+        results=only_results_dir(tmp_path / "results"),
+        workdirs={"sshd-gpu": host.workdir},
+        states={"sshd-gpu": host.root / "sandbox" / "state"},
+    )
     check_against_truth(outcome, "vllm-dflash-c2", "sshd-gpu")
     for path in every_file(outcome.results):
         assert SECRET.encode() not in path.read_bytes(), path
         assert SERVER_KEY.encode() not in path.read_bytes(), path
     manifest = read_json(outcome.run_dir("vllm-dflash-c2", "sshd-gpu") / "manifest.json")
-    assert manifest["argv"][manifest["argv"].index("--api-key") + 1] == "***"
+    assert "--api-key" not in manifest["argv"]  # vLLM gets it as VLLM_API_KEY (issue 9, 22)
+    assert manifest["env"]["VLLM_API_KEY"] == "***"
     deadline = time.monotonic() + 5  # sshd session processes exit as the connection closes
     while host.leftover_pids() and time.monotonic() < deadline:
         time.sleep(0.05)

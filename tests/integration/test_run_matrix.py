@@ -24,8 +24,10 @@ from tests.fixtures.sshd import free_port
 pytestmark = pytest.mark.integration
 
 RUNS = {"m-plain[concurrency=1]": 1, "m-plain[concurrency=2]": 2}
-FOLDERS = {"m-plain[concurrency=1]": "m-plain_concurrency_1_emb-1",
-           "m-plain[concurrency=2]": "m-plain_concurrency_2_emb-1"}
+FOLDERS = {
+    "m-plain[concurrency=1]": "m-plain_concurrency_1_emb-1",
+    "m-plain[concurrency=2]": "m-plain_concurrency_2_emb-1",
+}
 NUM_PROMPTS = 3
 
 
@@ -34,27 +36,72 @@ def read_json(path: Path) -> Any:
 
 
 def test_matrix_runs_each_complete_with_their_own_results(
-        embedded_hosts: list[HostConfig], tmp_path: Path) -> None:
+    embedded_hosts: list[HostConfig], tmp_path: Path
+) -> None:
     hosts_file = tmp_path / "hosts.yaml"
-    hosts_file.write_text(yaml.safe_dump({"hosts": {"emb-1": {
-        "transport": "embedded", "gpus": "2 x RTX A6000",
-        "env": {"ORCH_SIM_LOAD_S": "0.1", "ORCH_SIM_SPEED": "8", "VLLM_LOG_STATS_INTERVAL": "1"},
-    }}}))
+    hosts_file.write_text(
+        yaml.safe_dump(
+            {
+                "hosts": {
+                    "emb-1": {
+                        "transport": "embedded",
+                        "gpus": "2 x RTX A6000",
+                        "env": {
+                            "ORCH_SIM_LOAD_S": "0.1",
+                            "ORCH_SIM_SPEED": "8",
+                            "VLLM_LOG_STATS_INTERVAL": "1",
+                        },
+                    }
+                }
+            }
+        )
+    )
     playbook = tmp_path / "matrix.yaml"
-    playbook.write_text(yaml.safe_dump({
-        "name": "matrix", "hosts": ["emb-1"],
-        "runs": [{
-            "name": "m-plain", "engine": "vllm", "model": "Qwen/Qwen3.6-27B",
-            "tensor_parallel": 2, "port": free_port(),
-            "workload": {"prompts": "builtin:chat", "num_prompts": NUM_PROMPTS,
-                         "max_tokens": 16, "ignore_eos": True, "warmup": 0, "seed": 3},
-            "matrix": {"workload.concurrency": [1, 2]},
-        }],
-    }, sort_keys=False))
+    playbook.write_text(
+        yaml.safe_dump(
+            {
+                "name": "matrix",
+                "hosts": ["emb-1"],
+                "runs": [
+                    {
+                        "name": "m-plain",
+                        "engine": "vllm",
+                        "model": "Qwen/Qwen3.6-27B",
+                        "tensor_parallel": 2,
+                        "port": free_port(),
+                        "workload": {
+                            "prompts": "builtin:chat",
+                            "num_prompts": NUM_PROMPTS,
+                            "max_tokens": 16,
+                            "ignore_eos": True,
+                            "warmup": 0,
+                            "seed": 3,
+                        },
+                        "matrix": {"workload.concurrency": [1, 2]},
+                    }
+                ],
+            },
+            sort_keys=False,
+        )
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "orchestrator", "run", str(playbook), "--hosts", str(hosts_file),
-         "--results", str(tmp_path / "results")],
-        cwd=tmp_path, env=dict(os.environ), capture_output=True, text=True, timeout=120)
+        [
+            sys.executable,
+            "-m",
+            "orchestrator",
+            "run",
+            str(playbook),
+            "--hosts",
+            str(hosts_file),
+            "--results",
+            str(tmp_path / "results"),
+        ],
+        cwd=tmp_path,
+        env=dict(os.environ),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     (results,) = (tmp_path / "results").iterdir()
 
@@ -78,16 +125,23 @@ def test_matrix_runs_each_complete_with_their_own_results(
         assert len((run_dir / "requests.jsonl").read_text().splitlines()) == NUM_PROMPTS
         assert (run_dir / "server.log").stat().st_size > 0
         # the manifest is stamped when its run starts, the same moment summary.json records
-        assert (manifest["started_at"] == manifest["created_at"]
-                == read_json(run_dir / "summary.json")["times"]["started_at"])
+        assert (
+            manifest["started_at"]
+            == manifest["created_at"]
+            == read_json(run_dir / "summary.json")["times"]["started_at"]
+        )
         assert not [p.name for p in run_dir.iterdir() if p.name.startswith(".")]
     first, second = (summaries[r].times for r in RUNS)
     assert second.started_at >= first.ended_at  # one host: one run after the other
-    assert summaries["m-plain[concurrency=1]"].run.run_id != summaries["m-plain[concurrency=2]"].run.run_id
+    assert (
+        summaries["m-plain[concurrency=1]"].run.run_id
+        != summaries["m-plain[concurrency=2]"].run.run_id
+    )
 
     with (results / "summary.csv").open(newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert [(r["run"], r["host"], r["completed"], r["error"]) for r in rows] == [
-        (run, "emb-1", str(NUM_PROMPTS), "") for run in RUNS]
+        (run, "emb-1", str(NUM_PROMPTS), "") for run in RUNS
+    ]
     table = [line for line in proc.stdout.splitlines() if "emb-1" in line and "vllm" in line]
     assert [line.split()[0] for line in table] == list(RUNS), proc.stdout

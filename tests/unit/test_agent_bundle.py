@@ -85,7 +85,7 @@ def test_the_bundle_runs_from_any_directory(tmp_path: Path) -> None:
     pyz = tmp_path / bundle.filename
     pyz.write_bytes(bundle.data)
     spec = tmp_path / "spec.json"
-    spec.write_text(json.dumps({"payload": {"k": "v"}}))
+    spec.write_text(json.dumps({"v": CONTRACT_VERSION, "payload": {"k": "v"}}))
     proc = subprocess.run(
         [sys.executable, str(pyz), "echo", str(spec)],
         capture_output=True,
@@ -149,7 +149,7 @@ def test_runs_under_python39(version: str, tmp_path: Path) -> None:
     pyz.write_bytes(bundle.data)
     for verb, spec in (("echo", {"payload": {"a": "ü"}}), ("probe", {"ports": [1]})):
         spec_path = tmp_path / f"{verb}.json"
-        spec_path.write_text(json.dumps(spec))
+        spec_path.write_text(json.dumps({"v": CONTRACT_VERSION, **spec}))
         proc = subprocess.run(
             [python, str(pyz), verb, str(spec_path)], capture_output=True, timeout=60, check=False
         )

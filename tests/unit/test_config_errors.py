@@ -539,7 +539,11 @@ def test_unreadable_file_is_a_config_error(tmp_path: Path) -> None:
     binary.write_bytes(b"hosts: \xff\xfe\n")
     with pytest.raises(ConfigError) as info:
         load_inventory(binary)
-    assert info.value.message == "not UTF-8 text (invalid start byte at byte 7)"
+    assert (info.value.line, info.value.column, info.value.message) == (
+        1,
+        8,
+        "not UTF-8 text (byte 0xff at byte 7: invalid start byte)",
+    )
 
 
 @pytest.mark.parametrize(

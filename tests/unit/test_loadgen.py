@@ -30,6 +30,7 @@ from orchestrator.metrics.summary import request_stats
 from orchestrator.remote import loadgen, tokens
 from orchestrator.remote.protocol import AgentFailure
 from orchestrator.remote.wire import (
+    CONTRACT_VERSION,
     LoadgenSpec,
     PhaseEvent,
     ProgressEvent,
@@ -520,6 +521,7 @@ def test_open_loop_via_the_agent_entry_point(sim, tmp_path: Path):
     """Through ``python -m orchestrator.remote.main loadgen spec.json``, as on a host."""
     since = time.time()
     spec = {
+        "v": CONTRACT_VERSION,
         "port": sim,
         "api": "completions",
         "model": "Qwen/Qwen3.6-27B",

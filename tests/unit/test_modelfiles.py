@@ -186,6 +186,7 @@ def test_verb_through_the_agent_entry_point(
     spec.write_text(
         json.dumps(
             {
+                "v": CONTRACT_VERSION,
                 "models": [
                     {"id": "Qwen/Qwen3-8B", "path": None},
                     {"id": "z-lab/missing", "path": None},

@@ -20,6 +20,8 @@ from orchestrator.agent.bundle import build_bundle
 from orchestrator.config import RunSpec
 from orchestrator.engines import ENGINES
 from orchestrator.engines.failures import OOM, UNKNOWN_ARGUMENT, classify
+from orchestrator.remote.probe import machine_id
+from orchestrator.remote.wire import CONTRACT_VERSION
 from orchestrator.sim.gpus import register_process, unregister_process
 from orchestrator.sim.sandbox import Sandbox, prepare_sandbox
 
@@ -49,7 +51,7 @@ class Host:
     def spec_file(self, verb: str, spec: dict[str, Any]) -> Path:
         path = self.specs / f"{verb}-{uuid.uuid4().hex}.json"
         workdir = {"workdir": str(self.workdir)} if verb in WORKDIR_VERBS else {}
-        path.write_text(json.dumps({**workdir, **spec}))
+        path.write_text(json.dumps({"v": CONTRACT_VERSION, **workdir, **spec}))
         return path
 
     def run(self, verb: str, spec: dict[str, Any], *, timeout: float = 60) -> list[dict[str, Any]]:
@@ -390,7 +392,10 @@ def test_http_answers_errors_as_data(host: Host) -> None:
 
 
 def test_status_and_launch_errors(host: Host) -> None:
-    assert host.call("status", {"all": True}) == {"servers": []}
+    status = host.call("status", {"all": True})
+    assert status["servers"] == []
+    assert status["workdir"] == os.path.realpath(host.workdir)
+    assert status["machine_id"] == machine_id()
     assert host.fail("status", {"run_id": "nope"})["kind"] == "not_found"
     assert host.fail("stop", {"run_id": "nope"})["kind"] == "not_found"
     assert (

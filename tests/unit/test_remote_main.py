@@ -46,7 +46,9 @@ def run_agent(
 
 
 def write_spec(path: Path, spec: Any) -> Path:
-    path.write_text(json.dumps(spec))
+    """A spec as the controller writes it: an object carries the contract version ("v")
+    unless the test gives its own (a spec without one is refused: see below)."""
+    path.write_text(json.dumps({"v": V, **spec} if isinstance(spec, dict) else spec))
     return path
 
 
@@ -87,7 +89,7 @@ def test_keep_spec_leaves_the_file(pyz: Path, tmp_path: Path) -> None:
     spec_path = write_spec(tmp_path / "keep.json", {"keep_spec": True})
     code, _, _ = run_agent([sys.executable, str(pyz), "echo", str(spec_path)])
     assert code == 0
-    assert json.loads(spec_path.read_text()) == {"keep_spec": True}
+    assert json.loads(spec_path.read_text()) == {"v": V, "keep_spec": True}
 
 
 @pytest.mark.parametrize(
@@ -183,6 +185,22 @@ def test_a_spec_of_another_contract_version_is_refused(pyz: Path, tmp_path: Path
     ]
 
 
+def test_a_spec_without_a_contract_version_is_refused(pyz: Path, tmp_path: Path) -> None:
+    """An unversioned spec is not assumed to be of this agent's contract: it may be a
+    controller's from before versions, whose fields mean something else."""
+    spec_path = tmp_path / "s.json"
+    spec_path.write_text(json.dumps({"payload": 1}))
+    code, events, _ = run_agent([sys.executable, str(pyz), "echo", str(spec_path)])
+    assert code == 1
+    assert [(e["v"], e["kind"], e["message"]) for e in events] == [
+        (
+            V,
+            "contract_mismatch",
+            f'the spec carries no contract version ("v"); this agent speaks v{V}',
+        )
+    ]
+
+
 def test_python_m_runs_the_same_code(tmp_path: Path) -> None:
     spec_path = write_spec(tmp_path / "s.json", {"payload": {"x": "y"}})
     code, events, _ = run_agent(
@@ -218,7 +236,7 @@ def test_stray_prints_and_child_output_go_to_stderr(tmp_path: Path) -> None:
     assert proc.returncode == 0
     assert proc.stdout.decode("utf-8").splitlines() == [
         f'{{"v":{V},"event":"line","offset":0,"next":7,"text":"ünï"}}',
-        f'{{"v":{V},"event":"result","data":{{"servers":[]}}}}',
+        f'{{"v":{V},"event":"result","data":{{"servers":[],"machine_id":null,"workdir":null}}}}',
     ]
     assert "hello from print" in proc.stderr.decode()
     assert "hello from a child" in proc.stderr.decode()
@@ -366,6 +384,7 @@ def test_preregistered_verbs() -> None:
         "launch": "lifecycle:launch",
         "tail": "lifecycle:tail",
         "stop": "lifecycle:stop",
+        "prune": "prune:run",
         "status": "lifecycle:status",
         "http": "http:run",
         "loadgen": "loadgen:run",

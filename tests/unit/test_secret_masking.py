@@ -4,10 +4,13 @@ must never show."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from orchestrator.config import RunSpec, load_inventory, load_playbook
 from orchestrator.config.hostconfig import HostConfig, Secrets, is_secret_key, mask
@@ -91,7 +94,8 @@ def test_secret_flag_values_are_masked_by_position(
 ) -> None:
     spec = run(engine, extra_args=extra_args, env={"P2P": "${P2P}"})
     adapter = engine_for(spec)
-    argv = adapter.argv(spec)
+    # the command line as written (vLLM's launch takes a lone key out into VLLM_API_KEY)
+    argv = [*adapter.argv(run(engine)), *extra_args]
     secrets = adapter.secrets(spec, environ={"P2P": "1"})
     masked = adapter.masked_argv(argv, secrets)
     assert masked[: -len(extra_args)] == argv[: -len(extra_args)]  # orch's own flags intact
@@ -171,10 +175,9 @@ def test_dry_run_plan_keeps_short_values_and_hides_secrets(tmp_path: Path) -> No
                 "Qwen/Qwen3-8B",
                 "--max-num-seqs",
                 "1",
-                "--api-key",
-                "***",
             ],
             "env": {
+                "VLLM_API_KEY": "***",  # vLLM reads it there: argv is visible in `ps`
                 "HF_TOKEN": "***",
                 "NCCL_P2P_DISABLE": "***",
                 "TOKENIZERS_PARALLELISM": "false",
@@ -183,5 +186,66 @@ def test_dry_run_plan_keeps_short_values_and_hides_secrets(tmp_path: Path) -> No
         }
     ]
     assert (
-        plans[0].env["NCCL_P2P_DISABLE"] == "1" and plans[0].argv_real[-1] == "abc"
+        plans[0].env["NCCL_P2P_DISABLE"] == "1" and plans[0].env["VLLM_API_KEY"] == "abc"
     )  # launched as is
+
+
+# -- linear time (issue 9, item 18) --------------------------------------------------------------
+# The previous implementation: one regex whose name part retried every position of a long word
+# (and rescanned an unclosed '[' from every 'k=['), quadratic. Kept here as the oracle of what
+# the linear one must still do, on inputs small enough for it.
+_OLD_NAMED = re.compile(
+    r"""(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?P<sep>['"]?\s*[:=]\s*)"""
+    r"""(?P<value>\[[^\]]*\]|'[^']*'|"[^"]*")"""
+)
+
+
+def _old_hide(match: re.Match[str]) -> str:
+    if not is_secret_key(match["name"]):
+        return match[0]
+    value = re.sub(r"'[^']*'|\"[^\"]*\"", lambda q: q[0][0] + "***" + q[0][0], match["value"])
+    return match["name"] + match["sep"] + value
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.text(alphabet="ak_y19 =:'\"[],\nAPI", max_size=60))
+def test_named_masking_matches_the_previous_regex(text: str) -> None:
+    assert mask(text, Secrets()) == _OLD_NAMED.sub(_old_hide, text)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("1api_key='v'", "1api_key='***'"),
+        ("xapi_key='v' port='8001'", "xapi_key='***' port='8001'"),
+        ("token=[ 'a', \"b\" ] other='c'", "token=[ '***', \"***\" ] other='c'"),
+        ("api_key=['a' , token='b'", "api_key=['a' , token='***'"),
+        ("key: 'unclosed", "key: 'unclosed"),
+    ],
+)  # fmt: skip
+def test_named_masking_edge_cases(text: str, expected: str) -> None:
+    assert mask(text, Secrets()) == _OLD_NAMED.sub(_old_hide, text) == expected
+
+
+@pytest.mark.timeout(20)
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a" * 200_000,  # one long word (took ~50 s at 20,000 characters)
+        "k=[" * 70_000,  # unclosed lists under names, one after another
+        "k='" * 70_000,
+        "1a" * 100_000,
+        'api_key="' + "x" * 200_000,
+    ],
+)
+def test_mask_of_long_text_completes_and_keeps_it(text: str) -> None:
+    assert mask(text, SECRETS) == text
+
+
+@pytest.mark.timeout(20)
+def test_mask_of_long_text_still_hides_secrets() -> None:
+    text = ("a" * 100_000) + f" {LONG} " + ("api_key='v' " * 10_000)
+    masked = mask(text, SECRETS)
+    assert LONG not in masked
+    assert masked.count("api_key='***'") == 10_000
+    assert masked.startswith("a" * 100_000 + " *** ")

@@ -18,6 +18,7 @@ import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -192,8 +193,16 @@ class _Connection:
     async def remove(self, remote_path: str) -> bool:
         return self.files.pop(remote_path, None) is not None
 
-    async def makedirs(self, remote_path: str) -> None:
+    async def makedirs(self, remote_path: str, *, mode: int | None = None) -> None:
         pass
+
+    async def lstat(self, remote_path: str, *, follow: bool = False) -> SimpleNamespace:
+        """A safe host: every directory and file is the login user's, 0700 / 0600."""
+        kind = 0o100600 if remote_path in self.files or remote_path.endswith(".pyz") else 0o40700
+        return SimpleNamespace(uid=1000, permissions=kind)
+
+    async def read_bytes(self, remote_path: str) -> bytes:
+        return self.files.get(remote_path, b"")
 
     async def home(self) -> str:
         return "/home/bench"

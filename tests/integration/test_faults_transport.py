@@ -1,0 +1,404 @@
+"""Issue 9 faults over real OpenSSH sshd, through the real CLI: a dropped connection (5), a hung
+host (6), a failed stop (7) and a full remote disk (10). Ctrl-C over sshd (8) is in
+test_run_interrupt.py.
+
+Each test breaks a host the way the issue reproduced it and asserts the recorded outcome, the
+exit status, the console's message and that no engine process is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.agent.client import Agent
+from orchestrator.config import RunSpec
+from orchestrator.config.hostconfig import HostConfig
+from orchestrator.remote.wire import LaunchResult
+from orchestrator.runner.server import Server, ServerRegistry
+from tests.fixtures.procs import alive
+from tests.fixtures.sshd import SshdFactory, SshdHost, free_port
+
+pytestmark = pytest.mark.integration
+
+SIM_ENV = {"ORCH_SIM_LOAD_S": "0.2", "ORCH_SIM_SPEED": "4", "VLLM_LOG_STATS_INTERVAL": "1"}
+CLI_TIMEOUT_S = 120
+WAIT_S = 60.0  # hang guards only: nothing below asserts on time
+
+
+def vllm_run(name: str, host: str, **workload: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "hosts": [host],
+        "engine": "vllm",
+        "model": "Qwen/Qwen3.6-27B",
+        "tensor_parallel": 2,
+        "port": free_port(),
+        "workload": {
+            "prompts": "builtin:chat",
+            "concurrency": 2,
+            "max_tokens": 32,
+            "ignore_eos": True,
+            "warmup": 0,
+            **workload,
+        },
+    }
+
+
+def write_files(
+    tmp_path: Path,
+    factory: SshdFactory,
+    hosts: dict[str, dict[str, Any]],
+    runs: list[dict[str, Any]],
+) -> tuple[Path, Path]:
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "known_hosts": str(factory.write_known_hosts()),
+                "ssh_config": str(factory.ssh_config_path),
+                "hosts": hosts,
+            }
+        )
+    )
+    playbook = tmp_path / "playbook.yaml"
+    playbook.write_text(yaml.safe_dump({"name": "faults", "runs": runs}, sort_keys=False))
+    return inventory, playbook
+
+
+def entry(host: SshdHost, **extra: Any) -> dict[str, Any]:
+    return {**host.inventory_entry(), "gpus": "2 x RTX A6000", "env": dict(SIM_ENV), **extra}
+
+
+def orch_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "orchestrator", *args]
+
+
+def orch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        orch_argv(*args), cwd=cwd, capture_output=True, text=True, timeout=CLI_TIMEOUT_S
+    )
+
+
+def start_orch(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    out = (tmp_path / "stdout.txt").open("w")
+    err = (tmp_path / "stderr.txt").open("w")
+    return subprocess.Popen(orch_argv(*args), cwd=tmp_path, stdout=out, stderr=err, text=True)
+
+
+def wait_for(proc: subprocess.Popen[str], tmp_path: Path, text: str) -> None:
+    deadline = time.monotonic() + WAIT_S
+    while time.monotonic() < deadline:
+        if text in (tmp_path / "stderr.txt").read_text():
+            return
+        assert proc.poll() is None, (
+            f"orch exited ({proc.returncode}) before {text!r}:\n"
+            + (tmp_path / "stderr.txt").read_text()
+        )
+        time.sleep(0.05)
+    raise AssertionError(f"{text!r} never came:\n{(tmp_path / 'stderr.txt').read_text()}")
+
+
+def finished(proc: subprocess.Popen[str], tmp_path: Path) -> tuple[int, str]:
+    code = proc.wait(timeout=CLI_TIMEOUT_S)
+    text = (tmp_path / "stdout.txt").read_text() + (tmp_path / "stderr.txt").read_text()
+    return code, text
+
+
+def flat(text: str) -> str:
+    """Console text with its wrapping undone (rich wraps at 80 columns off a terminal)."""
+    return " ".join(text.split())
+
+
+def summaries(results: Path) -> dict[str, dict[str, Any]]:
+    [folder] = [p for p in results.iterdir() if p.is_dir()]
+    return {p.parent.name: json.loads(p.read_text()) for p in sorted(folder.glob("*/summary.json"))}
+
+
+def engines(host: SshdHost, workdir: Path | None = None) -> list[dict[str, Any]]:
+    runs = (workdir or host.workdir) / "runs"
+    return [json.loads(p.read_text()) for p in runs.glob("*/server.json")]
+
+
+def no_process_left(host: SshdHost) -> None:
+    deadline = time.monotonic() + 10  # session processes exit as their connection closes
+    while host.leftover_pids() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert host.leftover_pids() == [], "a process started through the host is still running"
+
+
+# -- 5: a dropped connection -------------------------------------------------------------
+
+
+def test_a_dropped_connection_fails_only_the_run_in_flight(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    """SIGKILL of the per-connection sshd while run 1 measures: run 1 fails with the lost
+    connection as its cause (its load generator cannot re-attach), its server is still
+    stopped, and run 2 connects again and completes."""
+    host = sshd_factory.start("sshd-drop")
+    inventory, playbook = write_files(
+        tmp_path,
+        sshd_factory,
+        {"sshd-drop": entry(host)},
+        [
+            vllm_run("first", "sshd-drop", num_prompts=2000, max_tokens=256),
+            vllm_run("second", "sshd-drop", num_prompts=4),
+        ],
+    )
+    proc = start_orch(
+        tmp_path, "run", str(playbook), "--hosts", str(inventory), "--results", "results"
+    )
+    try:
+        wait_for(proc, tmp_path, "sshd-drop first: measuring")
+        sessions = host.session_pids()
+        assert sessions, "no per-connection sshd to kill"
+        for pid in sessions:  # only the sshd serving us: what it started must notice alone
+            os.kill(pid, signal.SIGKILL)
+        code, text = finished(proc, tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == 1, text
+    found = summaries(tmp_path / "results")
+    first, second = found["first_sshd-drop"], found["second_sshd-drop"]
+    assert first["error"] is not None, text
+    assert first["error"]["type"] == "HostUnreachable"
+    assert "connection lost" in first["error"]["message"]
+    assert second["error"] is None, text
+    assert second["completed"] == 4
+    assert "Traceback" not in text
+    started = engines(host)
+    assert len(started) == 2
+    assert not any(alive(s["pid"]) for s in started), "an engine is still running"
+    no_process_left(host)  # run 1's load generator ended with its connection
+
+
+# -- 6: a hung host ------------------------------------------------------------------------
+
+
+def hung_python(tmp_path: Path) -> Path:
+    """An interpreter that blocks forever, like one stuck on a stale NFS mount (a loop rather
+    than `exec sleep`, so its command line keeps the agent's arguments, as a blocked python's
+    does)."""
+    script = tmp_path / "hung-python"
+    script.write_text("#!/bin/sh\nwhile :; do sleep 1; done\n")
+    script.chmod(0o755)
+    return script
+
+
+def test_a_hung_host_fails_its_own_row_and_the_others_go_on(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    host = sshd_factory.start("sshd-ok")
+    hung = {
+        **entry(host),
+        "python": str(hung_python(tmp_path)),
+        "workdir": str(host.home / "hung-workdir"),
+        "agent_timeout_s": 2,
+    }
+    inventory, playbook = write_files(
+        tmp_path,
+        sshd_factory,
+        {"sshd-ok": entry(host), "sshd-hung": hung},
+        [vllm_run("healthy", "sshd-ok", num_prompts=4), vllm_run("stuck", "sshd-hung")],
+    )
+
+    check = orch("hosts", "check", "--hosts", str(inventory), "--json", cwd=tmp_path)
+    assert check.returncode == 1, check.stdout + check.stderr
+    rows = {r["name"]: r for r in json.loads(check.stdout)["hosts"]}
+    assert rows["sshd-ok"]["error"] is None and rows["sshd-ok"]["gpus"]
+    assert rows["sshd-hung"]["reachable"] is True  # SSH answered; its python did not
+    error = rows["sshd-hung"]["error"]
+    assert error.startswith("probe: no answer within 2 s from the agent; its process may")
+    assert "(pid " in error and "pid unknown" not in error
+    assert str(hung_python(tmp_path)) in error and " probe " in error
+
+    run = orch(
+        "run", str(playbook), "--hosts", str(inventory), "--results", "results", cwd=tmp_path
+    )
+    text = run.stdout + run.stderr
+    assert run.returncode == 1, text
+    found = summaries(tmp_path / "results")
+    assert found["healthy_sshd-ok"]["error"] is None, text
+    assert found["healthy_sshd-ok"]["completed"] == 4
+    stuck = found["stuck_sshd-hung"]["error"]
+    assert stuck is not None and stuck["type"] == "HostTimeout"
+    assert "probe: no answer within 2 s" in stuck["message"]
+    assert "may still be blocked on the host" in flat(text)
+    assert "Traceback" not in text
+
+
+# -- 7: a failed stop ----------------------------------------------------------------------
+
+
+def test_a_stop_that_cannot_run_is_an_error_naming_ps_and_stop_all(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    """While the run measures, `<workdir>/specs` becomes a file: no spec can be written, so
+    the stop cannot run. The run must not say done: it fails, names `orch ps` and `orch stop
+    --all`, exits non-zero; then `orch stop --all` (specs back) stops the engine."""
+    host = sshd_factory.start("sshd-stop")
+    inventory, playbook = write_files(
+        tmp_path,
+        sshd_factory,
+        {"sshd-stop": entry(host)},
+        [vllm_run("kept", "sshd-stop", duration_s=1.5)],
+    )
+    specs = host.workdir / "specs"
+    proc = start_orch(
+        tmp_path, "run", str(playbook), "--hosts", str(inventory), "--results", "results"
+    )
+    try:
+        wait_for(proc, tmp_path, "sshd-stop kept: measuring")
+        shutil.rmtree(specs)
+        specs.write_text("not a directory\n")
+        code, text = finished(proc, tmp_path)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    try:
+        assert code == 1, text
+        said = flat(text)
+        assert "may still be running on sshd-stop" in said
+        assert "orch ps --only sshd-stop" in said
+        assert "orch stop --all --only sshd-stop" in said
+        assert "Traceback" not in text
+        summary = summaries(tmp_path / "results")["kept_sshd-stop"]
+        recorded = json.dumps(summary)
+        assert "may still be running on sshd-stop" in recorded
+        [server] = engines(host)
+        assert alive(server["pid"]), "the engine was stopped after all?"
+    finally:
+        specs.unlink()
+        specs.mkdir(mode=0o700)
+    stopped = orch("stop", "--all", "--hosts", str(inventory), cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert not alive(server["pid"])
+    no_process_left(host)
+
+
+# -- 10: the remote disk is full -----------------------------------------------------------
+
+
+def mount_tmpfs(path: Path, size: str) -> bool:
+    path.mkdir(parents=True, exist_ok=True)
+    if os.geteuid() != 0 or shutil.which("mount") is None:
+        return False
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def fill(directory: Path) -> None:
+    """Fill the filesystem of ``directory`` to the last byte."""
+    for name, chunk in (("filler", 65536), ("filler-small", 1)):
+        fd = os.open(directory / name, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            with contextlib.suppress(OSError):
+                while os.write(fd, b"\0" * chunk):
+                    pass
+        finally:
+            os.close(fd)
+    assert shutil.disk_usage(directory).free == 0
+
+
+@pytest.fixture
+def full_workdir(sshd_factory: SshdFactory, tmp_path: Path) -> Any:
+    host = sshd_factory.start("sshd-full")
+    workdir = host.home / "tiny"
+    if not mount_tmpfs(workdir, "4m"):
+        pytest.skip("cannot mount a tmpfs here (needs root and mount): no full disk to test on")
+    try:
+        yield host, workdir
+    finally:
+        for pid in host.leftover_pids():
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        subprocess.run(["umount", "-l", str(workdir)], check=False)
+
+
+def launch_engine(factory: SshdFactory, config: HostConfig) -> LaunchResult:
+    """An engine started through the agent (as `orch run` does), left running."""
+
+    async def main() -> LaunchResult:
+        pool = factory.pool()
+        try:
+            agent = Agent(await pool.get(config), config)
+            run = RunSpec.model_validate(
+                {
+                    "name": "onfull",
+                    "engine": "vllm",
+                    "model": "Qwen/Qwen3.6-27B",
+                    "tensor_parallel": 2,
+                    "env": SIM_ENV,
+                }
+            )
+            server = await Server.start(
+                agent, run, config, run_id="onfull-1", port=free_port(), registry=ServerRegistry()
+            )
+            assert server.record is not None
+            return server.record
+        finally:
+            await pool.close()
+
+    return asyncio.run(main())
+
+
+def test_a_full_remote_disk_is_said_and_ps_and_stop_still_work(
+    full_workdir: tuple[SshdHost, Path], sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    """With not one byte free in the workdir, no spec file can be written: `orch ps` and `orch
+    stop` still see and stop the server (the spec goes on the agent's stdin), and a push that
+    fails says "no space left on <host>:<path>", not SFTP's bare "Failure"."""
+    host, workdir = full_workdir
+    inventory, _ = write_files(
+        tmp_path, sshd_factory, {"sshd-full": entry(host, workdir=str(workdir))}, []
+    )
+    record = launch_engine(sshd_factory, host.host_config(workdir=str(workdir)))
+    assert alive(record.pid)
+    log = Path(record.log)
+    deadline = time.monotonic() + WAIT_S  # serving, its log file written, before the disk fills
+    while b"Application startup complete." not in log.read_bytes():
+        assert time.monotonic() < deadline and alive(record.pid), log.read_text()
+        time.sleep(0.05)
+    fill(workdir)
+
+    ps = orch("ps", "--hosts", str(inventory), "--json", cwd=tmp_path)
+    assert ps.returncode == 0, ps.stdout + ps.stderr
+    assert "onfull-1" in ps.stdout
+    # (the simulator cannot log its shutdown on the full disk: its SIGKILL may come early)
+    stopped = orch("stop", "--all", "--hosts", str(inventory), "--timeout", "2", cwd=tmp_path)
+    assert stopped.returncode == 0, stopped.stdout + stopped.stderr
+    assert "onfull-1" in stopped.stdout
+    assert not alive(record.pid)
+    assert not [p for p in (workdir / "specs").iterdir()], "a spec file was written?"
+
+    # a fresh workdir on the full filesystem: the agent cannot be pushed, and that is said
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    inventory2, _ = write_files(
+        fresh, sshd_factory, {"sshd-full": entry(host, workdir=str(workdir / "fresh"))}, []
+    )
+    check = orch("hosts", "check", "--hosts", str(inventory2), "--json", cwd=tmp_path)
+    assert check.returncode == 1, check.stdout + check.stderr
+    [row] = json.loads(check.stdout)["hosts"]
+    assert row["error"].startswith(f"no space left on sshd-full:{workdir}/fresh"), row
+    assert "Failure" not in row["error"]
+    assert "df -h" in row["hint"]
+    no_process_left(host)
