@@ -33,7 +33,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Type, TypeVar
 
 from .gpus import check_gpus, wait_gpu_released
 from .probe import identity
@@ -67,6 +67,7 @@ from .wire import (
     TailLine,
     TailResult,
     TailSpec,
+    WireError,
 )
 
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
@@ -112,9 +113,23 @@ def read_json(path: str) -> Optional[Dict[str, Any]]:
     return value if isinstance(value, dict) else None
 
 
+R = TypeVar("R", ServerRecord, ExitRecord)
+
+
+def from_disk(cls: Type[R], raw: Dict[str, Any]) -> Optional[R]:
+    """A record this or another agent version wrote: ``runs/`` outlives agent versions, so a
+    field it does not know is dropped (a later version added it) and a record it cannot read
+    is None (that run is not shown) rather than an error for every run on the host."""
+    known = {f.name for f in dataclasses.fields(cls)}
+    try:
+        return cls.from_json({k: v for k, v in raw.items() if k in known})
+    except WireError:
+        return None
+
+
 def read_exit(directory: str) -> Optional[ExitRecord]:
     raw = read_json(os.path.join(directory, EXIT_JSON))
-    return ExitRecord.from_json(raw) if raw is not None else None
+    return from_disk(ExitRecord, raw) if raw is not None else None
 
 
 def record_fields(record: ServerRecord) -> Dict[str, Any]:
@@ -130,9 +145,9 @@ def server_state(directory: str, *, check_port: bool = True) -> Optional[ServerS
     listing of every run checks it for live servers only.
     """
     raw = read_json(os.path.join(directory, SERVER_JSON))
-    if raw is None:
+    record = from_disk(ServerRecord, raw) if raw is not None else None
+    if raw is None or record is None:
         return None
-    record = ServerRecord.from_json(raw)
     exit_record = read_exit(directory)
     alive = same_process(raw) and exit_record is None
     try:

@@ -407,3 +407,34 @@ def test_status_and_launch_errors(host: Host) -> None:
     )
     assert error["kind"] == "engine_not_found"
     assert error["message"].startswith("no-such-engine-xyz is neither next to ")
+
+
+def test_records_of_another_agent_version_do_not_break_status(tmp_path: Path) -> None:
+    """runs/ outlives agent versions: a field a later agent added is dropped, a record this
+    agent cannot read hides that run only, never every run on the host."""
+    from orchestrator.remote.lifecycle import server_state
+
+    newer, broken = tmp_path / "newer", tmp_path / "broken"
+    newer.mkdir()
+    broken.mkdir()
+    record = {
+        "run_id": "newer",
+        "pid": 2**22 + 7,  # no such process: the run has ended
+        "pgid": 2**22 + 7,
+        "supervisor_pid": 2**22 + 8,
+        "argv": ["vllm", "serve"],
+        "requested_argv": ["vllm", "serve"],
+        "env_keys": [],
+        "port": 1,
+        "cwd": str(newer),
+        "log": str(newer / "server.log"),
+        "started_at": 1.0,
+        "start_ticks": None,
+        "boot_id": None,
+        "added_later": [1, 2],
+    }
+    (newer / "server.json").write_text(json.dumps(record))
+    (broken / "server.json").write_text(json.dumps({"run_id": "broken"}))
+    state = server_state(str(newer), check_port=False)
+    assert state is not None and state.run_id == "newer" and state.alive is False
+    assert server_state(str(broken), check_port=False) is None
