@@ -367,9 +367,10 @@ class RunResult(Frozen):
         return cls.model_validate(data)
 
     @classmethod
-    def load(cls, path: Path) -> RunResult:
+    def load(cls, path: Path | str) -> RunResult:
         """Read a run's summary.json; one older than the current schema is completed from the
         manifest.json beside it, if there is one."""
+        path = Path(path)
         try:
             obj = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(obj, dict):

@@ -160,8 +160,9 @@ def write_summary_csv(path: Path, results: Sequence[RunResult]) -> Path:
     return write_bytes(path, buf.getvalue().encode("utf-8"))
 
 
-def load_results(results_dir: Path) -> list[RunResult]:
+def load_results(results_dir: Path | str) -> list[RunResult]:
     """Every run's result under a playbook results folder, in run order."""
+    results_dir = Path(results_dir)
     found = [RunResult.load(p) for p in sorted(results_dir.glob("*/summary.json"))]
     found.sort(key=lambda r: (r.run.order, r.run.name))
     return found

@@ -341,3 +341,12 @@ def test_loadgen_info_keeps_every_field_of_the_wire_record() -> None:
     assert not set(LOADGEN_FIELDS_NOT_KEPT) & kept
     # the nested client lag is copied whole
     assert {f.name for f in fields(WireClientLag)} == set(LoadgenClientLag.model_fields)
+
+
+def test_a_notebook_may_pass_plain_strings() -> None:
+    folder = V1 / "demo"
+    path = folder / "vllm-dflash-broken_sim-a6000-2" / "summary.json"
+    assert RunResult.load(str(path)) == RunResult.load(path)
+    assert [r.run.name for r in load_results(str(folder))] == [
+        r.run.name for r in load_results(folder)
+    ]
