@@ -45,14 +45,20 @@ def _alive_fields(pid: int) -> Optional[List[str]]:
     return fields
 
 
+def _fields_this_boot(record: Dict[str, Any], pid: int) -> Optional[List[str]]:
+    """``pid``'s /proc stat fields when ``record`` (an engine's) is of this boot and the engine
+    pid is recorded; None otherwise (a pid of another boot means nothing now)."""
+    if not isinstance(record.get("pid"), int):
+        return None
+    if record.get("boot_id") and record["boot_id"] != boot_id():
+        return None
+    return _alive_fields(pid)
+
+
 def same_process(record: Dict[str, Any]) -> bool:
     """True when the recorded pid is alive and still the process that was launched."""
     pid = record.get("pid")
-    if not isinstance(pid, int):
-        return False
-    if record.get("boot_id") and record["boot_id"] != boot_id():
-        return False
-    fields = _alive_fields(pid)
+    fields = _fields_this_boot(record, pid) if isinstance(pid, int) else None
     if fields is None:
         return False
     ticks = record.get("start_ticks")
@@ -249,12 +255,8 @@ def launched_by(pid: int, record: Dict[str, Any]) -> bool:
     (the engine leads both: its workers and API server children stay in them), or a descendant
     of the engine or its supervisor; and started no earlier than the engine (no reused pid)."""
     engine = record.get("pid")
-    if not isinstance(engine, int):
-        return False
-    if record.get("boot_id") and record["boot_id"] != boot_id():
-        return False
-    fields = _alive_fields(pid)
-    if fields is None:
+    fields = _fields_this_boot(record, pid)
+    if fields is None or not isinstance(engine, int):
         return False
     since = record.get("start_ticks") or 0
     if int(fields[19]) < since:
