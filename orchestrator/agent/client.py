@@ -32,6 +32,7 @@ from orchestrator.errors import (
     AgentError,
     ConfigError,
     HostTimeout,
+    HostUnreachable,
     OrchError,
     RemoteCommandError,
     RemoteDiskFull,
@@ -73,6 +74,7 @@ from orchestrator.remote.wire import (
     spec_file,
 )
 from orchestrator.remote.wire import decode_line as decode_wire_line
+from orchestrator.transport.translate import no_space_error
 
 # asked about besides the engines' own packages (their versions explain engine behaviour)
 PROBE_LIBRARIES = ("torch", "transformers", "aiohttp")
@@ -109,6 +111,11 @@ VERB_TIMEOUT_S = {
 STREAM_SILENCE_S = {"tail": 60.0, "loadgen": 600.0}
 MIN_STREAM_SILENCE_S = 20.0
 FIND_BLOCKED_TIMEOUT_S = 5.0
+# A load generator cut by a dropped connection ends on its own (stdin EOF, then a hard exit
+# after the agent's EXIT_GRACE_S, 10 s): its error is raised once it is gone (or after this),
+# so a measurement started again never runs beside it.
+ORPHAN_WAIT_S = 15.0
+ORPHAN_POLL_S = 0.2
 BLOCKED_HINT = (
     "look at that process on the host (`ps -o pid,stat,wchan,args -p PID`: state D is a "
     "process stuck in the kernel, e.g. on a stale NFS mount or a failing disk); kill it or fix "
@@ -511,10 +518,21 @@ class Agent:
                 waited = f"no output for {silence:g} s" if silence is not None else exc.message
                 raise await self._blocked(verb, argv, waited) from exc
             raise
-        except OrchError:
+        except OrchError as exc:
             if not finished:
                 await self._discard(argv[-1])
+                if verb == "loadgen" and isinstance(exc, HostUnreachable):
+                    await self._wait_gone(argv[-1])  # a retry must not load beside it
             raise
+
+    async def _wait_gone(self, spec_path: str) -> None:
+        """Wait (bounded) until no process on the host holds ``spec_path`` in its command line:
+        the remote end of a stream whose connection dropped, which ends when it sees its stdin
+        close. Best effort: a host that cannot be asked is not waited on."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ORPHAN_WAIT_S
+        while await self._find(spec_path) and loop.time() < deadline:
+            await asyncio.sleep(ORPHAN_POLL_S)
 
     def _decode(self, verb: str, obj: dict[str, Any]) -> tuple[str, Wire]:
         """One line's object -> its typed value; another contract version is said plainly."""
@@ -573,7 +591,10 @@ class Agent:
         with contextlib.suppress(OrchError):
             await (await self.live()).remove(spec_path)
 
-    def _agent_error(self, verb: str, event: ErrorEvent) -> AgentError:
+    def _agent_error(self, verb: str, event: ErrorEvent) -> AgentError | RemoteDiskFull:
+        if event.details.get("errno") == "ENOSPC":  # not a bug: the host's disk is full
+            path = event.details.get("path") or self._workdir or self.host.workdir
+            return no_space_error(self.host.name, str(path), verb)
         hint = None
         if event.kind is ErrorKind.INTERNAL:
             hint = "this is a bug in orch's agent: please report it with the traceback from the error details"

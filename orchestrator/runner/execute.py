@@ -7,6 +7,11 @@ with ``tail -f``); ``summary.json``, with the end time and every phase's time, i
 A run that fails still leaves its manifest, the log it produced and a ``summary.json`` carrying
 the ``error``, and the caller moves on to the next run.
 
+A connection that drops while the load generator runs (the engine still the one this run
+launched, checked after reconnecting) is measured again once from a fresh warm-up: the cut
+attempt's records move to ``requests.attempt-1.jsonl``, the result carries a warning saying so,
+and server.log goes on from its byte offset; a second drop fails the run.
+
 Engines print their secrets (vLLM's ``non-default args: {... 'api_key': [...]}``, SGLang's
 ``server_args=ServerArgs(... api_key=...)``), and error messages may quote them: every line,
 record and message is masked with the run's secrets before it is written or shown.
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
@@ -39,17 +45,18 @@ from orchestrator.doctor.findings import Finding
 from orchestrator.engines import engine_for
 from orchestrator.engines.failures import REQUESTS_FAILED, describe
 from orchestrator.engines.plan import PlannedLaunch
-from orchestrator.errors import EngineError, HostError, OrchError
+from orchestrator.errors import EngineError, HostError, HostUnreachable, OrchError
 from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.logparse import LogFollower
 from orchestrator.remote.wire import PhaseEvent, ProgressEvent
 from orchestrator.results.model import RunError, RunResult, RunTimes
-from orchestrator.results.store import AppendLog, make_dir, write_json, write_text
+from orchestrator.results.store import AppendLog, make_dir, write_error, write_json, write_text
 from orchestrator.runner.server import Server, ServerRegistry
 from orchestrator.runner.summarize import build_result, iso_time
 
 TAIL_DRAIN_S = 15.0
+LOADGEN_ATTEMPTS = 2  # a connection dropped while measuring: measured again once, from warm-up
 HEAD_LINES = 5000  # start-up lines kept in memory: where engines announce what they chose
 
 
@@ -117,6 +124,7 @@ async def execute_run(
     server: Server | None = None
     tail_task: asyncio.Task[None] | None = None
     stop_error: OrchError | None = None
+    warnings: list[str] = []
     key = job.key
 
     def phase(new: RunPhase, reason: str | None = None) -> None:
@@ -142,11 +150,30 @@ async def execute_run(
         )
         ready_at = time.time()
         phase(RunPhase.WARM_UP)
-        try:
-            loadgen = await _drive_load(job, server, agent, state, requests, observer)
-        except OrchError as exc:
-            await _died_meanwhile(server, exc)  # the engine's death explains a lost loadgen
-            raise
+        attempt = 1
+        while loadgen is None:
+            try:
+                loadgen = await _drive_load(job, server, agent, state, requests, observer)
+            except HostUnreachable as exc:  # the connection dropped (an AgentError is not this)
+                if attempt >= LOADGEN_ATTEMPTS:
+                    await _died_meanwhile(server, exc)
+                    raise
+                # reconnected by the check; measured again only if the engine we launched
+                # is still alive and still the one answering (else its death is the error)
+                await _still_serving(server, exc)
+                agent = server.agent
+                requests = _set_aside(requests, job.run_dir, attempt)
+                _restart_window(state)
+                attempt += 1
+                warnings.append(
+                    f"the connection to {plan.host.name} dropped while measuring; the server "
+                    f"kept running; measured again from a fresh warm-up (attempt {attempt}; the "
+                    f"first attempt's records are in requests.attempt-{attempt - 1}.jsonl)"
+                )
+                phase(RunPhase.WARM_UP, f"connection dropped: measuring again (attempt {attempt})")
+            except OrchError as exc:
+                await _died_meanwhile(server, exc)  # the engine's death explains a lost loadgen
+                raise
         # the figures are the engine's only if it is still alive and still the one answering
         await server.check_serving(when="while measuring")
         await _check_requests(job, server, loadgen, state)
@@ -196,7 +223,9 @@ async def execute_run(
     )
     result = build_result(job, state=state, loadgen=loadgen, error=error, times=times)
     if stop_warning is not None:
-        result = result.model_copy(update={"warnings": [*result.warnings, stop_warning]})
+        warnings.append(stop_warning)
+    if warnings:
+        result = result.model_copy(update={"warnings": [*result.warnings, *warnings]})
     result = result.masked(state.secrets)
     write_json(job.run_dir / "summary.json", result.to_json())
     if error is None:  # a failure was told with its reason when it happened
@@ -297,6 +326,43 @@ async def _drive_load(
     if result is None:
         raise HostError(job.plan.host.name, "the load generator ended without a result")
     return result
+
+
+async def _still_serving(server: Server, dropped: HostUnreachable) -> None:
+    """After a dropped connection: reconnect and check the server this run launched still
+    serves. Its death (or a foreign server) is raised; a host still unreachable raises
+    ``dropped``, the run's error."""
+    try:
+        await server.reattach()
+        await server.check_serving(when="while measuring")
+    except EngineError:
+        raise
+    except OrchError as again:
+        raise dropped from again
+
+
+def _set_aside(requests: AppendLog, run_dir: Path, attempt: int) -> AppendLog:
+    """Close the interrupted attempt's ``requests.jsonl``, move it to
+    ``requests.attempt-<n>.jsonl`` (never over an existing file) and open a new one."""
+    requests.close()
+    if requests.error is not None:  # lines were lost: the run fails on it, not later
+        raise requests.error
+    path = run_dir / "requests.jsonl"
+    aside = run_dir / f"requests.attempt-{attempt}.jsonl"
+    try:
+        os.link(path, aside)  # fails if ``aside`` exists: nothing is overwritten
+        os.unlink(path)
+    except OSError as exc:
+        raise write_error(aside, exc) from exc
+    return AppendLog(path)
+
+
+def _restart_window(state: LiveState) -> None:
+    """Forget the interrupted attempt's records and measured window; the next "measure"
+    phase event starts a new window (the server log and its parse go on unbroken)."""
+    state.records.clear()
+    state.window = None
+    state.window_first_line = None
 
 
 async def _died_meanwhile(server: Server, exc: OrchError) -> None:

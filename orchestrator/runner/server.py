@@ -176,9 +176,24 @@ class Server:
                     raise
                 await self._reconnect(attempts)
 
+    async def reattach(self) -> AgentClient:
+        """A fresh agent after a dropped connection (tried like the reads: with back-off, at
+        most ``max_reconnects`` times); the same agent when there is no ``reconnect``."""
+        attempts = 0
+        while self.reconnect is not None:
+            try:
+                self.agent = await self.reconnect()
+                break
+            except HostUnreachable:
+                attempts += 1
+                if attempts > self.max_reconnects:
+                    raise
+                await asyncio.sleep(_backoff(attempts))
+        return self.agent
+
     async def _reconnect(self, attempt: int) -> None:
         assert self.reconnect is not None
-        await asyncio.sleep(min(RECONNECT_BACKOFF_S * 2 ** (attempt - 1), RECONNECT_BACKOFF_MAX_S))
+        await asyncio.sleep(_backoff(attempt))
         self.agent = await self.reconnect()
 
     async def http(
@@ -458,6 +473,11 @@ class Server:
 
 class StopFailed(AgentError):
     """A server orch started may still be running: its stop could not run or did not end it."""
+
+
+def _backoff(attempt: int) -> float:
+    """Seconds to wait before reconnect ``attempt`` (1, 2, ...): doubled each time, capped."""
+    return min(RECONNECT_BACKOFF_S * 2 ** (attempt - 1), RECONNECT_BACKOFF_MAX_S)
 
 
 def without_host(exc: HostError) -> str:

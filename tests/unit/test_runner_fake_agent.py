@@ -33,9 +33,11 @@ from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import AgentError, EngineError, HostError, HostUnreachable
 from orchestrator.loadgen.prompts import load_prompts
 from orchestrator.remote.wire import (
+    Chunk,
     ErrorKind,
     LaunchResult,
     LaunchSpec,
+    LoadgenResult,
     PhaseEvent,
     RequestRecord,
     StopOutcome,
@@ -327,3 +329,118 @@ def test_execute_run_fails_the_run_when_the_load_generator_ends_without_a_result
     assert [c.verb for c in agent.calls].count("stop") == 1  # the server was stopped anyway
     requests = (job.run_dir / "requests.jsonl").read_text().splitlines()
     assert [json.loads(line)["index"] for line in requests] == [0]  # what arrived is kept
+
+
+def measured(index: int) -> RequestRecord:
+    return RequestRecord(
+        index=index,
+        warmup=False,
+        start=0.0,
+        start_wall=1.7e9,
+        end=0.5,
+        status=200,
+        ttft=0.1,
+        e2el=0.5,
+        chunks=(Chunk(0.1, 1), Chunk(0.5, 1)),
+        output_tokens=2,
+    )
+
+
+def drop_agent(*loadgens: Stream) -> FakeAgent:
+    models = json.dumps({"data": [{"id": MODEL}]})
+    return (
+        started_agent()
+        .always("status", status_of("r1-id", alive=True))
+        .always("http", http_answer(200, models))
+        .always("tail", FakeLog(LOG, exited=False))
+        .on("loadgen", *loadgens)
+    )
+
+
+def run_job(tmp_path: Path, agent: FakeAgent) -> tuple[Any, RunJob, RecordingObserver]:
+    observer = RecordingObserver()
+    job = job_for(tmp_path, make_run())
+
+    async def scenario() -> Any:
+        async with ServerRegistry() as registry:
+            return await execute_run(
+                job, agent=agent, reconnect=agent.reconnect, registry=registry, observer=observer
+            )
+
+    return asyncio.run(scenario()), job, observer
+
+
+def test_a_connection_dropped_while_measuring_measures_again_from_a_fresh_warm_up(
+    tmp_path: Path,
+) -> None:
+    first = Stream([PhaseEvent(phase="measure"), measured(0), measured(1)], then=dropped())
+    done = LoadgenResult(requests=2, completed=2, failed=0, duration_s=1.0, started_at=1.7e9)
+    second = Stream([PhaseEvent(phase="measure"), measured(0), measured(1), done])
+    agent = drop_agent(first, second)
+    result, job, observer = run_job(tmp_path, agent)
+
+    assert result.error is None, result.error
+    assert result.requests.completed == 2
+    assert len(agent.specs("loadgen")) == 2
+    # the server was checked (after reconnecting) between the attempts, then measured again
+    verbs = [c.verb for c in agent.calls]
+    first_lg, second_lg = (i for i, v in enumerate(verbs) if v == "loadgen")
+    assert "status" in verbs[first_lg:second_lg]
+    assert agent.reconnects >= 1
+    warning = (
+        "the connection to fake-gpu dropped while measuring; the server kept running; measured "
+        "again from a fresh warm-up (attempt 2; the first attempt's records are in "
+        "requests.attempt-1.jsonl)"
+    )
+    assert warning in result.warnings
+    aside = (job.run_dir / "requests.attempt-1.jsonl").read_text().splitlines()
+    kept = (job.run_dir / "requests.jsonl").read_text().splitlines()
+    assert [json.loads(line)["index"] for line in aside] == [0, 1]
+    assert [json.loads(line)["index"] for line in kept] == [0, 1]  # not 4 records: reset
+    phases = observer.phases(job.key)
+    assert phases[-6:] == [
+        RunPhase.WARM_UP,
+        RunPhase.MEASURING,
+        RunPhase.WARM_UP,
+        RunPhase.MEASURING,
+        RunPhase.STOPPING,
+        RunPhase.DONE,
+    ]
+    summary = json.loads((job.run_dir / "summary.json").read_text())
+    assert warning in summary["warnings"]
+
+
+def test_a_second_dropped_connection_fails_the_run(tmp_path: Path) -> None:
+    cut = Stream([PhaseEvent(phase="measure"), measured(0)], then=dropped())
+    agent = drop_agent(cut, cut)
+    result, job, observer = run_job(tmp_path, agent)
+
+    assert result.error is not None
+    assert result.error.type == "HostUnreachable"
+    assert "connection lost" in result.error.message
+    assert len(agent.specs("loadgen")) == 2  # never a third attempt
+    assert (job.run_dir / "requests.attempt-1.jsonl").exists()
+    assert not (job.run_dir / "requests.attempt-2.jsonl").exists()
+    assert observer.phases(job.key)[-1] == RunPhase.FAILED
+    assert [c.verb for c in agent.calls].count("stop") == 1
+
+
+def test_a_dropped_connection_with_the_engine_dead_fails_with_its_death(tmp_path: Path) -> None:
+    cut = Stream([PhaseEvent(phase="measure"), measured(0)], then=dropped())
+    agent = drop_agent(cut)
+    # alive until the load generator ran; dead when asked after the drop
+    agent.always(
+        "status",
+        lambda _spec: status_of(
+            "r1-id",
+            alive=not agent.specs("loadgen"),
+            returncode=-9 if agent.specs("loadgen") else None,
+        ),
+    )
+    result, job, _ = run_job(tmp_path, agent)
+
+    assert result.error is not None
+    assert result.error.type == "EngineError"
+    assert "died while measuring" in result.error.message
+    assert len(agent.specs("loadgen")) == 1  # not measured again against a dead server
+    assert not (job.run_dir / "requests.attempt-1.jsonl").exists()
