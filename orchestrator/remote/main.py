@@ -22,6 +22,7 @@ without this a load generator would keep an engine busy after Ctrl-C.
 from __future__ import annotations
 
 import contextlib
+import errno
 import importlib
 import io
 import json
@@ -183,6 +184,11 @@ def run_verb(argv: List[str], out: Any, *, spec_read: Optional[Callable[[], obje
         _write_failure(failure, out)
     except Exception as exc:  # noqa: BLE001 - any bug must still end as one error event
         details = {"type": type(exc).__name__, "traceback": traceback.format_exc()}
+        if isinstance(exc, OSError) and exc.errno is not None:
+            # by name (ENOSPC): the controller tells a full disk from a bug on any platform
+            details["errno"] = errno.errorcode.get(exc.errno, str(exc.errno))
+            if exc.filename is not None:
+                details["path"] = os.fsdecode(exc.filename)
         message = f"agent failed: {type(exc).__name__}: {exc}"
         write_event(error_line(ErrorEvent(ErrorKind.INTERNAL, message, details)), out)
     return 1

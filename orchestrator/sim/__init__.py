@@ -11,6 +11,8 @@ Environment read by the simulated engines:
                             what the simulator actually did (x SPEED faster than the profile).
     ORCH_SIM_LOAD_S         wall seconds spent "loading the model" before serving (default 1).
     ORCH_SIM_FAIL           oom | nccl | memory (die at start-up), crash_after:S (die S s after ready).
+    ORCH_SIM_FAIL_REQUESTS  1: once ready, answer every completion request with HTTP 500
+                            (health, /v1/models and /metrics keep answering).
     ORCH_SIM_STATE          state directory: gpus.json, gpu-<pid>.json, ground-truth-<pid>.json
                             (default: $TMPDIR/orch-sim-<uid>; the sandbox's scripts set it).
     ORCH_SIM_GPUS, ORCH_SIM_GPU_NAME, ORCH_SIM_GPU_MEMORY_MIB   override the simulated GPUs.

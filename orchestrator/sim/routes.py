@@ -227,6 +227,8 @@ class Routes:
     async def _generate(self, request: web.Request, kind: str) -> web.StreamResponse:
         if not self.s.ready or self.s.engine is None:
             return self._error("The server is not ready.", 503)
+        if self.s.env.get("ORCH_SIM_FAIL_REQUESTS") == "1":
+            return self._error("Simulated internal error (ORCH_SIM_FAIL_REQUESTS=1).", 500)
         try:
             body = await request.json()
             if not isinstance(body, dict):
@@ -324,6 +326,8 @@ class Routes:
         """SGLang's native /generate (non-streaming): meta_info carries spec_verify_ct."""
         if not self.s.ready or self.s.engine is None:
             return self._error("The server is not ready.", 503)
+        if self.s.env.get("ORCH_SIM_FAIL_REQUESTS") == "1":
+            return self._error("Simulated internal error (ORCH_SIM_FAIL_REQUESTS=1).", 500)
         try:
             body = await request.json()
             sp = body.get("sampling_params") or {}

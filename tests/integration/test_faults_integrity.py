@@ -9,7 +9,8 @@ that no engine process is left on the host:
   with "another server answered", naming that process (its --api-key masked);
 - a server already holding the port: the launch is refused, naming it (key masked);
 - the engine is killed with SIGKILL while measuring: the run fails, non-zero exit;
-- two `orch run` at once on one host and port: the second is refused, naming the first run.
+- two `orch run` at once on one host and port: the second is refused, naming the first run;
+- the engine stays healthy but answers every request with HTTP 500: the run fails.
 """
 
 from __future__ import annotations
@@ -394,4 +395,30 @@ def test_sglang_not_enough_memory_is_a_classified_failure(
     assert "died during start-up: not enough memory for the KV cache" in result.error.message
     assert any("--mem-fraction-static" in line for line in result.error.log_tail)
     assert "raise gpu_memory_fraction" in console
+    no_engine_left(host)
+
+
+def test_a_run_whose_every_request_fails_is_failed(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    """The engine stays up and healthy but answers every completion with HTTP 500: nothing was
+    measured, so the run fails with the cause, not ok with zero completed."""
+    host = sshd_factory.start("gpu")
+    hosts = write_hosts(
+        tmp_path, sshd_factory, {"gpu": host_entry(host, ORCH_SIM_FAIL_REQUESTS="1")}
+    )
+    playbook = write_playbook(tmp_path, "allfail", hosts=["gpu"], port=free_port(), num_prompts=6)
+    code, console = finish(orch_popen(tmp_path, playbook, hosts, "allfail"), tmp_path, "allfail")
+    print(console)
+    assert code == 1, console
+    result = only_summary(tmp_path, "allfail")
+    assert result.verdict == "failed"
+    assert result.error is not None and result.error.cause == "all_requests_failed"
+    assert "every measured request failed (6 of 6)" in result.error.message
+    assert "6 x HTTP 500" in result.error.message
+    assert any('" 500 ' in line for line in result.error.log_tail)  # the access log's 500s
+    assert "allfail on gpu failed: run 'allfail': every measured request failed" in console
+    assert "Traceback" not in console
+    [record] = server_records(host)
+    assert not alive(json.loads(record.read_text())["pid"])  # still stopped, though healthy
     no_engine_left(host)

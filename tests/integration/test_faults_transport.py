@@ -27,8 +27,9 @@ from orchestrator.agent.client import Agent
 from orchestrator.config import RunSpec
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.remote.wire import LaunchResult
+from orchestrator.results.model import RunResult
 from orchestrator.runner.server import Server, ServerRegistry
-from tests.fixtures.procs import alive
+from tests.fixtures.procs import alive, kill_tree
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port
 
 pytestmark = pytest.mark.integration
@@ -142,19 +143,20 @@ def no_process_left(host: SshdHost) -> None:
 # -- 5: a dropped connection -------------------------------------------------------------
 
 
-def test_a_dropped_connection_fails_only_the_run_in_flight(
+def test_a_dropped_connection_measures_again_and_the_next_run_goes_on(
     sshd_factory: SshdFactory, tmp_path: Path
 ) -> None:
-    """SIGKILL of the per-connection sshd while run 1 measures: run 1 fails with the lost
-    connection as its cause (its load generator cannot re-attach), its server is still
-    stopped, and run 2 connects again and completes."""
+    """SIGKILL of the per-connection sshd while run 1 measures: orch reconnects, finds its
+    server still serving, measures again from a fresh warm-up (the cut attempt's records set
+    aside), follows the server's log on from its byte offset (no line lost or repeated), says
+    so, and run 2 completes; nothing is left running."""
     host = sshd_factory.start("sshd-drop")
     inventory, playbook = write_files(
         tmp_path,
         sshd_factory,
         {"sshd-drop": entry(host)},
         [
-            vllm_run("first", "sshd-drop", num_prompts=2000, max_tokens=256),
+            vllm_run("first", "sshd-drop", num_prompts=8),
             vllm_run("second", "sshd-drop", num_prompts=4),
         ],
     )
@@ -171,19 +173,43 @@ def test_a_dropped_connection_fails_only_the_run_in_flight(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert code == 1, text
-    found = summaries(tmp_path / "results")
-    first, second = found["first_sshd-drop"], found["second_sshd-drop"]
-    assert first["error"] is not None, text
-    assert first["error"]["type"] == "HostUnreachable"
-    assert "connection lost" in first["error"]["message"]
-    assert second["error"] is None, text
-    assert second["completed"] == 4
+    assert code == 0, text
+    [folder] = [p for p in (tmp_path / "results").iterdir() if p.is_dir()]
+    first = RunResult.load(folder / "first_sshd-drop" / "summary.json")
+    second = RunResult.load(folder / "second_sshd-drop" / "summary.json")
+    assert first.error is None, text
+    assert first.requests is not None and second.requests is not None
+    assert first.requests.completed == 8 and first.requests.failed == 0
+    warning = (
+        "the connection to sshd-drop dropped while measuring; the server kept running; "
+        "measured again from a fresh warm-up (attempt 2; the first attempt's records are in "
+        "requests.attempt-1.jsonl)"
+    )
+    assert first.warnings == [warning]
+    run_dir = folder / "first_sshd-drop"
+    cut = (run_dir / "requests.attempt-1.jsonl").read_text().splitlines()
+    kept = [json.loads(line) for line in (run_dir / "requests.jsonl").read_text().splitlines()]
+    assert len(cut) < 8, "the first attempt was not cut?"
+    assert sorted(r["index"] for r in kept if not r["warmup"]) == list(range(8))
+    # attempt 2 began once the cut load generator was gone: none of its requests still ran
+    before = (run_dir / "metrics_before.txt").read_text().splitlines()
+    running = [line for line in before if line.startswith("vllm:num_requests_running")]
+    assert running and all(float(line.rsplit(" ", 1)[1]) == 0 for line in running), running
+    assert second.error is None, text
+    assert second.requests.completed == 4
+    said = flat(text)
+    assert f"warning: first on sshd-drop: {warning}" in said
     assert "Traceback" not in text
     started = engines(host)
     assert len(started) == 2
     assert not any(alive(s["pid"]) for s in started), "an engine is still running"
-    no_process_left(host)  # run 1's load generator ended with its connection
+    # server.log followed across the drop from its byte offset: every line the engine wrote,
+    # once each, in order (the engine's own log on the host is the reference)
+    [first_engine] = [s for s in started if s["run_id"] == first.run.run_id]
+    remote = Path(first_engine["log"]).read_text().splitlines()
+    local = (run_dir / "server.log").read_text().splitlines()
+    assert local == remote
+    no_process_left(host)  # the cut load generator ended with its connection
 
 
 # -- 6: a hung host ------------------------------------------------------------------------
@@ -197,6 +223,19 @@ def hung_python(tmp_path: Path) -> Path:
     script.write_text("#!/bin/sh\nwhile :; do sleep 1; done\n")
     script.chmod(0o755)
     return script
+
+
+def blocked_by(script: Path) -> list[int]:
+    """The processes running ``script`` (the blocked "python" and the agent arguments it got)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if str(script).encode() in (entry / "cmdline").read_bytes() and alive(
+                    int(entry.name)
+                ):
+                    found.append(int(entry.name))
+    return found
 
 
 def test_a_hung_host_fails_its_own_row_and_the_others_go_on(
@@ -216,29 +255,39 @@ def test_a_hung_host_fails_its_own_row_and_the_others_go_on(
         [vllm_run("healthy", "sshd-ok", num_prompts=4), vllm_run("stuck", "sshd-hung")],
     )
 
-    check = orch("hosts", "check", "--hosts", str(inventory), "--json", cwd=tmp_path)
-    assert check.returncode == 1, check.stdout + check.stderr
-    rows = {r["name"]: r for r in json.loads(check.stdout)["hosts"]}
-    assert rows["sshd-ok"]["error"] is None and rows["sshd-ok"]["gpus"]
-    assert rows["sshd-hung"]["reachable"] is True  # SSH answered; its python did not
-    error = rows["sshd-hung"]["error"]
-    assert error.startswith("probe: no answer within 2 s from the agent; its process may")
-    assert "(pid " in error and "pid unknown" not in error
-    assert str(hung_python(tmp_path)) in error and " probe " in error
+    script = hung_python(tmp_path)
+    try:
+        check = orch("hosts", "check", "--hosts", str(inventory), "--json", cwd=tmp_path)
+        assert check.returncode == 1, check.stdout + check.stderr
+        rows = {r["name"]: r for r in json.loads(check.stdout)["hosts"]}
+        assert rows["sshd-ok"]["error"] is None and rows["sshd-ok"]["gpus"]
+        assert rows["sshd-hung"]["reachable"] is True  # SSH answered; its python did not
+        error = rows["sshd-hung"]["error"]
+        assert error.startswith("probe: no answer within 2 s from the agent; its process may")
+        assert "(pid " in error and "pid unknown" not in error
+        assert str(script) in error and " probe " in error
 
-    run = orch(
-        "run", str(playbook), "--hosts", str(inventory), "--results", "results", cwd=tmp_path
-    )
-    text = run.stdout + run.stderr
-    assert run.returncode == 1, text
-    found = summaries(tmp_path / "results")
-    assert found["healthy_sshd-ok"]["error"] is None, text
-    assert found["healthy_sshd-ok"]["completed"] == 4
-    stuck = found["stuck_sshd-hung"]["error"]
-    assert stuck is not None and stuck["type"] == "HostTimeout"
-    assert "probe: no answer within 2 s" in stuck["message"]
-    assert "may still be blocked on the host" in flat(text)
-    assert "Traceback" not in text
+        run = orch(
+            "run", str(playbook), "--hosts", str(inventory), "--results", "results", cwd=tmp_path
+        )
+        text = run.stdout + run.stderr
+        assert run.returncode == 1, text
+        found = summaries(tmp_path / "results")
+        assert found["healthy_sshd-ok"]["error"] is None, text
+        assert found["healthy_sshd-ok"]["completed"] == 4
+        stuck = found["stuck_sshd-hung"]["error"]
+        assert stuck is not None and stuck["type"] == "HostTimeout"
+        assert "probe: no answer within 2 s" in stuck["message"]
+        assert "may still be blocked on the host" in flat(text)
+        assert "Traceback" not in text
+        started = engines(host)
+        assert len(started) == 1  # the healthy host's engine: stopped after its run
+        assert not any(alive(s["pid"]) for s in started), "an engine is still running"
+        assert blocked_by(script), "the blocked processes the console names are gone?"
+    finally:
+        for pid in blocked_by(script):  # what this test left blocked on the host
+            kill_tree(pid)
+    no_process_left(host)  # nothing else: no engine, no load generator
 
 
 # -- 7: a failed stop ----------------------------------------------------------------------
@@ -401,4 +450,39 @@ def test_a_full_remote_disk_is_said_and_ps_and_stop_still_work(
     assert row["error"].startswith(f"no space left on sshd-full:{workdir}/fresh"), row
     assert "Failure" not in row["error"]
     assert "df -h" in row["hint"]
+    no_process_left(host)
+
+
+def test_orch_run_on_a_full_remote_disk_fails_the_run_naming_the_path(
+    full_workdir: tuple[SshdHost, Path], sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    """The agent is in place (a host check pushed it), then the workdir's filesystem fills:
+    `orch run` fails the run with "no space left on <host>:<path>", exits 1, no traceback, and
+    leaves no engine behind."""
+    host, workdir = full_workdir
+    inventory, playbook = write_files(
+        tmp_path,
+        sshd_factory,
+        {"sshd-full": entry(host, workdir=str(workdir))},
+        [vllm_run("onfull", "sshd-full", num_prompts=4)],
+    )
+    check = orch("hosts", "check", "--hosts", str(inventory), cwd=tmp_path)
+    assert check.returncode == 0, check.stdout + check.stderr
+    fill(workdir)
+
+    run = orch(
+        "run", str(playbook), "--hosts", str(inventory), "--results", "results", cwd=tmp_path
+    )
+    text = run.stdout + run.stderr
+    print(text)
+    assert run.returncode == 1, text
+    error = summaries(tmp_path / "results")["onfull_sshd-full"]["error"]
+    assert error is not None, text
+    assert f"no space left on sshd-full:{workdir}" in error["message"]
+    assert "Failure" not in error["message"]
+    assert "onfull on sshd-full failed: no space left on sshd-full:" in flat(text)
+    said = f"no space left on sshd-full:{workdir} (launch)"
+    assert "".join(said.split()) in "".join(text.split())  # rich wraps inside the path
+    assert "Traceback" not in text
+    assert not any(alive(s["pid"]) for s in engines(host, workdir)), "an engine is running"
     no_process_left(host)

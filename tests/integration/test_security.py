@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import stat
+import subprocess
+import sys
 import zipapp
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
+import yaml
 
 from orchestrator.agent.bundle import build_bundle
 from orchestrator.agent.client import Agent
@@ -177,3 +181,73 @@ def test_a_key_trusted_only_in_the_global_known_hosts_is_accepted(
     pool, user = _pool_with_global(host, tmp_path, [host.known_hosts_line()], [], False)
     _connect(pool, host.host_config())
     assert user.read_text() == ""
+
+
+# -- item 15 through the CLI: `orch hosts check` refuses, names the fix, runs nothing -------------
+
+
+def hosts_check(factory: SshdFactory, host: SshdHost, workdir: Path, tmp_path: Path) -> str:
+    """`orch hosts check` on ``host`` with ``workdir``: its exit status must be 1; returns the
+    console (stdout and stderr, rich's wrapping undone)."""
+    inventory = tmp_path / "hosts.yaml"
+    inventory.write_text(
+        yaml.safe_dump(
+            {
+                "known_hosts": str(factory.write_known_hosts()),
+                "ssh_config": str(factory.ssh_config_path),
+                "hosts": {"sec-a": {**host.inventory_entry(), "workdir": str(workdir)}},
+            }
+        )
+    )
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", "hosts", "check", "--hosts", str(inventory)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    print(done.stdout + done.stderr)
+    console = squash(done.stdout + done.stderr)
+    assert done.returncode == 1, console
+    assert "Traceback" not in console
+    return console
+
+
+def squash(text: str) -> str:
+    """Text without whitespace nor the table's box lines: rich wraps long paths mid-word and
+    table cells across lines off a terminal."""
+    return "".join(c for c in text if not c.isspace() and not "\u2500" <= c <= "\u257f")
+
+
+def test_hosts_check_refuses_a_group_writable_workdir_naming_path_mode_and_fix(
+    sshd_factory: SshdFactory, host: SshdHost, tmp_path: Path
+) -> None:
+    workdir = workdir_for(host, "cli-gw", 0o775)
+    marker = tmp_path / "planted-ran"
+    plant(workdir, marker)
+    console = hosts_check(sshd_factory, host, workdir, tmp_path)
+    # the table's narrow column may elide the path; the fix below names it in full
+    assert squash("agent failed: refusing to use") in console
+    assert squash(f"others can write to it (owner uid {os.getuid()}, mode drwxrwxr-x (0775))") in (
+        console
+    )
+    assert squash(f"sec-a: run `chmod go-w {workdir}` on the host") in console
+    assert not marker.exists()  # the planted agent never ran
+
+
+@pytest.mark.parametrize("mode", [0o770, 0o707])
+def test_hosts_check_refuses_a_specs_folder_others_can_write_to(
+    sshd_factory: SshdFactory, host: SshdHost, tmp_path: Path, mode: int
+) -> None:
+    workdir = workdir_for(host, f"cli-specs-{mode:o}", 0o700)
+    specs = workdir / "specs"
+    os.chmod(specs, mode)
+    marker = tmp_path / "planted-ran"
+    plant(workdir, marker)
+    console = hosts_check(sshd_factory, host, workdir, tmp_path)
+    assert squash("agent failed: refusing to use") in console
+    shown = f"mode {stat.filemode(stat.S_IFDIR | mode)} ({mode:04o})"
+    assert squash(f"others can write to it (owner uid {os.getuid()}, {shown})") in console
+    assert squash(f"sec-a: run `chmod go-w {specs}` on the host") in console
+    assert not marker.exists()
+    assert list(specs.iterdir()) == []  # no spec was written there

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import io
 import json
 import os
@@ -338,6 +339,23 @@ def test_unexpected_exception_is_internal_with_traceback(
     assert event["details"]["type"] == "ZeroDivisionError"
     assert "in handler" in event["details"]["traceback"]
     assert "ZeroDivisionError" in event["details"]["traceback"]
+
+
+def test_an_os_error_carries_its_errno_name_and_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """ENOSPC by name (and the file, when known): the controller says "no space left on
+    <host>:<path>" instead of reporting a bug."""
+
+    def handler(spec: dict[str, Any], emit: Any) -> StatusResult:
+        raise OSError(errno.ENOSPC, "No space left on device", "/w/runs/r1/server.log")
+
+    code, events = dispatch(monkeypatch, tmp_path, handler)
+    assert code == 1
+    [event] = events
+    assert event["kind"] == "internal"
+    assert event["details"]["errno"] == "ENOSPC"
+    assert event["details"]["path"] == "/w/runs/r1/server.log"
 
 
 @pytest.mark.parametrize(
