@@ -81,6 +81,7 @@ PROBE_LIBRARIES = ("torch", "transformers", "aiohttp")
 # what a run imports on the host besides its engine: the load generator's HTTP client
 RUN_MODULES = ("aiohttp",)
 _VERB = re.compile(r"^[a-z][a-z0-9_]*$")
+CANCEL_DISCARD_S = 5.0  # how long an interrupted call may spend deleting its spec file
 _TAIL_LINES = 15
 PYTHON_HINT = (
     "is `python` in hosts.yaml a Python 3.9+ interpreter on that host? It is run as given "
@@ -469,6 +470,9 @@ class Agent:
         except OrchError:
             await self._discard(argv[-1])
             raise
+        except asyncio.CancelledError:
+            await self._discard_cancelled(argv[-1])
+            raise
         decoded = decode_output(proc.stdout)
         final = decoded.final
         if final is not None:
@@ -523,6 +527,10 @@ class Agent:
                 await self._discard(argv[-1])
                 if verb == "loadgen" and isinstance(exc, HostUnreachable):
                     await self._wait_gone(argv[-1])  # a retry must not load beside it
+            raise
+        except asyncio.CancelledError:
+            if not finished:
+                await self._discard_cancelled(argv[-1])
             raise
 
     async def _wait_gone(self, spec_path: str) -> None:
@@ -590,6 +598,12 @@ class Agent:
             return
         with contextlib.suppress(OrchError):
             await (await self.live()).remove(spec_path)
+
+    async def _discard_cancelled(self, spec_path: str) -> None:
+        """Ctrl-C mid-call: the agent may never have read its spec (a launch spec holds the
+        engine's secrets). Shielded and bounded, so the interrupt still ends the call soon."""
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(self._discard(spec_path)), CANCEL_DISCARD_S)
 
     def _agent_error(self, verb: str, event: ErrorEvent) -> AgentError | RemoteDiskFull:
         if event.details.get("errno") == "ENOSPC":  # not a bug: the host's disk is full

@@ -325,3 +325,20 @@ def test_a_verb_not_watched_ignores_stdin(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0
     assert json.loads(proc.stdout.decode().splitlines()[-1])["data"]["payload"] == 1
+
+
+def test_an_interrupted_call_removes_its_spec_file() -> None:
+    """Ctrl-C while a verb runs: its spec (secrets, for a launch) must not stay on the host."""
+
+    class Interrupted(FakeConn):
+        async def run(self, argv: Sequence[str], **kw: Any) -> _Done:
+            self.runs.append((list(argv), None, None))
+            raise asyncio.CancelledError
+
+    conn = Interrupted()
+    agent = ready(Agent(conn, FAKE_HOST, bundle=FAKE_BUNDLE))
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(agent.echo(EchoSpec(payload="sk-secret")))
+    ((argv, _, _),) = conn.runs
+    assert argv[-1].startswith("/w/specs/echo-") and argv[-1].endswith(".json")
+    assert conn.files == {}  # pushed, then removed
