@@ -255,7 +255,7 @@ def test_user_values_round_trip_byte_identical(sshd_factory: SshdFactory) -> Non
         loop.run_until_complete(agent.ensure())
 
         @settings(
-            max_examples=40,
+            max_examples=20,  # each one is a full remote agent call
             deadline=None,
             database=None,
             suppress_health_check=[HealthCheck.too_slow],
