@@ -155,6 +155,14 @@ def test_results_disk_full_stops_cleanly(sshd_factory: SshdFactory, tmp_path: Pa
         assert "second" in proc.stderr  # named as not finished
         launched = sorted(p.name for p in (host.workdir / "runs").iterdir())
         assert len(launched) == 1 and launched[0].startswith("first-")
+        # the engine was stopped before orch exited: its supervisor recorded the exit
+        assert (host.workdir / "runs" / launched[0] / "exit.json").is_file()
+        # the agent processes of the cut streams end when they see their channel close,
+        # which may be a moment after orch's exit (hang guard only)
+        for _ in range(300):
+            if not host.leftover_pids():
+                break
+            time.sleep(0.1)
         assert host.leftover_pids() == []
     finally:
         os.system(f"umount {results}")
