@@ -66,10 +66,6 @@ STOP_RETRY_S = 0.2
 RECONNECT_BACKOFF_S = 0.2  # doubled per failed attempt, at most RECONNECT_BACKOFF_MAX_S
 RECONNECT_BACKOFF_MAX_S = 5.0
 DIED_POLL_S = 0.1  # the supervisor records the exit code a moment after the death
-# readiness: an engine that is up at once is seen at once, a long model load is polled at the
-# caller's interval (each poll is a status and one or two HTTP calls over SSH)
-READY_FIRST_POLL_S = 0.2
-READY_POLL_GROWTH = 1.5
 Reconnect = Callable[[], Awaitable[AgentClient]]  # -> a fresh agent for the same host
 Progress = Callable[[str, float], None]  # (phase, seconds waited)
 LogLine = TailLine  # one line of server.log: offset, next (where a resumed tail starts), text
@@ -232,7 +228,6 @@ class Server:
         """
         started = time.monotonic()
         phase = "starting"
-        delay = min(READY_FIRST_POLL_S, poll_interval)
         while True:
             elapsed = time.monotonic() - started
             state = await self.status()
@@ -259,8 +254,7 @@ class Server:
                     log_tail=await self.log_tail(),
                     hint="large models take minutes to load: raise ready_timeout_s in the playbook",
                 )
-            await asyncio.sleep(delay)
-            delay = min(delay * READY_POLL_GROWTH, poll_interval)
+            await asyncio.sleep(poll_interval)
 
     async def _probe_ready(self, phase: str) -> str:
         health = await self.http("GET", self.adapter.health_path, timeout_s=5.0)

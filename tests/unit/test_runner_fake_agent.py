@@ -277,33 +277,6 @@ def test_readiness_waits_for_health_then_the_model_list() -> None:
     assert phases == ["starting", "loading (health 503)", "health ok, waiting for the model list"]
 
 
-def test_readiness_polls_soon_then_backs_off_to_the_callers_interval(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A server that is up at once is seen at once; a long load is polled at the interval."""
-    models = json.dumps({"data": [{"id": MODEL}]})
-    agent = (
-        started_agent()
-        .always("status", status_of("r1-id", alive=True))
-        .on("http", *[http_answer(503)] * 7, http_answer(200), http_answer(200, models))
-    )
-    waits: list[float] = []
-    real_sleep = asyncio.sleep
-
-    async def sleep(seconds: float) -> None:
-        waits.append(seconds)
-        await real_sleep(0)
-
-    monkeypatch.setattr(server_mod.asyncio, "sleep", sleep)
-
-    async def scenario() -> None:
-        server = await start(agent, ServerRegistry())
-        await server.wait_ready(timeout=600, poll_interval=1.0)
-
-    asyncio.run(scenario())
-    assert [round(w, 4) for w in waits] == [0.2, 0.3, 0.45, 0.675, 1.0, 1.0, 1.0]
-
-
 def job_for(tmp_path: Path, run: RunSpec) -> RunJob:
     plan = PlannedLaunch(
         run=run, host=FAKE_HOST, argv=["vllm", "serve", MODEL], env_masked={}, port=8000
