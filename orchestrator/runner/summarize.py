@@ -7,6 +7,7 @@ on (request records, the log followers, the two /metrics scrapes of the load gen
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -22,7 +23,6 @@ from orchestrator.doctor.collapse import Cause, Collapse
 from orchestrator.doctor.findings import Finding, problems
 from orchestrator.doctor.runspec import causes_for_run
 from orchestrator.engines import get_engine
-from orchestrator.loadgen.records import ClientLag as WireClientLag
 from orchestrator.loadgen.records import LagStats as WireLagStats
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.acceptance import Acceptance, combine_acceptance
@@ -35,7 +35,6 @@ from orchestrator.results.model import (
     CollapseVerdict,
     EngineLogFigures,
     FindingRecord,
-    LoadgenClientLag,
     LoadgenInfo,
     PrometheusDelta,
     Provenance,
@@ -347,68 +346,22 @@ def finding_record(finding: Finding) -> FindingRecord:
 
 
 def lag_stats(lag: WireLagStats | None) -> LagStats | None:
-    return (
-        None
-        if lag is None
-        else LagStats(n=lag.n, mean=lag.mean, p50=lag.p50, p99=lag.p99, max=lag.max)
-    )
-
-
-def loadgen_client_lag(lag: WireClientLag | None) -> LoadgenClientLag | None:
-    if lag is None:
-        return None
-    return LoadgenClientLag(
-        send_lag_ms=lag_stats(lag.send_lag_ms),
-        loop_delay_ms=lag_stats(lag.loop_delay_ms),
-        loop_tick_ms=lag.loop_tick_ms,
-    )
+    return None if lag is None else LagStats.model_validate(lag, from_attributes=True)
 
 
 def loadgen_info(
     loadgen: LoadgenResult, *, achieved: float | None, scheduled: float | None
 ) -> LoadgenInfo:
-    lg = loadgen
-    return LoadgenInfo(
-        requests=lg.requests,
-        completed=lg.completed,
-        failed=lg.failed,
-        duration_s=lg.duration_s,
-        started_at=lg.started_at,
-        ended_at=lg.ended_at,
-        warmup=lg.warmup,
-        output_tokens=lg.output_tokens,
-        mode=lg.mode,
-        concurrency=lg.concurrency,
-        request_rate=lg.request_rate,
-        burstiness=lg.burstiness,
-        client_lag=loadgen_client_lag(lg.client_lag),
-        token_count_method=lg.token_count_method,
-        token_count_methods=dict(lg.token_count_methods or {}),
-        prompt_source=lg.prompt_source,
-        input_len_exact=lg.input_len_exact,
-        random_prompts=lg.random_prompts,
-        random_prompts_exact=lg.random_prompts_exact,
-        request_seeds=lg.request_seeds,
-        achieved_request_rate=achieved,
-        scheduled_request_rate=scheduled,
+    """The wire's LoadgenResult as summary.json keeps it (the parity test in
+    tests/unit/test_results_model.py says which wire fields stay out), plus the open-loop
+    rates worked out here."""
+    info = LoadgenInfo.model_validate(loadgen, from_attributes=True)
+    return info.model_copy(
+        update={"achieved_request_rate": achieved, "scheduled_request_rate": scheduled}
     )
 
 
 def acceptance_result(acc: Acceptance, prom: SpecDelta | None) -> AcceptanceResult:
-    delta = (
-        None
-        if prom is None
-        else PrometheusDelta(
-            acceptance_length=prom.acceptance_length,
-            per_position=list(prom.per_position),
-            drafts=prom.drafts,
-            draft_tokens=prom.draft_tokens,
-            accepted=prom.accepted,
-            generation_tokens=prom.generation_tokens,
-            source=prom.source,
-            note=prom.note,
-        )
-    )
     return AcceptanceResult(
         length=acc.length,
         source=ACCEPTANCE_SOURCES[acc.source] if acc.source else None,
@@ -419,30 +372,18 @@ def acceptance_result(acc: Acceptance, prom: SpecDelta | None) -> AcceptanceResu
         per_position_source=acc.per_position_source,
         disagreement=list(acc.disagreement),
         notes=list(acc.notes),
-        prometheus_delta=delta,
+        prometheus_delta=None
+        if prom is None
+        else PrometheusDelta.model_validate(prom, from_attributes=True),
     )
 
 
 def collapse_verdict(collapse: Collapse, causes: Sequence[Cause]) -> CollapseVerdict:
-    return CollapseVerdict(
-        method=collapse.method,
-        num_draft_tokens=collapse.num_draft_tokens,
-        acceptance_length=collapse.acceptance_length,
-        floor=collapse.floor,
-        per_position=collapse.per_position,
-        reasons=list(collapse.reasons),
-        message=collapse.message,
-        likely_causes=[
-            RankedCause(
-                rank=c.rank,
-                cause=c.cause,
-                source=c.source,
-                evidence=list(c.evidence),
-                fix=c.fix,
-                checks=list(c.checks),
-            )
-            for c in causes
-        ],
+    return CollapseVerdict.model_validate(
+        {
+            **dataclasses.asdict(collapse),
+            "likely_causes": [RankedCause.model_validate(c, from_attributes=True) for c in causes],
+        }
     )
 
 
