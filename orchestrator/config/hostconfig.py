@@ -223,3 +223,15 @@ def mask(text: str, secrets: Iterable[str]) -> str:
         if len(secret) >= MIN_TEXT_SECRET:
             text = text.replace(secret, "***")
     return text
+
+
+def mask_json(value: object, secrets: Iterable[str]) -> object:
+    """``value`` (JSON-shaped: a record, a result, a manifest) with ``mask`` applied to every
+    string inside it; keys are orch's own and are kept."""
+    if isinstance(value, str):
+        return mask(value, secrets)
+    if isinstance(value, list | tuple):
+        return [mask_json(v, secrets) for v in value]
+    if isinstance(value, dict):
+        return {k: mask_json(v, secrets) for k, v in value.items()}
+    return value

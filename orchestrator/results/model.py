@@ -18,7 +18,7 @@ import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Literal
+from typing import Annotated, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -29,7 +29,7 @@ from pydantic import (
     ValidationError,
 )
 
-from orchestrator.config.hostconfig import Secrets, mask
+from orchestrator.config.hostconfig import Secrets, mask_json
 from orchestrator.doctor.findings import Severity
 from orchestrator.errors import OrchError
 from orchestrator.metrics.summary import ClientLag, LagStats, RequestStats, Stats
@@ -390,7 +390,7 @@ class RunResult(Frozen):
         """This result with secrets hidden in every string inside it: the run's own, and any
         value printed under a secret-looking name (``api_key='...'``), as ``mask`` does."""
         original = self.model_dump(mode="json")
-        masked = _mask_json(original, Secrets.of(secrets))
+        masked = cast(JsonValue, mask_json(original, Secrets.of(secrets)))
         # A secret may equal a value of a closed set ("--api-key log" vs acceptance source
         # "log"): such a field holds orch's own vocabulary, never a secret, so it is restored
         # rather than failing the run's result over it.
@@ -424,13 +424,3 @@ def _restore(masked: JsonValue, original: JsonValue, loc: tuple[int | str, ...])
         return False
     container[loc[-1]] = source  # type: ignore[index]
     return True
-
-
-def _mask_json(value: JsonValue, secrets: Secrets) -> JsonValue:
-    if isinstance(value, str):
-        return mask(value, secrets)
-    if isinstance(value, list):
-        return [_mask_json(v, secrets) for v in value]
-    if isinstance(value, dict):
-        return {k: _mask_json(v, secrets) for k, v in value.items()}
-    return value

@@ -39,7 +39,7 @@ from orchestrator.commands.progress import (
     RunPhase,
 )
 from orchestrator.config import RunSpec
-from orchestrator.config.hostconfig import Secrets, mask
+from orchestrator.config.hostconfig import Secrets, mask, mask_json
 from orchestrator.doctor import ModelConfig
 from orchestrator.doctor.findings import Finding
 from orchestrator.engines import engine_for
@@ -241,17 +241,6 @@ def run_secrets(job: RunJob) -> Secrets:
     return engine_for(job.plan.run).secrets(job.plan.run, job.plan.host)
 
 
-def masked(value: Any, secrets: Secrets) -> Any:
-    """``value`` (a summary, a record) with the secrets hidden in every string inside it."""
-    if isinstance(value, str):
-        return mask(value, secrets)
-    if isinstance(value, list | tuple):
-        return [masked(v, secrets) for v in value]
-    if isinstance(value, dict):
-        return {k: masked(v, secrets) for k, v in value.items()}
-    return value
-
-
 async def _follow(
     server: Server,
     state: LiveState,
@@ -273,7 +262,7 @@ async def _follow(
         if state.window is not None:
             state.window.feed_line(text)
         if record is not None:
-            events.write_json(masked(record.to_dict(), state.secrets))
+            events.write_json(record.to_dict())  # parsed from the masked line
             observer.on_event(LatestAcceptance(key, state.follower.latest_acceptance_length))
 
 
@@ -310,7 +299,7 @@ async def _drive_load(
     async with contextlib.aclosing(agent.loadgen(spec)) as events:
         async for event in events:
             if isinstance(event, RequestRecord):
-                requests.write_json(masked(event.to_json(), state.secrets))
+                requests.write_json(mask_json(event.to_json(), state.secrets))
                 state.records.append(event)
                 if not event.warmup:
                     done, failed = done + event.ok, failed + (not event.ok)

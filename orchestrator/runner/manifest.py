@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
-from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from orchestrator import __version__
-from orchestrator.config import Playbook, mask
+from orchestrator.config import Playbook
+from orchestrator.config.hostconfig import mask_json
 from orchestrator.engines import engine_for
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.runner.execute import RunJob
@@ -53,17 +53,7 @@ def masked_run(plan: PlannedLaunch) -> dict[str, Any]:
     secrets = adapter.secrets(plan.run, plan.host)
     dump = plan.run.model_dump(mode="json")
     dump["env"] = adapter.masked_env(dump.get("env") or {}, secrets)
-    return {key: _mask_strings(value, secrets) for key, value in dump.items()}
-
-
-def _mask_strings(value: Any, secrets: Iterable[str]) -> Any:
-    if isinstance(value, str):
-        return mask(value, secrets)
-    if isinstance(value, list):
-        return [_mask_strings(v, secrets) for v in value]
-    if isinstance(value, dict):
-        return {k: _mask_strings(v, secrets) for k, v in value.items()}
-    return value
+    return {key: mask_json(value, secrets) for key, value in dump.items()}
 
 
 def manifest(
