@@ -649,7 +649,10 @@ class Agent:
 def _typed(value: Wire, cls: type[R]) -> R:
     """``value`` as the result type its verb's contract names (decode_line built it so)."""
     if not isinstance(value, cls):
-        raise TypeError(f"expected a {cls.__name__}, got {type(value).__name__}")
+        raise OrchError(  # the contract tables disagree with a client method: a bug, said plainly
+            f"the agent answered a {type(value).__name__} where a {cls.__name__} was expected",
+            hint=CONTRACT_HINT,
+        )
     return value
 
 

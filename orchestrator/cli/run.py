@@ -50,7 +50,6 @@ STOP_GRACE_ENV = "ORCH_STOP_GRACE_S"
 # Exit status of `orch run` (also in its --help and the README's "Exit status"):
 EXIT_OK = 0  # every run measured; none failed, none collapsed
 EXIT_RUN_FAILED = 1  # a run failed (no trustworthy figure), or orch itself could not go on
-EXIT_BAD_INPUT = 2  # the playbook or hosts file is wrong: nothing was launched
 EXIT_COLLAPSE = 3  # every run completed, but one's speculative decoding collapsed
 
 

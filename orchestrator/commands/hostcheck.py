@@ -108,9 +108,3 @@ async def check_hosts(
             report = reports[outcome.host]
             report.error, report.hint = outcome.error.message, outcome.error.hint
     return list(reports.values())
-
-
-async def check_host(
-    pool: ConnectionPool, host: HostConfig, *, on_phase: HostPhaseCallback | None = None
-) -> HostReport:
-    return (await check_hosts(pool, [host], on_phase=on_phase))[0]

@@ -96,10 +96,6 @@ class Engine(ABC):
     def spec_delta(self, before: Scrape, after: Scrape) -> SpecDelta:
         """Speculative decoding over a window, from the engine's own Prometheus series."""
 
-    def generation_tokens_delta(self, before: Scrape, after: Scrape) -> float | None:
-        """Output tokens generated over a window, from the engine's own counter."""
-        return self.spec_delta(before, after).generation_tokens
-
     def classify_failure(self, log_lines: Sequence[str]) -> str | None:
         """Why the engine died during start-up (a ``failures`` cause name), from its last lines."""
         return classify(log_lines, self.failure_causes)

@@ -90,7 +90,7 @@ from .wire import (
     RequestRecord,
 )
 
-__all__ = ["StreamParser", "percentile", "run"]
+__all__ = ["StreamParser", "run"]
 
 DEFAULT_TIMEOUT_S = 600.0
 TICK_S = 0.02  # event-loop ticker period: fine enough to see a stalled loop, cheap enough

@@ -27,7 +27,6 @@ from .codec import WireError as WireError
 
 CONTRACT_VERSION = 1
 ENVELOPE_KEYS = ("v", "event")
-SPEC_ENVELOPE_KEYS = ("v", "keep_spec")
 DEFAULT_PACKAGES = ("vllm", "sglang", "torch", "transformers", "aiohttp")
 DEFAULT_MODULES = ("aiohttp",)
 

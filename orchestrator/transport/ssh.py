@@ -226,7 +226,9 @@ class Connection:
         path = await self._resolve(remote_path)
         attrs = asyncssh.SFTPAttrs() if mode is None else asyncssh.SFTPAttrs(permissions=mode)
         await self._sftp_call(
-            f"creating directory {path}", lambda s: s.makedirs(path, attrs, exist_ok=True)
+            f"creating directory {path}",
+            lambda s: s.makedirs(path, attrs, exist_ok=True),
+            path=posixpath.dirname(path),
         )
 
     async def lstat(self, remote_path: str, *, follow: bool = False) -> asyncssh.SFTPAttrs | None:
@@ -346,13 +348,19 @@ class Connection:
             return self._sftp
 
     async def _sftp_call(
-        self, doing: str, call: Callable[[asyncssh.SFTPClient], Awaitable[T]]
+        self,
+        doing: str,
+        call: Callable[[asyncssh.SFTPClient], Awaitable[T]],
+        *,
+        path: str | None = None,
     ) -> T:
         sftp = await self._sftp_client(doing)
         try:
             return await asyncio.wait_for(call(sftp), self.sftp_timeout)
         except (OSError, asyncssh.Error, asyncio.TimeoutError) as exc:
-            raise session_error(exc, self.host, doing, timeout=self.sftp_timeout) from exc
+            raise session_error(
+                exc, self.host, doing, timeout=self.sftp_timeout, path=path
+            ) from exc
 
 
 async def _end_process(proc: asyncssh.SSHClientProcess[str], *, terminate: bool = True) -> None:

@@ -132,9 +132,15 @@ def no_space_error(host: str, path: str, doing: str) -> RemoteDiskFull:
 
 
 def session_error(
-    exc: BaseException, host: str, doing: str, *, timeout: float | None = None
+    exc: BaseException,
+    host: str,
+    doing: str,
+    *,
+    timeout: float | None = None,
+    path: str | None = None,
 ) -> HostError:
-    """Failures on an established connection (commands, SFTP)."""
+    """Failures on an established connection (commands, SFTP); ``path``: the remote file or
+    directory an SFTP step was about, named when its filesystem is full."""
     if isinstance(exc, HostError):
         return exc
     if isinstance(exc, asyncio.TimeoutError | TimeoutError):
@@ -143,11 +149,7 @@ def session_error(
     if isinstance(exc, asyncssh.SFTPNoSuchFile | asyncssh.SFTPNoSuchPath):
         return RemoteCommandError(host, f"{doing}: no such file or directory")
     if isinstance(exc, asyncssh.SFTPNoSpaceOnFilesystem | asyncssh.SFTPQuotaExceeded):
-        return RemoteCommandError(
-            host,
-            f"{doing}: no space left on the host ({exc.reason})",
-            hint="free some space on the host's workdir filesystem",
-        )
+        return no_space_error(host, path or "its workdir's filesystem", doing)
     if isinstance(exc, asyncssh.SFTPPermissionDenied):
         return RemoteCommandError(
             host, f"{doing}: permission denied", hint="check the workdir's owner and permissions"

@@ -190,7 +190,9 @@ def test_counter_reset_counts_from_zero_and_new_series_from_zero() -> None:
         )
     )
     # engine 0: 6800 - 5000; engine 1 restarted: 150; engine 2 is new: 70
-    assert get_engine("vllm").generation_tokens_delta(before, restarted) == 1800.0 + 150.0 + 70.0
+    assert (
+        get_engine("vllm").spec_delta(before, restarted).generation_tokens == 1800.0 + 150.0 + 70.0
+    )
     assert counter_delta(before, restarted, "vllm:generation_tokens_total", engine="1") == 150.0
     assert counter_delta(before, restarted, "vllm:nonexistent_total") is None
 
@@ -313,15 +315,15 @@ def test_registry_and_generation_tokens_for_both_engines() -> None:
     assert get_engine("sglang").spec_delta(*sglang) == sglang_spec_delta(*sglang)
     assert get_engine("vllm").spec_delta(*vllm) != sglang_spec_delta(*vllm)
     assert (
-        get_engine("sglang").generation_tokens_delta(
-            Scrape.parse(SGLANG_BEFORE), Scrape.parse(SGLANG_AFTER)
-        )
+        get_engine("sglang")
+        .spec_delta(Scrape.parse(SGLANG_BEFORE), Scrape.parse(SGLANG_AFTER))
+        .generation_tokens
         == 2900.0
     )
     assert (
-        get_engine("vllm").generation_tokens_delta(
-            Scrape.parse(VLLM_BEFORE), Scrape.parse(VLLM_AFTER)
-        )
+        get_engine("vllm")
+        .spec_delta(Scrape.parse(VLLM_BEFORE), Scrape.parse(VLLM_AFTER))
+        .generation_tokens
         == 2400.0
     )
 

@@ -342,3 +342,19 @@ def test_an_interrupted_call_removes_its_spec_file() -> None:
     ((argv, _, _),) = conn.runs
     assert argv[-1].startswith("/w/specs/echo-") and argv[-1].endswith(".json")
     assert conn.files == {}  # pushed, then removed
+
+
+def test_an_sftp_no_space_status_is_a_full_disk_naming_the_path() -> None:
+    """Servers that report ENOSPC precisely (not OpenSSH's bare "Failure") are said the same."""
+    import asyncssh
+
+    from orchestrator.transport.translate import session_error
+
+    err = session_error(
+        asyncssh.SFTPNoSpaceOnFilesystem("disk full"),
+        "gpu-1",
+        "creating directory /w/specs",
+        path="/w",
+    )
+    assert isinstance(err, RemoteDiskFull)
+    assert str(err) == "gpu-1: no space left on gpu-1:/w (creating directory /w/specs)"
