@@ -291,8 +291,8 @@ async def _drive_load(
         port=server.port,
         served_name=server.served_name,
         tokenizer=run.model,
-        api_key=server.adapter.api_key(run),
-        metrics_path=server.adapter.metrics_path,
+        api_key=server.engine.api_key(run),
+        metrics_path=server.engine.metrics_path,
     )
     result: LoadgenResult | None = None
     done = failed = 0

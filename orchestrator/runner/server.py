@@ -83,7 +83,7 @@ class Server:
         run: RunSpec,
         run_id: str,
         port: int,
-        adapter: Engine,
+        engine: Engine,
         reconnect: Reconnect | None = None,
         max_reconnects: int = 5,
     ) -> None:
@@ -92,7 +92,7 @@ class Server:
         self.run = run
         self.run_id = run_id
         self.port = port
-        self.adapter = adapter
+        self.engine = engine
         self.reconnect = reconnect
         self.max_reconnects = max_reconnects
         self.record: LaunchResult | None = None  # launch's answer (pid, pgid, log ...)
@@ -123,25 +123,25 @@ class Server:
 
         Refusals from the host (port in use, GPUs busy) arrive as AgentError with their kind.
         """
-        adapter = engine_for(run)
-        chosen = adapter.port(run) if port is None else port
+        engine = engine_for(run)
+        chosen = engine.port(run) if port is None else port
         server = cls(
             agent,
             host=host,
             run=run,
             run_id=run_id,
             port=chosen,
-            adapter=adapter,
+            engine=engine,
             reconnect=reconnect,
         )
         registry.add(server)  # before launch: Ctrl-C mid-launch still stops it
         spec = LaunchSpec(
             run_id=run_id,
             workdir=await server.workdir(),
-            argv=adapter.argv(run, port=chosen),
-            env=adapter.env(run, host, environ=environ),
+            argv=engine.argv(run, port=chosen),
+            env=engine.env(run, host, environ=environ),
             port=chosen,
-            gpus_needed=adapter.gpus_needed(run),
+            gpus_needed=engine.gpus_needed(run),
             gpu_busy_threshold_mib=gpu_busy_threshold_mib,
         )
         server.launch_sent = True
@@ -160,7 +160,7 @@ class Server:
 
     @property
     def served_name(self) -> str:
-        return self.adapter.served_name(self.run)
+        return self.engine.served_name(self.run)
 
     # -- calls that survive a dropped connection ----------------------------------------------
     async def _retrying(self, call: Callable[[AgentClient], Awaitable[T]]) -> T:
@@ -199,7 +199,7 @@ class Server:
     async def http(
         self, method: str, path: str, *, body: Any = None, timeout_s: float = 10.0
     ) -> HttpResult:
-        key = self.adapter.api_key(self.run)
+        key = self.engine.api_key(self.run)
         # the key travels in the 0600 spec file, never in argv
         headers = {"Authorization": f"Bearer {key}"} if key and path.startswith("/v1/") else {}
         spec = HttpSpec(
@@ -249,7 +249,7 @@ class Server:
             if elapsed >= timeout:
                 raise EngineError(
                     self.host.name,
-                    f"{self.adapter.name} server of run {self.run.name!r} was not ready after "
+                    f"{self.engine.name} server of run {self.run.name!r} was not ready after "
                     f"{timeout:g} s (last state: {phase})",
                     log_tail=await self.log_tail(),
                     hint="large models take minutes to load: raise ready_timeout_s in the playbook",
@@ -257,12 +257,12 @@ class Server:
             await asyncio.sleep(poll_interval)
 
     async def _probe_ready(self, phase: str) -> str:
-        health = await self.http("GET", self.adapter.health_path, timeout_s=5.0)
+        health = await self.http("GET", self.engine.health_path, timeout_s=5.0)
         if health.status is None:
             return "starting" if phase == "starting" else "not answering"
         if health.status != 200:
             return f"loading (health {health.status})"
-        models = await self.http("GET", self.adapter.models_path, timeout_s=5.0)
+        models = await self.http("GET", self.engine.models_path, timeout_s=5.0)
         if models.status == 200 and self.served_name in model_ids(models.body):
             return "ready"
         return "health ok, waiting for the model list"
@@ -274,12 +274,12 @@ class Server:
             await asyncio.sleep(DIED_POLL_S)
             state = await self.status()
         tail = await self.log_tail()
-        cause = self.adapter.classify_failure(tail)
+        cause = self.engine.classify_failure(tail)
         if cause is None and when != "during start-up":
             cause = failures.ENGINE_DIED
-        title, hint = self.adapter.describe_failure(cause)
+        title, hint = self.engine.describe_failure(cause)
         code = state.returncode
-        message = f"{self.adapter.name} server of run {self.run.name!r} died {when}"
+        message = f"{self.engine.name} server of run {self.run.name!r} died {when}"
         if cause is not None and cause != failures.ENGINE_DIED:
             message += f": {title}"
         if state.exit is not None and state.exit.signal:
@@ -290,7 +290,7 @@ class Server:
             # it lost its port to another server (which answered meanwhile): say so first
             message += f"; {self._foreign(state)}"
             cause = failures.ANOTHER_SERVER
-            hint = self.adapter.describe_failure(cause)[1]
+            hint = self.engine.describe_failure(cause)[1]
         return EngineError(
             self.host.name, message, cause=cause, log_tail=tail, exit_code=code, hint=hint
         )
@@ -303,9 +303,9 @@ class Server:
         if state.port_owner == "foreign":
             raise EngineError(
                 self.host.name,
-                f"{self.adapter.name} server of run {self.run.name!r}: {self._foreign(state)}",
+                f"{self.engine.name} server of run {self.run.name!r}: {self._foreign(state)}",
                 cause=failures.ANOTHER_SERVER,
-                hint=self.adapter.describe_failure(failures.ANOTHER_SERVER)[1],
+                hint=self.engine.describe_failure(failures.ANOTHER_SERVER)[1],
             )
 
     def _foreign(self, state: ServerState) -> str:
@@ -403,11 +403,11 @@ class Server:
 
     # -- metrics and stop --------------------------------------------------------------------
     async def metrics(self) -> str:
-        answer = await self.http("GET", self.adapter.metrics_path)
+        answer = await self.http("GET", self.engine.metrics_path)
         if answer.status != 200:
             raise EngineError(
                 self.host.name,
-                f"GET {self.adapter.metrics_path} of run {self.run.name!r} answered "
+                f"GET {self.engine.metrics_path} of run {self.run.name!r} answered "
                 f"{answer.status or answer.error}",
             )
         return answer.body
@@ -462,7 +462,7 @@ class Server:
         host = self.host.name
         return StopFailed(
             host,
-            f"the {self.adapter.name} server of run {self.run.name!r} (run id {self.run_id}, "
+            f"the {self.engine.name} server of run {self.run.name!r} (run id {self.run_id}, "
             f"port {self.port}) may still be running on {host}, holding its port and GPUs: {why}",
             hint=f"list it with `orch ps --only {host}`; stop it with `orch stop {self.run_id} "
             f"--only {host}` or every server there with `orch stop --all --only {host}` "

@@ -472,6 +472,16 @@ def _with_measurement(
         achieved_rate=achieved,
         scheduled_rate=scheduled,
     )
+    if loadgen.failed:  # the figures describe the requests that succeeded, and say so
+        warnings.append(
+            f"{loadgen.failed} of {loadgen.requests} measured requests failed: the figures "
+            "cover only the ones that completed (requests.jsonl holds each error)"
+        )
+    if state.window is None:  # no "measure" phase arrived: the log figures include warm-up
+        warnings.append(
+            "the load generator never marked its measured window: log figures were read over "
+            "the whole server log, warm-up included"
+        )
     prom, note = prometheus_delta(engine, loadgen)
     notes = [note] if note else []
     completed = requests.completed if requests else None

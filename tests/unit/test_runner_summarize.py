@@ -3,6 +3,7 @@ phase times, settings and provenance."""
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -369,3 +370,19 @@ def test_settings_identity_and_provenance_are_recorded(plans) -> None:
     assert result.schema_version == 2 and result.error is None
     # what summary.json holds reads back as the same result
     assert RunResult.from_json(result.to_json()) == result
+
+
+def test_failed_requests_and_an_unmarked_window_are_warned_about(plans) -> None:
+    """Figures over the requests that succeeded, or over a log that includes warm-up, are
+    said to be so: a partly failed run is not silently ok."""
+    records = [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)]
+    state = live("vllm", [], [SPEC_LINE], records)
+    state.window = None  # the load generator never sent its "measure" phase
+    partial = dataclasses.replace(loadgen(), completed=1, failed=1)
+    result = summarize(plans["vllm-dflash"], state, partial)
+    assert result.warnings[:2] == [
+        "1 of 2 measured requests failed: the figures cover only the ones that completed "
+        "(requests.jsonl holds each error)",
+        "the load generator never marked its measured window: log figures were read over the "
+        "whole server log, warm-up included",
+    ]
