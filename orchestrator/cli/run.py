@@ -28,7 +28,6 @@ from orchestrator.cli.common import (
     HostsFileOpt,
     JsonOpt,
     KnownHostsOpt,
-    OnlyOpt,
     SshOptions,
     err,
     out,
@@ -36,10 +35,16 @@ from orchestrator.cli.common import (
     without_host,
 )
 from orchestrator.cli.display import Display
-from orchestrator.commands.run import PlaybookOutcome, RunPlan, plan_run, prompt_notes
+from orchestrator.commands.run import (
+    PlaybookOutcome,
+    RunPlan,
+    plan_resume,
+    plan_run,
+    prompt_notes,
+)
 from orchestrator.commands.run import run as execute_plan
 from orchestrator.engines.plan import PlannedLaunch, to_json
-from orchestrator.errors import OrchError
+from orchestrator.errors import ConfigError, OrchError
 from orchestrator.results.model import RunResult
 
 # Ctrl-C, `kill`, a closed terminal or SSH session: all stop a run the same way.
@@ -73,14 +78,33 @@ def exit_status(verdicts: Sequence[str], fail_on: FailOn = FailOn.COLLAPSE) -> i
 
 
 PlaybookArg = Annotated[
-    Path, typer.Argument(help="Playbook file (playbooks/*.yaml).", show_default=False)
+    Path | None,
+    typer.Argument(help="Playbook file (playbooks/*.yaml); not with --resume.", show_default=False),
+]
+RunOnlyOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--only",
+        help="Limit to these host names, tags or groups, or to runs whose name matches (a "
+        "shell pattern: 'vllm-*'). Repeatable.",
+    ),
+]
+ResumeOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--resume",
+        help="Finish an interrupted playbook run in its results folder: complete points are "
+        "kept, the others measured again; nothing is overwritten.",
+        show_default=False,
+    ),
 ]
 
 
 def run_command(
-    playbook_file: PlaybookArg,
+    playbook_file: PlaybookArg = None,
     hosts_file: HostsFileOpt = Path(DEFAULT_HOSTS_FILE),
-    only: OnlyOpt = None,
+    only: RunOnlyOpt = None,
+    resume: ResumeOpt = None,
     dry_run: Annotated[
         bool,
         typer.Option(
@@ -116,7 +140,7 @@ def run_command(
     on); 2 bad playbook or hosts file, nothing launched; 3 every run completed but one
     collapsed (with --fail-on collapse, the default); 128+N stopped by signal N (130: Ctrl-C).
     """
-    run_plan = plan_run(playbook_file, hosts_file, only)
+    run_plan = _plan(playbook_file, hosts_file, only, resume, force=force)
     plans = run_plan.plans
     for note in prompt_notes(plans, run_plan.prompts):
         err.print(f"[yellow]note:[/] {escape(note)}")
@@ -157,6 +181,31 @@ def run_command(
     code = exit_status([r.verdict for r in outcome.results], fail_on)
     if code != EXIT_OK:
         raise typer.Exit(code)
+
+
+def _plan(
+    playbook_file: Path | None,
+    hosts_file: Path,
+    only: list[str] | None,
+    resume: Path | None,
+    *,
+    force: bool,
+) -> RunPlan:
+    if resume is None and playbook_file is None:
+        raise ConfigError(
+            "give a playbook to run, or --resume RESULTS_DIR to finish one",
+            hint="orch run playbooks/demo.yaml",
+        )
+    if resume is not None:
+        if playbook_file is not None or only:
+            raise ConfigError(
+                "--resume runs the playbook and --only that its folder recorded: give neither",
+                hint=f"orch run --resume {resume}",
+            )
+        given = hosts_file if hosts_file != Path(DEFAULT_HOSTS_FILE) else None
+        return plan_resume(resume, given)
+    assert playbook_file is not None
+    return plan_run(playbook_file, hosts_file, only, force=force)
 
 
 def outcome_json(outcome: PlaybookOutcome) -> dict[str, object]:

@@ -41,12 +41,27 @@ class RunPhase(str, Enum):
 
 @dataclass(frozen=True)
 class RunAdded:
-    """A run the playbook will execute (``total``: its request count, None for a duration)."""
+    """A run the playbook will execute (``total``: its request count per measurement, None for
+    a duration; ``points``: its measurements; ``kept``: those an earlier session made)."""
 
     key: str
     run: str
     host: str
     total: int | None
+    points: int = 1
+    kept: int = 0
+
+
+@dataclass(frozen=True)
+class PointStarted:
+    """A run began one measurement of its sweep (``label``: "c=8 #2"); ``done`` measurements
+    of ``total`` are finished (an SLO search may raise ``total`` as it goes)."""
+
+    key: str
+    host: str
+    label: str
+    done: int
+    total: int
 
 
 @dataclass(frozen=True)
@@ -130,6 +145,7 @@ class ServerLeftRunning:
 RunEvent = (
     RunAdded
     | PhaseChanged
+    | PointStarted
     | RequestsDone
     | LiveThroughput
     | LatestAcceptance

@@ -12,12 +12,15 @@ What happens meanwhile is told to an ``Observer`` (``commands/progress.py``) as 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import fnmatch
 import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from orchestrator.agent.client import AgentClient
 from orchestrator.commands.progress import (
     Connecting,
     DoctorNotice,
@@ -30,15 +33,17 @@ from orchestrator.commands.progress import (
 )
 from orchestrator.commands.session import SshOptions, load_hosts, open_pool
 from orchestrator.config import Inventory, Playbook, RunSpec, load_playbook
+from orchestrator.config.errors import did_you_mean
 from orchestrator.doctor.findings import Finding
 from orchestrator.engines.plan import PlannedLaunch, plan_launches, port_collisions
-from orchestrator.errors import ConfigError, OrchError, ResultsWriteError
+from orchestrator.errors import AgentError, ConfigError, OrchError, ResultsWriteError
 from orchestrator.loadgen.prompts import PromptSet, load_prompts
+from orchestrator.remote.wire import ErrorKind, StopSpec
 from orchestrator.results.model import RunResult
 from orchestrator.results.plot import write_comparison
 from orchestrator.results.report import write_summary_csv
 from orchestrator.results.store import new_results_dir, safe_name
-from orchestrator.runner.execute import RunJob, execute_run, failed_result
+from orchestrator.runner.execute import RunJob, execute_run, failed_result, not_run_results
 from orchestrator.runner.manifest import manifest
 from orchestrator.runner.preflight import (
     DoctorResult,
@@ -48,6 +53,16 @@ from orchestrator.runner.preflight import (
     open_hosts,
 )
 from orchestrator.runner.server import ServerRegistry, live_agent, pool_reconnect
+from orchestrator.sweep.resume import (
+    PLAN_FILE,
+    PLAYBOOK_COPY,
+    PlanRecord,
+    RunRecord,
+    decide,
+    set_aside,
+    sha256,
+    survey,
+)
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
@@ -55,12 +70,16 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class RunPlan:
-    """Everything `orch run` works out before touching a host."""
+    """Everything `orch run` works out before touching a host. ``record`` goes into the
+    results folder as plan.json, for ``--resume``; ``resume_dir`` is the folder resumed."""
 
     playbook: Playbook
     inventory: Inventory
     plans: list[PlannedLaunch]
     prompts: list[PromptSet]  # one per plan
+    record: PlanRecord | None = None
+    playbook_bytes: bytes = b""
+    resume_dir: Path | None = None
 
 
 @dataclass
@@ -97,18 +116,98 @@ class DoctorRefused(OrchError):
 # -- planning (no host touched) ---------------------------------------------------------------
 
 
-def plan_run(playbook_file: Path, hosts_file: Path, only: list[str] | None) -> RunPlan:
-    """Validate the playbook, place its runs and read their prompt files (no host touched)."""
-    playbook = load_playbook(playbook_file)
+def plan_run(
+    playbook_file: Path,
+    hosts_file: Path,
+    only: list[str] | None,
+    *,
+    force: bool = False,
+    source: Path | None = None,
+) -> RunPlan:
+    """Validate the playbook, place its runs and read their prompt files (no host touched).
+
+    ``only``: host names, tags or groups, or run names (shell patterns: ``vllm-*``); a run is
+    kept when its host is selected (if any host selector is given) and its name matches (if
+    any run pattern is). ``source``: the original playbook when ``playbook_file`` is a copy.
+    """
+    playbook = load_playbook(playbook_file, source=source)
     inventory, _ = load_hosts(hosts_file, None)
-    plans = plan_launches(playbook, inventory, host_filter=only or None)
+    host_sel, run_pats = split_only(only or [], inventory, playbook)
+    plans = plan_launches(playbook, inventory, host_filter=host_sel or None)
+    if run_pats:
+        plans = [p for p in plans if any(run_matches(p, pat) for pat in run_pats)]
     if not plans:
         raise OrchError(
             f"no run of {playbook_file} matches a host",
             hint="check the playbook's `hosts` and --only against hosts.yaml",
         )
     refuse_port_collisions(playbook, plans)
-    return RunPlan(playbook, inventory, plans, load_run_prompts(playbook, plans))
+    data = playbook_file.read_bytes()
+    record = PlanRecord(
+        playbook=str((source or playbook_file).resolve()),
+        playbook_sha256=sha256(data),
+        hosts_file=str(hosts_file.resolve()),
+        only=list(only or []),
+        force=force,
+        runs=[],
+    )
+    return RunPlan(playbook, inventory, plans, load_run_prompts(playbook, plans), record, data)
+
+
+def split_only(
+    only: Sequence[str], inventory: Inventory, playbook: Playbook
+) -> tuple[list[str], list[str]]:
+    """``--only`` values as (host selectors, run name patterns). A value naming a host, tag or
+    group selects hosts; one matching a run's name (a shell pattern) picks runs; one that does
+    neither is an error naming both lists."""
+    hosts: list[str] = []
+    runs: list[str] = []
+    names = [r.name for r in playbook.expand()]
+    for value in only:
+        if value == "all" or value in inventory.hosts or value in inventory.tags:
+            hosts.append(value)
+        elif any(fnmatch.fnmatchcase(n, value) or _base(n) == value for n in names):
+            runs.append(value)
+        else:
+            raise ConfigError(
+                f"--only {value!r} names no host, tag or group and matches no run"
+                f"{did_you_mean(value, [*inventory.hosts, *inventory.tags, *names])}",
+                hint=f"hosts: {', '.join(inventory.hosts)}; runs: {', '.join(names)}"
+                " (run names may be shell patterns: 'vllm-*')",
+            )
+    return hosts, runs
+
+
+def _base(name: str) -> str:
+    return name.split("[", 1)[0]
+
+
+def run_matches(plan: PlannedLaunch, pattern: str) -> bool:
+    name = plan.run.name
+    return (
+        fnmatch.fnmatchcase(name, pattern)
+        or _base(name) == pattern
+        or fnmatch.fnmatchcase(f"{name}@{plan.host.name}", pattern)
+    )
+
+
+def plan_resume(results_dir: Path, hosts_file: Path | None) -> RunPlan:
+    """The plan of an interrupted playbook run, from the plan.json and playbook copy in its
+    folder: the same runs, filter and folders (``hosts_file`` may point elsewhere now)."""
+    record = PlanRecord.read(results_dir)
+    copy = results_dir / PLAYBOOK_COPY
+    if not copy.is_file():
+        raise OrchError(f"{results_dir} has no {PLAYBOOK_COPY}: nothing to resume")
+    hosts = hosts_file or Path(record.hosts_file)
+    plan = plan_run(copy, hosts, record.only, force=record.force, source=Path(record.playbook))
+    missing = [_job_key(p) for p in plan.plans if record.folder_of(_job_key(p)) is None]
+    if missing:
+        raise OrchError(
+            f"{', '.join(missing)} {'is' if len(missing) == 1 else 'are'} not in {PLAN_FILE} of "
+            f"{results_dir}: the hosts changed since the run began",
+            hint=f"resume with the hosts file the run used ({record.hosts_file})",
+        )
+    return dataclasses.replace(plan, record=record, resume_dir=results_dir)
 
 
 def refuse_port_collisions(playbook: Playbook, plans: Sequence[PlannedLaunch]) -> None:
@@ -251,8 +350,13 @@ async def run_playbook(
     observer: Observer,
     force: bool = False,
     prompts: Sequence[PromptSet] | None = None,
+    record: PlanRecord | None = None,
+    playbook_bytes: bytes = b"",
+    resume_dir: Path | None = None,
 ) -> PlaybookOutcome:
-    """``prompts``: one per plan, as ``load_run_prompts`` returns (loaded here when None)."""
+    """``prompts``: one per plan, as ``load_run_prompts`` returns (loaded here when None).
+    ``record``: written as plan.json (with the playbook's bytes) so the run can be resumed;
+    ``resume_dir``: the results folder of an interrupted run to finish instead of a new one."""
     if prompts is None:
         prompts = load_run_prompts(playbook, plans)
     observer.on_event(Connecting(hosts=len({p.host.name for p in plans})))
@@ -264,9 +368,18 @@ async def run_playbook(
         raise DoctorRefused(refused)
     for notice in _doctor_notices(plans, doctor, force=force):
         observer.on_event(notice)
-    results_dir = new_results_dir(results_root, playbook.name)
+    keys = [_job_key(p) for p in plans]
+    if resume_dir is not None:
+        assert record is not None
+        results_dir = resume_dir
+        folders = [record.folder_of(k) or safe_name(k) for k in keys]
+    else:
+        results_dir = new_results_dir(results_root, playbook.name)
+        folders = run_folders(keys)
+        if record is not None:
+            runs = [RunRecord(k, f) for k, f in zip(keys, folders, strict=True)]
+            dataclasses.replace(record, runs=runs).write(results_dir, playbook_bytes)
     jobs = []
-    folders = run_folders([_job_key(p) for p in plans])
     for order, (plan, doc, prompt_set) in enumerate(zip(plans, doctor, prompts, strict=True)):
         key = _job_key(plan)
         job = RunJob(
@@ -280,31 +393,39 @@ async def run_playbook(
             drafter=doc.drafter,
         )
         job.manifest = manifest(job, playbook, sessions[plan.host.name], doc)
-        w = plan.run.workload
+        jobs.append(job)
+    results: dict[str, list[RunResult]] = {}
+    leftovers: dict[str, list[str]] = {}
+    if resume_dir is not None:
+        results, leftovers = prepare_resume(jobs)
+        await stop_leftovers(sessions, leftovers)
+    for job in jobs:
+        w = job.plan.run.workload
         observer.on_event(
             RunAdded(
-                key,
-                run=plan.run.name,
-                host=plan.host.name,
+                job.key,
+                run=job.plan.run.name,
+                host=job.plan.host.name,
                 total=None if w.duration_s else w.num_prompts,
+                points=job.total,
+                kept=len(job.kept),
             )
         )
-        jobs.append(job)
-    results: dict[str, RunResult] = {}
+    todo = [j for j in jobs if j.key not in results]
     async with ServerRegistry(observer) as registry:
         observer.on_event(ExecutionStarted())
         workers = [
             asyncio.ensure_future(
                 _host_worker(
                     sessions[name],
-                    [j for j in jobs if j.plan.host.name == name],
+                    [j for j in todo if j.plan.host.name == name],
                     pool=pool,
                     registry=registry,
                     observer=observer,
                     results=results,
                 )
             )
-            for name in dict.fromkeys(j.plan.host.name for j in jobs)
+            for name in dict.fromkeys(j.plan.host.name for j in todo)
         ]
         try:
             await asyncio.gather(*workers)
@@ -317,18 +438,75 @@ async def run_playbook(
             raise results_write_stopped(exc, jobs, results, results_dir, observer) from exc
         finally:
             observer.on_event(ExecutionEnded())
-    ordered = [results[j.key] for j in jobs]
-    csv_path = write_summary_csv(results_dir / "summary.csv", ordered)
+    ordered = [r for j in jobs for r in results[j.key]]
+    csv_path = write_summary_csv(fresh_path(results_dir / "summary.csv"), ordered)
     plot_path = write_comparison(
-        results_dir / "comparison.png", ordered, title=f"{playbook.name}: {results_dir.name}"
+        fresh_path(results_dir / "comparison.png"),
+        ordered,
+        title=f"{playbook.name}: {results_dir.name}",
     )
     return PlaybookOutcome(results_dir, ordered, csv_path, plot_path)
+
+
+def fresh_path(path: Path) -> Path:
+    """``path``, or ``summary-2.csv`` ... when a resumed run's folder already has it."""
+    n = 1
+    candidate = path
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"{path.stem}-{n}{path.suffix}")
+    return candidate
+
+
+def prepare_resume(
+    jobs: Sequence[RunJob],
+) -> tuple[dict[str, list[RunResult]], dict[str, list[str]]]:
+    """Survey each run's folder, set aside what is in the way, and mark what is kept. Returns
+    the results of the runs already complete, and per host the server run ids of the earlier
+    sessions (stopped before anything starts: a controller killed outright left them up)."""
+    done: dict[str, list[RunResult]] = {}
+    leftovers: dict[str, list[str]] = {}
+    for job in jobs:
+        planned_folders = [m.folder for m in job.measurements()]
+        found = survey(job.run_dir, planned_folders)
+        decision = decide(found.statuses, planned_folders, sessions=found.sessions)
+        leftovers.setdefault(job.plan.host.name, []).extend(found.run_ids)
+        for rel, status in decision.aside:
+            set_aside(job.run_dir, rel, status)
+        job.kept = {rel: found.results[rel] for rel in decision.keep}
+        job.session = decision.session
+        if decision.complete:
+            done[job.key] = sorted(
+                job.kept.values(),
+                key=lambda r: (r.point.index, r.point.repeat) if r.point else (0, 0),
+            )
+    return done, leftovers
+
+
+async def stop_run_id(agent: AgentClient, run_id: str, timeout_s: float = 30.0) -> None:
+    """Stop the server ``run_id`` if it still runs (nothing when it is gone)."""
+    spec = StopSpec(workdir=await agent.workdir(), run_id=run_id, timeout_s=timeout_s)
+    try:
+        await agent.stop(spec, timeout=timeout_s + 120)
+    except AgentError as exc:
+        if exc.kind is not ErrorKind.NOT_FOUND:
+            raise
+
+
+async def stop_leftovers(sessions: dict[str, HostSession], leftovers: dict[str, list[str]]) -> None:
+    """Stop the servers an interrupted session of these runs may have left running."""
+    for host, run_ids in leftovers.items():
+        session = sessions.get(host)
+        if session is None or session.agent is None:
+            continue
+        for run_id in run_ids:
+            await stop_run_id(session.agent, run_id)
 
 
 def results_write_stopped(
     exc: ResultsWriteError,
     jobs: Sequence[RunJob],
-    results: dict[str, RunResult],
+    results: dict[str, list[RunResult]],
     results_dir: Path,
     observer: Observer,
 ) -> ResultsWriteError:
@@ -358,22 +536,30 @@ async def _host_worker(
     pool: ConnectionPool,
     registry: ServerRegistry,
     observer: Observer,
-    results: dict[str, RunResult],
+    results: dict[str, list[RunResult]],
 ) -> None:
-    """One host's runs, in playbook order; a failed run is recorded and the next one goes on."""
+    """One host's runs, in playbook order; a failed run is recorded and the next one goes on.
+    A host that cannot be reached again has its remaining runs recorded as not run."""
+    gone: str | None = None
     for job in jobs:
+        if gone is not None:
+            results[job.key] = not_run_results(job, gone)
+            observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=gone))
+            continue
         if session.agent is None or session.facts is None:
             error = session.error or OrchError("host not reachable")
             results[job.key] = failed_result(job, error)
             observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=error.message))
+            gone = f"not run: host {session.host.name} could not be reached ({error.message})"
             continue
         # a live agent per run: a connection that dropped during the previous run (run 1
         # failed with "connection lost") is re-opened here instead of failing this run at once
         try:
             agent = await live_agent(pool, session.host, session.agent)
-        except OrchError as exc:  # the host is gone for good: this run fails, the next tries
+        except OrchError as exc:  # the host is gone: this run fails, the ones left are not run
             results[job.key] = failed_result(job, exc)
             observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=exc.message))
+            gone = f"not run: host {session.host.name} was lost during {job.key} ({exc.message})"
             continue
         results[job.key] = await execute_run(
             job,
@@ -397,4 +583,7 @@ async def run(
             observer=observer,
             force=force,
             prompts=plan.prompts,
+            record=plan.record,
+            playbook_bytes=plan.playbook_bytes,
+            resume_dir=plan.resume_dir,
         )

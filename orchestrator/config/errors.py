@@ -7,6 +7,7 @@ model classes know the allowed keys, literal values and bounds. This module join
 from __future__ import annotations
 
 import difflib
+import re
 import types
 from collections.abc import Iterable, Sequence
 from inspect import isclass
@@ -79,7 +80,7 @@ def translate(
     exc: ValidationError, doc: Document, *, model: type[BaseModel], node: Node, prefix: Loc = ()
 ) -> ConfigValidationError:
     found: dict[tuple[Any, ...], ConfigError] = {}
-    errors = exc.errors(include_url=False)
+    errors = union_errors(exc.errors(include_url=False))
     typos = _misspelled_required(errors, model)
     for i, err in enumerate(errors):
         if i in typos.values():
@@ -91,6 +92,35 @@ def translate(
         found.setdefault((one.line, one.column, one.message), one)
     ordered = sorted(found.values(), key=lambda e: (e.line or 0, e.column or 0))
     return ConfigValidationError(ordered[0], ordered[1:])
+
+
+_UNION_TAG = re.compile(r"^(constrained-)?(int|float|str|bool|none)$|^list\[.*\]$")
+_SCALAR_TYPES = {"int_type", "int_parsing", "float_type", "float_parsing", "int_from_float"}
+
+
+def union_errors(errors: Sequence[Any]) -> list[Any]:
+    """The errors of a value written for a ``scalar | list`` field, as if the field had the one
+    shape the value has: pydantic reports each member (``concurrency.constrained-int``, and
+    ``concurrency.list[constrained-int]`` "should be a valid list"), with the member's tag in
+    the path. A scalar gets the scalar's errors, a list the list's, and no path holds a tag."""
+    out = []
+    for err in errors:
+        loc = tuple(err["loc"])
+        tags = [i for i, part in enumerate(loc) if isinstance(part, str) and _UNION_TAG.match(part)]
+        if not tags:
+            out.append(err)
+            continue
+        tag = str(loc[tags[0]])
+        if tag.startswith("list[") and err["type"] == "list_type":
+            continue  # a scalar was written: the list member does not apply
+        if (
+            not tag.startswith("list[")
+            and err["type"] in _SCALAR_TYPES
+            and isinstance(err.get("input"), list)
+        ):
+            continue  # a list was written: the scalar member does not apply
+        out.append({**err, "loc": tuple(p for i, p in enumerate(loc) if i not in tags)})
+    return out or list(errors)
 
 
 def _misspelled_required(errors: Sequence[Any], model: type[BaseModel]) -> dict[int, int]:

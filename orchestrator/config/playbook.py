@@ -49,8 +49,10 @@ from orchestrator.config.yamlload import (
 )
 from orchestrator.engines.methods import EngineName, SpeculativeMethod
 from orchestrator.errors import ConfigError
+from orchestrator.sweep.slo import SloTarget, parse_target
 
 Positive = Annotated[int, Field(ge=1)]
+PositiveFloat = Annotated[float, Field(gt=0)]
 Port = Annotated[int, Field(ge=1, le=65535)]
 ArgList = Annotated[
     list[ScalarStr], WithJsonSchema({"type": "array", "items": {"type": ["string", "number"]}})
@@ -94,6 +96,42 @@ _BUILTIN = re.compile(r"builtin:[A-Za-z0-9_.-]+")
 _NULL_TAG = "tag:yaml.org,2002:null"
 
 
+class SloSpec(StrictModel):
+    """Service-level targets, checked at every load point, and an optional search for the
+    highest load that meets them all."""
+
+    targets: Annotated[list[str], Field(min_length=1)] = Field(
+        description="'<metric> <= <number>' (latencies, e.g. ttft_ms_p99 <= 2000) or"
+        " '<metric> >= <number>' (output_tok_s, request_throughput)."
+    )
+    search: Literal["concurrency", "request_rate"] | None = Field(
+        None, description="Find the highest concurrency or request rate meeting every target."
+    )
+    range: tuple[PositiveFloat, PositiveFloat] | None = Field(
+        None, description="[low, high]: where the search looks (inclusive)."
+    )
+    max_points: Annotated[int, Field(ge=2, le=64)] = Field(
+        8, description="Measurements the search may make at most."
+    )
+
+    @field_validator("targets")
+    @classmethod
+    def _parse_targets(cls, value: list[str]) -> list[str]:
+        return [str(parse_target(text)) for text in value]
+
+    @model_validator(mode="after")
+    def _search_range(self) -> SloSpec:
+        if self.search is not None and self.range is None:
+            raise ValueError("slo.search needs range: [low, high]")
+        if self.range is not None and self.range[0] >= self.range[1]:
+            raise ValueError(f"slo.range {list(self.range)}: low must be below high")
+        return self
+
+    @property
+    def parsed(self) -> list[SloTarget]:
+        return [parse_target(text) for text in self.targets]
+
+
 class WorkloadSpec(StrictModel):
     """The load driven against the server once it is ready."""
 
@@ -105,13 +143,17 @@ class WorkloadSpec(StrictModel):
     duration_s: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Stop after this many seconds instead of after num_prompts."
     )
-    concurrency: Positive = Field(
+    concurrency: Positive | Annotated[list[Positive], Field(min_length=1)] = Field(
         1,
-        description="Requests in flight at once (closed loop); with request_rate, a cap on them"
-        " when the run itself sets it.",
+        description="Requests in flight at once (closed loop), or a list of them to sweep over on"
+        " one server; with request_rate, a cap on them when the run itself sets it.",
     )
-    request_rate: Annotated[float, Field(gt=0)] | None = Field(
-        None, description="Requests per second (open loop, Poisson arrivals) when set."
+    request_rate: PositiveFloat | Annotated[list[PositiveFloat], Field(min_length=1)] | None = (
+        Field(
+            None,
+            description="Requests per second (open loop, Poisson arrivals) when set; a list sweeps"
+            " over them on one server.",
+        )
     )
     burstiness: Annotated[float, Field(gt=0)] = Field(
         1.0, description="Gamma shape of arrivals: 1 is Poisson, lower is burstier."
@@ -134,6 +176,17 @@ class WorkloadSpec(StrictModel):
         2, description="Warm-up requests, excluded from results."
     )
     seed: int = Field(0, description="Seed for everything random in the workload.")
+    repeat: Positive = Field(
+        1, description="Measurements of each load point, one after another on the same server."
+    )
+    noisy_ci: Annotated[float, Field(gt=0, le=1)] = Field(
+        0.10,
+        description="A figure whose 95% t-interval over the repeats is wider than this fraction"
+        " of its mean (half-width / mean) is marked noisy.",
+    )
+    slo: SloSpec | None = Field(
+        None, description="Service-level targets: goodput at every point, and a search."
+    )
 
     # set by load_playbook: `concurrency` came from `defaults` that set no `request_rate`
     _closed_loop_default: bool = PrivateAttr(False)
@@ -152,6 +205,67 @@ class WorkloadSpec(StrictModel):
         base = (info.context or {}).get("base_dir")
         return str(path if path.is_absolute() or base is None else Path(base) / path)
 
+    @model_validator(mode="after")
+    def _one_sweep_axis(self) -> WorkloadSpec:
+        if isinstance(self.request_rate, list) and isinstance(self.concurrency, list):
+            raise ValueError(
+                "concurrency and request_rate are both lists: a sweep varies one of them"
+            )
+        if self.request_rate is not None and isinstance(self.concurrency, list):
+            raise ValueError(
+                "with request_rate set, concurrency is the open loop's cap on requests in flight:"
+                " give one value (or sweep request_rate instead)"
+            )
+        search = self.slo.search if self.slo else None
+        if search == "concurrency" and self.request_rate is not None:
+            raise ValueError(
+                "slo.search: concurrency searches a closed loop; this workload sets request_rate"
+            )
+        if search == "request_rate" and isinstance(self.concurrency, list):
+            raise ValueError("slo.search: request_rate, but the workload sweeps concurrency")
+        return self
+
+    @property
+    def sweep_values(self) -> list[float]:
+        """The load points written, in order: the list swept, or the one value."""
+        if self.request_rate is not None:
+            rate = self.request_rate
+            return list(rate) if isinstance(rate, list) else [rate]
+        conc = self.concurrency
+        return [float(c) for c in conc] if isinstance(conc, list) else [float(conc)]
+
+    @property
+    def sweep_kind(self) -> Literal["concurrency", "request_rate"]:
+        return "concurrency" if self.request_rate is None else "request_rate"
+
+    @property
+    def is_sweep(self) -> bool:
+        """More than one measurement on the server: a list of points, repeats or an SLO search."""
+        search = self.slo is not None and self.slo.search is not None
+        return len(self.sweep_values) > 1 or self.repeat > 1 or search
+
+    def at_load(self, value: float) -> WorkloadSpec:
+        """This workload at one load point: a scalar concurrency (closed loop) or request rate
+        (open loop), everything else unchanged, including which fields were written."""
+        if self.sweep_kind == "concurrency":
+            return self.model_copy(update={"concurrency": int(value)})
+        return self.model_copy(update={"request_rate": float(value)})
+
+    @property
+    def point_concurrency(self) -> int:
+        """The scalar concurrency of a workload made by ``at_load`` (or never swept)."""
+        conc = self.concurrency
+        if isinstance(conc, list):
+            raise TypeError("a swept workload has no single concurrency: use at_load()")
+        return conc
+
+    @property
+    def point_rate(self) -> float | None:
+        rate = self.request_rate
+        if isinstance(rate, list):
+            raise TypeError("a swept workload has no single request rate: use at_load()")
+        return rate
+
     @property
     def open_loop_cap(self) -> int | None:
         """The cap on requests in flight of an open loop (``request_rate`` set); None: no cap.
@@ -163,7 +277,7 @@ class WorkloadSpec(StrictModel):
         """
         if self.request_rate is None or "concurrency" not in self.model_fields_set:
             return None
-        return None if self._closed_loop_default else self.concurrency
+        return None if self._closed_loop_default else self.point_concurrency
 
 
 class RunSpec(StrictModel):
@@ -532,9 +646,11 @@ def _closed_loop_default(defaults: Node | None, run: Node) -> bool:
     )
 
 
-def load_playbook(path: str | Path) -> Playbook:
+def load_playbook(path: str | Path, *, source: Path | None = None) -> Playbook:
+    """``source``: where the playbook was written, when ``path`` is a copy of it (a results
+    folder's, on resume): prompt files are found, and git asked, next to the original."""
     doc = load_yaml(path)
-    context = {"base_dir": Path(path).resolve().parent}
+    context = {"base_dir": (source or Path(path)).resolve().parent}
     head = validate(_PlaybookHead, doc.data, doc, doc.root, context=context)
     defaults = child(doc.root, "defaults")
     runs_node = child(doc.root, "runs")
@@ -566,7 +682,7 @@ def load_playbook(path: str | Path) -> Playbook:
         defaults=head.defaults,
         runs=runs,
     )
-    playbook._source_path = Path(path)
+    playbook._source_path = source or Path(path)
     playbook._doc = doc
     playbook._run_nodes = nodes
     playbook._context = context

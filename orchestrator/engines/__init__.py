@@ -2,8 +2,9 @@
 
 An ``Engine`` (``base.py``; ``VllmEngine``, ``SglangEngine``) is the one place that says what
 orch knows about that engine: its flags and the reader every module uses for them, its argv,
-readiness endpoints, log parser, Prometheus spec-decode delta, start-up failure classifier,
-stats interval, doctor facts, Python package name and speculative methods.
+readiness endpoints, prefix-cache reset (``cache_reset``), log parser, Prometheus spec-decode
+delta, start-up failure classifier, stats interval, doctor facts, Python package name and
+speculative methods.
 
 The engine objects load on first use: ``orchestrator.engines.flags`` (the engines' real flags)
 is also read by the simulator, which must not pay for the config models at every start.

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar, NoReturn
 
 from orchestrator.config.hostconfig import (
@@ -56,6 +57,15 @@ def compact_json(obj: Any) -> str:
     return json.dumps(obj, separators=(",", ":"))
 
 
+@dataclass(frozen=True)
+class CacheReset:
+    """The request that empties an engine's prefix cache, sent between a sweep's load points so
+    that one point's prompts do not turn the next point's prefills into cache hits."""
+
+    method: str  # "POST" | "GET"
+    path: str  # on the server's port; the run's API key goes with it like on every request
+
+
 class Engine(ABC):
     """One serving engine. Subclasses fill the class attributes; use ``get_engine(name)``."""
 
@@ -67,6 +77,7 @@ class Engine(ABC):
     models_path: ClassVar[str] = "/v1/models"
     metrics_path: ClassVar[str] = "/metrics"
     server_info_path: ClassVar[str | None] = None
+    cache_reset_request: ClassVar[CacheReset | None] = None  # empties its prefix cache
     ready_lines: ClassVar[tuple[str, ...]]  # the log line printed once the server serves
     log_parser: ClassVar[LineParser]  # which of metrics/vllm_log, metrics/sglang_log applies
     stats_interval: ClassVar[StatsInterval]  # how often the parsed stats lines are printed
@@ -126,6 +137,24 @@ class Engine(ABC):
 
     def gpus_needed(self, run: RunSpec) -> int:
         return int(run.tensor_parallel or 1)
+
+    # -- the prefix cache between load points ------------------------------------------------
+    def cache_reset(self, run: RunSpec, env: Mapping[str, str] | None = None) -> CacheReset | None:
+        """How to reset this run's server's prefix cache, None when its server has no way.
+
+        ``env`` is the environment the server runs with (``self.env(run, host)``), so that a
+        setting on the host counts too; without it, the run's own ``env``.
+        """
+        return None if self.cache_reset_note(run, env) else self.cache_reset_request
+
+    def cache_reset_note(self, run: RunSpec, env: Mapping[str, str] | None = None) -> str | None:
+        """Why ``cache_reset`` is None, in a sentence for the run's warnings; None when it is not."""
+        if self.cache_reset_request is None:
+            return (
+                "prefix cache not reset between load points: "
+                f"{self.display_name} has no endpoint for it"
+            )
+        return None
 
     def argv(self, run: RunSpec, *, port: int | None = None) -> list[str]:
         """The exact argv: the engine's own flags, the speculative ones, then ``extra_args``."""

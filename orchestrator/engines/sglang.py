@@ -17,7 +17,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from orchestrator.config.playbook import RunSpec, SpeculativeSpec
-from orchestrator.engines.base import LOOPBACK, Engine
+from orchestrator.engines.base import LOOPBACK, CacheReset, Engine
 from orchestrator.engines.flags import SGLANG_LAUNCH_SERVER, FlagTable
 from orchestrator.engines.methods import CHAIN_METHODS, EngineName, SpeculativeMethod
 from orchestrator.engines.reference import (
@@ -86,6 +86,8 @@ class SglangEngine(Engine):
     }
     flags: ClassVar[FlagTable] = SGLANG_LAUNCH_SERVER
     ready_lines = ("The server is fired up and ready to roll!",)
+    # GET or POST; 400 while requests are running or waiting: the load generator asks again
+    cache_reset_request = CacheReset("POST", "/flush_cache")
     flag_fields: ClassVar[dict[str, str]] = {
         "--model-path": "`model`",
         "--port": "`port`",

@@ -9,10 +9,11 @@ parser, Prometheus delta, stats interval, doctor facts) is on ``VllmEngine`` too
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from orchestrator.config.playbook import RunSpec, SpeculativeSpec
-from orchestrator.engines.base import LOOPBACK, Engine, compact_json
+from orchestrator.engines.base import LOOPBACK, CacheReset, Engine, compact_json
 from orchestrator.engines.flags import VLLM_SERVE, FlagTable, values_of
 from orchestrator.engines.methods import KNOWN_METHODS, EngineName
 from orchestrator.engines.reference import (
@@ -29,6 +30,18 @@ from orchestrator.metrics.prom import Scrape, SpecDelta, vllm_spec_delta
 _LISTED = "docs/ENGINES.md (vLLM 0.33 method list)"
 API_KEY_FLAG = "--api-key"
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM's own fallback for --api-key
+# vLLM serves its development endpoints (/reset_prefix_cache among them) only with this set
+DEV_MODE_ENV = "VLLM_SERVER_DEV_MODE"
+
+
+def dev_mode(value: str | None) -> bool:
+    """Whether vLLM reads ``VLLM_SERVER_DEV_MODE=value`` as on: ``bool(int(value))`` (envs.py);
+    a value ``int`` refuses is not on (vLLM itself would fail to start with it)."""
+    try:
+        return value is not None and int(value) != 0
+    except ValueError:
+        return False
+
 
 # vLLM 0.33.0 is the release the engine reference (docs/) was read from.
 DOCTOR = DoctorFacts(
@@ -74,6 +87,8 @@ class VllmEngine(Engine):
     }
     flags: ClassVar[FlagTable] = VLLM_SERVE
     ready_lines = ("Application startup complete.",)
+    # {"success": false} while running requests hold blocks: the load generator asks again
+    cache_reset_request = CacheReset("POST", "/reset_prefix_cache")
     flag_fields: ClassVar[dict[str, str]] = {
         "--port": "`port`",
         "--tensor-parallel-size": "`tensor_parallel`",
@@ -97,6 +112,16 @@ class VllmEngine(Engine):
 
     def spec_delta(self, before: Scrape, after: Scrape) -> SpecDelta:
         return vllm_spec_delta(before, after)
+
+    def cache_reset_note(self, run: RunSpec, env: Mapping[str, str] | None = None) -> str | None:
+        """/reset_prefix_cache is a development endpoint: absent (404) without dev mode."""
+        value = (env if env is not None else run.env).get(DEV_MODE_ENV)
+        if dev_mode(value):
+            return None
+        return (
+            "prefix cache not reset between load points: vLLM exposes /reset_prefix_cache "
+            f"only with {DEV_MODE_ENV}=1 (add it to the run's env to reset it)"
+        )
 
     # -- the API key travels in the environment: argv is world-readable (ps, /proc) ----------
     def _api_key_uses(self, run: RunSpec) -> tuple[list[str], list[str]]:

@@ -30,8 +30,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.config.playbook import WorkloadSpec
+from orchestrator.engines.base import CacheReset
 from orchestrator.errors import ConfigError
-from orchestrator.remote.wire import LoadgenSpec, PromptSource
+from orchestrator.remote.wire import CacheResetSpec, LoadgenSpec, PromptSource
 
 Item = str | dict[str, Any]  # plain text, or {"messages": [...]}
 BUILTIN_SETS = ("chat", "code", "math")
@@ -276,6 +277,7 @@ def build_loadgen_spec(
     timeout_s: float = 600.0,
     metrics_path: str | None = "/metrics",
     host: str = "127.0.0.1",
+    cache_reset: CacheReset | None = None,
 ) -> LoadgenSpec:
     """The ``loadgen`` verb's spec (see ``orchestrator/remote/loadgen.py``) for one run.
 
@@ -285,6 +287,9 @@ def build_loadgen_spec(
 
     ``tokenizer`` (the run's model id or path) lets the host make random prompts of an exact
     token length and count tokens when the server sends no per-chunk usage.
+
+    ``cache_reset`` (``Engine.cache_reset``): the request that empties the server's prefix cache
+    before this measurement's first request; the result's ``cache_reset`` says how it went.
     """
     w = workload
     num_prompts = None if w.duration_s is not None else w.num_prompts
@@ -307,8 +312,8 @@ def build_loadgen_spec(
         prompts=source,
         num_prompts=num_prompts,
         duration_s=w.duration_s,
-        concurrency=w.concurrency if w.request_rate is None else w.open_loop_cap,
-        request_rate=w.request_rate,
+        concurrency=w.point_concurrency if w.request_rate is None else w.open_loop_cap,
+        request_rate=w.point_rate,
         burstiness=w.burstiness,
         max_tokens=w.max_tokens,
         temperature=w.temperature,
@@ -320,4 +325,9 @@ def build_loadgen_spec(
         api_key=api_key or None,
         tokenizer=tokenizer,
         metrics_path=metrics_path,
+        cache_reset=(
+            None
+            if cache_reset is None
+            else CacheResetSpec(path=cache_reset.path, method=cache_reset.method)
+        ),
     )

@@ -31,12 +31,20 @@ Spec (``wire.LoadgenSpec``; ``?`` marks optional keys, defaults in brackets)::
     metrics_path?            e.g. "/metrics": scraped right before the first measured request
                              and right after the last one ends (result: metrics_before/after)
     progress_interval_s?     [2.0]
+    cache_reset?             {"path": "/reset_prefix_cache", "method"?: "POST",
+                              "timeout_s"?: 30, "retry_interval_s"?: 0.2}: empty the engine's
+                             prefix cache before anything is sent (see below)
 
 Request ``k`` (0-based, warm-up first) uses ``items[k % len(items)]`` and, unless temperature
 is 0 (greedy: nothing to seed), carries ``"seed": request_seed(seed, k)`` in its body (vLLM and
 SGLang take a per-request ``seed``), so a sampled run is reproduced by the same seed. Warm-up
 requests are sent the same way (closed or open loop) and all finish before the measured ones
-start. Events (``wire``):
+start. With ``cache_reset`` the engine's prefix cache is emptied before the first request (warm-up
+included), so that the prompts of an earlier load point on the same server are not cache hits
+here. An engine refuses while requests hold cache blocks (SGLang: HTTP 400; vLLM: 200 with
+``{"success": false}``): it is asked again every ``retry_interval_s`` until ``timeout_s``. The
+outcome is the result's ``cache_reset`` and never stops the run; the controller decides what a
+failed reset means. Events (``wire``):
 
 - ``PhaseEvent`` when a phase (warmup, measure) starts;
 - ``RequestRecord`` per finished request, failed ones too; only chunks that carry tokens;
@@ -52,8 +60,9 @@ s) and ``duration_s`` (first measured request sent -> last measured response end
 prompts: true when every one has its length in tokens exactly, false when the host had no
 tokenizer and lengths are in words, or when some missed; null for a list),
 ``random_prompts``/``random_prompts_exact`` (how many random prompts, how many exact in tokens),
-``request_seeds`` (whether requests carried a ``seed``) and, with ``metrics_path``,
-``metrics_before``/``metrics_after``.
+``request_seeds`` (whether requests carried a ``seed``), with ``metrics_path``,
+``metrics_before``/``metrics_after`` and, with ``cache_reset``, ``cache_reset`` (``ok`` or
+``failed: <why>``).
 
 Token counts per chunk: the cumulative ``usage.completion_tokens`` the server sends in each
 chunk when asked with ``continuous_usage_stats`` (method ``usage``: exact, also under
@@ -72,13 +81,14 @@ import json
 import math
 import random
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 from .protocol import AgentFailure, Emit, parse_spec
 from .sse import StreamParser
 from .stats import percentile
 from .tokens import load_tokenizer, random_prompts
 from .wire import (
+    CacheResetSpec,
     Chunk,
     ClientLag,
     ErrorKind,
@@ -95,6 +105,7 @@ __all__ = ["StreamParser", "run"]
 DEFAULT_TIMEOUT_S = 600.0
 TICK_S = 0.02  # event-loop ticker period: fine enough to see a stalled loop, cheap enough
 ERROR_TEXT_MAX = 500
+REASON_TEXT_MAX = 200  # an engine's answer quoted in a failed cache reset's reason
 
 
 # ---------------------------------------------------------------- pure helpers (unit-tested)
@@ -162,6 +173,27 @@ def request_body(item: Any, cfg: "LoadSpec", seed: Optional[int] = None) -> Dict
     if seed is not None:
         body["seed"] = seed
     return body
+
+
+def reset_answer(status: int, body: str) -> Tuple[str, str]:
+    """What an engine's answer to a cache reset means: ("ok" | "retry" | "failed", why).
+
+    vLLM answers 200 (with ``{"success": bool}`` in recent releases: false while running
+    requests hold blocks) and 404 without ``VLLM_SERVER_DEV_MODE=1``; SGLang 200, or 400 while
+    requests are running or waiting. Both refusals pass once the last request has ended.
+    """
+    text = " ".join(body.split())[:REASON_TEXT_MAX]
+    if status == 400:
+        return "retry", f"HTTP 400: {text}" if text else "HTTP 400"
+    if status != 200:
+        return "failed", f"HTTP {status}: {text}" if text else f"HTTP {status}"
+    try:
+        said = json.loads(body) if body.strip() else None
+    except ValueError:
+        said = None  # SGLang's plain "Cache flushed."
+    if isinstance(said, dict) and said.get("success") is False:
+        return "retry", "the engine answered success: false (cache blocks still in use)"
+    return "ok", ""
 
 
 def _flatten(messages: List[Dict[str, Any]]) -> str:
@@ -251,6 +283,7 @@ class LoadSpec:
         self.continuous_usage_stats = spec.continuous_usage_stats
         self.metrics_path = spec.metrics_path
         self.progress_interval_s = spec.progress_interval_s
+        self.cache_reset = _checked_reset(spec.cache_reset)
         self.prompts = spec.prompts
         if self.prompts.kind not in ("list", "random"):
             raise AgentFailure(
@@ -265,6 +298,28 @@ class LoadSpec:
     @property
     def open_loop(self) -> bool:
         return self.request_rate is not None
+
+
+def _checked_reset(reset: Optional[CacheResetSpec]) -> Optional[CacheResetSpec]:
+    if reset is None:
+        return None
+    if not reset.path.startswith("/"):
+        raise AgentFailure(
+            ErrorKind.BAD_SPEC,
+            f"loadgen: 'cache_reset.path' must start with '/', got {reset.path!r}",
+        )
+    if reset.method not in ("GET", "POST"):
+        raise AgentFailure(
+            ErrorKind.BAD_SPEC,
+            f"loadgen: 'cache_reset.method' must be GET or POST, got {reset.method!r}",
+        )
+    for key in ("timeout_s", "retry_interval_s"):
+        value = getattr(reset, key)
+        if value <= 0:
+            raise AgentFailure(
+                ErrorKind.BAD_SPEC, f"loadgen: 'cache_reset.{key}' must be > 0, got {value!r}"
+            )
+    return reset
 
 
 # ---------------------------------------------------------------- the run (I/O)
@@ -355,6 +410,7 @@ class _Runner:
                 asyncio.ensure_future(self._progress()),
             ]
             try:
+                cache_reset = await self._reset_cache()
                 if cfg.warmup:
                     self.emit(PhaseEvent(phase="warmup"))
                     await self._phase(first=0, count=cfg.warmup, duration=None, warmup=True)
@@ -370,7 +426,38 @@ class _Runner:
                 for task in helpers:
                     task.cancel()
                 await asyncio.gather(*helpers, return_exceptions=True)
-        return self._result(metrics_before, metrics_after)
+        return dataclasses.replace(
+            self._result(metrics_before, metrics_after), cache_reset=cache_reset
+        )
+
+    async def _reset_cache(self) -> Optional[str]:
+        """Empty the engine's prefix cache, asking again while it refuses: "ok" or "failed: ..."."""
+        reset = self.cfg.cache_reset
+        if reset is None:
+            return None
+        url = self.cfg.base_url + reset.path
+        deadline = time.perf_counter() + reset.timeout_s
+        while True:
+            left = deadline - time.perf_counter()
+            try:
+                timeout = self.aiohttp.ClientTimeout(total=max(0.1, left))
+                async with self.session.request(reset.method, url, timeout=timeout) as resp:
+                    body = await resp.text(errors="replace")
+                verdict, why = reset_answer(resp.status, body)
+            except asyncio.TimeoutError:
+                verdict, why = "retry", f"no answer within {reset.timeout_s:g} s"
+            except Exception as exc:  # noqa: BLE001 - aiohttp/OS errors: the outcome is data
+                return f"failed: {reset.method} {reset.path}: {type(exc).__name__}: {exc}"
+            if verdict == "ok":
+                return "ok"
+            if verdict == "failed":
+                return f"failed: {reset.method} {reset.path}: {why}"
+            if time.perf_counter() + reset.retry_interval_s >= deadline:
+                return (
+                    f"failed: {reset.method} {reset.path} still refused after "
+                    f"{reset.timeout_s:g} s: {why}"
+                )
+            await asyncio.sleep(reset.retry_interval_s)
 
     def _result(self, before: Optional[str], after: Optional[str]) -> LoadgenResult:
         cfg = self.cfg

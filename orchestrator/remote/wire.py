@@ -437,6 +437,18 @@ class PromptSource(Wire):
 
 
 @dataclass(frozen=True)
+class CacheResetSpec(Wire):
+    """Empty the engine's prefix cache before the first request (vLLM ``POST
+    /reset_prefix_cache``, SGLang ``/flush_cache``). Asked again every ``retry_interval_s`` while
+    the engine refuses (HTTP 400, or 200 with ``{"success": false}``), for ``timeout_s`` at most."""
+
+    path: str
+    method: str = "POST"
+    timeout_s: float = 30.0
+    retry_interval_s: float = 0.2
+
+
+@dataclass(frozen=True)
 class LoadgenSpec(Wire):
     """See ``loadgen`` for what each setting does."""
 
@@ -462,6 +474,7 @@ class LoadgenSpec(Wire):
     continuous_usage_stats: bool = True
     metrics_path: Optional[str] = None
     progress_interval_s: float = 2.0
+    cache_reset: Optional[CacheResetSpec] = None
 
 
 @dataclass(frozen=True)
@@ -574,6 +587,7 @@ class LoadgenResult(Wire):
     request_seeds: Optional[bool] = None  # requests carried a per-request sampling seed
     metrics_before: Optional[str] = None
     metrics_after: Optional[str] = None
+    cache_reset: Optional[str] = None  # "ok" | "failed: <why>"; None when not asked
 
 
 # ---------------------------------------------------------------------- read_model_configs

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Final
 
 MANIFEST_FILE = "manifest.json"
-SCHEMA_VERSION: Final = 2  # the version this orch writes
+SCHEMA_VERSION: Final = 3  # the version this orch writes
 V1_IDENTITY = (
     "run",
     "host",
@@ -61,7 +61,9 @@ def migrate(
     if version == SCHEMA_VERSION:
         return obj
     if version == 1:
-        return v1_to_v2(obj, manifest)
+        return v2_to_v3(v1_to_v2(obj, manifest))
+    if version == 2:
+        return v2_to_v3(obj)
     if version > SCHEMA_VERSION:
         raise ValueError(
             f"schema_version {version} was written by a newer orch; this one reads 1 to {SCHEMA_VERSION}"
@@ -77,7 +79,7 @@ def v1_to_v2(v1: Mapping[str, object], manifest: Mapping[str, object] | None) ->
     rest = {k: v for k, v in v1.items() if k not in V1_IDENTITY}
     name, host = v1.get("run"), v1.get("host")
     out: dict[str, object] = {
-        "schema_version": SCHEMA_VERSION,
+        "schema_version": 2,
         "run": {
             "name": name,
             "key": f"{name}@{host}",
@@ -101,6 +103,26 @@ def v1_to_v2(v1: Mapping[str, object], manifest: Mapping[str, object] | None) ->
         "log_lines": log_lines,
         "migrated_from": 1,
     }
+    return out
+
+
+def v2_to_v3(v2: Mapping[str, object]) -> dict[str, object]:
+    """Version 2 measured one load point per run: the point is the workload's own (a closed
+    loop's concurrency, an open loop's rate), measured once."""
+    out = dict(v2)
+    out["schema_version"] = SCHEMA_VERSION
+    provenance = _mapping(out.get("provenance")) or {}
+    provenance.setdefault("migrated_from", 2)
+    out["provenance"] = provenance
+    settings = _mapping(out.get("settings"))
+    workload = _mapping(settings.get("workload")) if settings else None
+    if workload is None:
+        return out
+    rate, concurrency = workload.get("request_rate"), workload.get("concurrency")
+    if rate is not None:
+        out["point"] = {"kind": "request_rate", "value": rate}
+    elif concurrency is not None:
+        out["point"] = {"kind": "concurrency", "value": concurrency}
     return out
 
 

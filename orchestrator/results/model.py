@@ -46,6 +46,7 @@ __all__ = [
     "CollapseVerdict",
     "EngineLogFigures",
     "FindingRecord",
+    "LoadPoint",
     "LagStats",
     "LoadgenClientLag",
     "LoadgenInfo",
@@ -59,11 +60,16 @@ __all__ = [
     "RunResult",
     "RunSettings",
     "RunTimes",
+    "SloCheck",
+    "SloResult",
     "SpeculativeSettings",
     "Stats",
     "VllmBench",
     "WorkloadSettings",
 ]
+
+
+NOT_RUN = "NotRun"  # RunError.type of a measurement that was never made
 
 
 class ResultError(OrchError):
@@ -119,6 +125,8 @@ class WorkloadSettings(Frozen):
     api: str = "chat"
     temperature: float = 0.0
     seed: int = 0
+    repeat: int = 1  # measurements of each load point
+    noisy_ci: float = 0.10  # a figure whose 95% interval's half-width passes this x mean is noisy
 
 
 class RunSettings(Frozen):
@@ -131,6 +139,9 @@ class RunSettings(Frozen):
     tensor_parallel: int | None = None
     max_model_len: int | None = None
     workload: WorkloadSettings | None = None
+    gpu_name: str | None = None  # the host's GPU model, as its driver names it
+    gpu_count: int | None = None  # GPUs the server uses
+    gpu_ids: list[int] | None = None  # CUDA_VISIBLE_DEVICES orch gave it on a shared host
 
     @property
     def configuration(self) -> str:
@@ -185,6 +196,46 @@ class RunTimes(Frozen):
             server_start_s=span(started_at, ready_at),
             measure_s=span(measure_started_at, measure_ended_at),
         )
+
+
+class LoadPoint(Frozen):
+    """Which load point of the run's sweep, and which repeat of it, a result measured.
+
+    Every measurement of a run shares its server: the points of a sweep are measured in turn
+    (``index`` is the point's place in that order; its repeats share it).
+    """
+
+    kind: Literal["concurrency", "request_rate"]
+    value: float  # requests in flight (a whole number) or requests per second
+    repeat: int = 1  # 1-based
+    repeats: int = 1
+    index: int = 0
+    origin: Literal["sweep", "slo_search"] = "sweep"
+
+    @property
+    def label(self) -> str:
+        """``c=8`` or ``rate=2.5``: how tables and folder names show the point."""
+        if self.kind == "concurrency":
+            return f"c={self.value:g}"
+        return f"rate={self.value:g}"
+
+
+class SloCheck(Frozen):
+    """One service-level target at one measurement."""
+
+    target: str  # normalised: "ttft_ms_p99 <= 2000"
+    value: float | None  # the measured figure; None when it was not measured
+    met: bool
+
+
+class SloResult(Frozen):
+    """The workload's SLO targets at one measurement, and its goodput: the requests per second
+    that met every per-request target (a request's own TTFT, TPOT, ITL, end-to-end latency)."""
+
+    checks: list[SloCheck]
+    met: bool
+    goodput: float | None = None
+    goodput_fraction: float | None = None  # of the measured requests
 
 
 class RunError(Frozen):
@@ -302,6 +353,7 @@ class LoadgenInfo(Frozen):
     request_seeds: bool | None = None
     achieved_request_rate: float | None = None  # open loop: as sent
     scheduled_request_rate: float | None = None  # open loop: as due
+    cache_reset: str | None = None  # the prefix cache reset before the point: "ok", "failed: ..."
 
 
 class Provenance(Frozen):
@@ -317,10 +369,11 @@ class Provenance(Frozen):
 class RunResult(Frozen):
     """One run's result: what ran, what it asked for, what was measured, what went wrong."""
 
-    schema_version: Literal[2] = SCHEMA_VERSION
+    schema_version: Literal[3] = SCHEMA_VERSION
     run: RunIdentity
     settings: RunSettings
     times: RunTimes
+    point: LoadPoint | None = None  # None only in an old file that did not record its workload
     error: RunError | None = None
     requests: RequestStats | None = None
     acceptance: AcceptanceResult | None = None
@@ -331,6 +384,12 @@ class RunResult(Frozen):
     doctor: list[FindingRecord] = Field(default_factory=list)  # errors and warnings only
     warnings: list[str] = Field(default_factory=list)
     provenance: Provenance = Field(default_factory=Provenance)
+    slo: SloResult | None = None
+
+    @property
+    def not_run(self) -> bool:
+        """Never measured: its host failed, or its engine died at an earlier load point."""
+        return self.error is not None and self.error.type == NOT_RUN
 
     @property
     def verdict(self) -> Literal["failed", "collapse", "disagree", "ok"]:

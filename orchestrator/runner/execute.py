@@ -1,11 +1,17 @@
-"""One run on one host: launch, wait ready, drive load while following the log, stop, summarize.
+"""One run on one host: launch, wait ready, measure each load point while following the log,
+stop, summarize.
 
 The run's folder and ``manifest.json`` are written the moment the run starts (so the manifest's
 ``started_at`` is that run's own start, not the playbook's); every step then writes into the
 folder as it goes (server.log, events.jsonl, requests.jsonl grow while the run is live, readable
-with ``tail -f``); ``summary.json``, with the end time and every phase's time, is written last.
-A run that fails still leaves its manifest, the log it produced and a ``summary.json`` carrying
-the ``error``, and the caller moves on to the next run.
+with ``tail -f``). Each measurement (a load point, one repeat of it; see ``sweep/points.py``)
+gets its ``summary.json`` when the next one ends, the last one once the server has stopped, so
+a stop that fails is recorded in it. A run that fails still leaves its manifest, the log it
+produced and a ``summary.json`` carrying the ``error``; the load points it never reached are
+recorded as not run, with the cause; and the caller moves on to the next run.
+
+A sweep's server starts once and is warmed up once; between points the engine's prefix cache is
+reset where the engine has an endpoint for it, so a point does not inherit the last one's hits.
 
 A connection that drops while the load generator runs (the engine still the one this run
 launched, checked after reconnecting) is measured again once from a fresh warm-up: the cut
@@ -26,6 +32,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +40,10 @@ from orchestrator.agent.client import AgentClient
 from orchestrator.commands.progress import (
     LatestAcceptance,
     LiveThroughput,
+    NullObserver,
     Observer,
     PhaseChanged,
+    PointStarted,
     RequestsDone,
     RunPhase,
 )
@@ -50,10 +59,19 @@ from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.logparse import LogFollower
 from orchestrator.remote.wire import PhaseEvent, ProgressEvent
-from orchestrator.results.model import RunError, RunResult, RunTimes
-from orchestrator.results.store import AppendLog, make_dir, write_error, write_json, write_text
+from orchestrator.results.model import NOT_RUN, RunError, RunResult, RunTimes
+from orchestrator.results.store import (
+    AppendLog,
+    make_dir,
+    safe_name,
+    write_error,
+    write_json,
+    write_text,
+)
 from orchestrator.runner.server import Server, ServerRegistry
 from orchestrator.runner.summarize import build_result, iso_time
+from orchestrator.sweep.points import Measurement, measurement, planned, searched
+from orchestrator.sweep.search import SloSearch
 
 TAIL_DRAIN_S = 15.0
 LOADGEN_ATTEMPTS = 2  # a connection dropped while measuring: measured again once, from warm-up
@@ -62,7 +80,12 @@ HEAD_LINES = 5000  # start-up lines kept in memory: where engines announce what 
 
 @dataclass
 class RunJob:
-    """Everything one run needs that the pipeline worked out before any server started."""
+    """Everything one run needs that the pipeline worked out before any server started.
+
+    ``kept``: measurements (by folder, relative to ``run_dir``) an earlier session of this
+    playbook run completed: ``orch run --resume`` keeps them and measures the rest. ``session``
+    numbers the server sessions of the run's folder (its server files carry it after the first).
+    """
 
     key: str
     order: int
@@ -73,26 +96,51 @@ class RunJob:
     doctor: list[Finding] = field(default_factory=list)
     drafter: ModelConfig | None = None  # for ranking collapse causes
     manifest: dict[str, Any] = field(default_factory=dict)  # written, stamped, when the run starts
+    kept: dict[str, RunResult] = field(default_factory=dict)
+    session: int = 1
+    gpu_ids: list[int] | None = None  # CUDA_VISIBLE_DEVICES on a shared host
+
+    def server_file(self, name: str) -> str:
+        """``server.log``, or ``server-2.log`` for the second session of the run's folder."""
+        if self.session == 1:
+            return name
+        stem, dot, ext = name.partition(".")
+        return f"{stem}-{self.session}{dot}{ext}"
+
+    def measurements(self) -> list[Measurement]:
+        return planned(self.plan.run)
+
+    @property
+    def total(self) -> int:
+        """Measurements planned (an SLO search adds its own as it goes)."""
+        slo = self.plan.run.workload.slo
+        extra = slo.max_points * self.plan.run.workload.repeat if slo and slo.search else 0
+        return len(self.measurements()) + extra
 
 
 def begin_run(job: RunJob) -> float:
     """Create the run's folder with its manifest, stamped with this moment; return the time.
 
     Files are never rewritten, so the manifest can only hold what is known at the start: the
-    end time and the phases' times go to ``summary.json``.
+    end time and the phases' times go to ``summary.json``. A resumed run's folder exists: its
+    new session gets a manifest of its own (``manifest-2.json``).
     """
     started = time.time()
-    make_dir(job.run_dir)
+    if job.session == 1:
+        make_dir(job.run_dir)
     stamp = iso_time(started)
     write_json(
-        job.run_dir / "manifest.json", {**job.manifest, "created_at": stamp, "started_at": stamp}
+        job.run_dir / job.server_file("manifest.json"),
+        {**job.manifest, "created_at": stamp, "started_at": stamp, "session": job.session},
     )
     return started
 
 
 @dataclass
 class LiveState:
-    """What the tail and the load generator share while a run is live."""
+    """What the tail and the load generator share while a run is live. The log follower and
+    the start-up lines cover the server's whole life; the window, the records and the point's
+    events file belong to the measurement under way."""
 
     follower: LogFollower
     secrets: Secrets = field(default_factory=Secrets)  # hidden in everything written or shown
@@ -100,6 +148,48 @@ class LiveState:
     window_first_line: int | None = None  # server.log line number of the window's first line
     records: list[RequestRecord] = field(default_factory=list)
     head_lines: list[str] = field(default_factory=list)
+    point_events: AppendLog | None = None  # a sweep point's own events.jsonl
+    window_open: bool = False  # lines go to the window: between "measure" and the point's end
+
+    def begin_measurement(self, point_events: AppendLog | None) -> None:
+        _restart_window(self)
+        self.point_events = point_events
+
+    def end_measurement(self) -> None:
+        """Stop feeding the window: the next point's lines are not this one's."""
+        self.point_events = None
+        self.window_open = False
+
+
+@dataclass
+class _Pending:
+    """A measurement's result not yet written: the last one waits for the server's stop, so
+    that a stop that fails is recorded in it."""
+
+    measurement: Measurement
+    result: RunResult
+
+
+@dataclass
+class _Session:
+    """One server session of a run: the server and the files that cover its whole life."""
+
+    job: RunJob
+    state: LiveState
+    observer: Observer
+    started: float
+    agent: AgentClient | None = None
+    server: Server | None = None
+    ready_at: float | None = None
+    warmed: bool = False
+    done: int = 0
+    results: list[RunResult] = field(default_factory=list)
+    pending: _Pending | None = None
+    search_note: str | None = None  # what the SLO search found
+    fail_reason: str | None = None  # the first failed measurement's, masked
+
+    def phase(self, new: RunPhase, reason: str | None = None) -> None:
+        self.observer.on_event(PhaseChanged(self.job.key, new, reason=reason))
 
 
 async def execute_run(
@@ -109,82 +199,52 @@ async def execute_run(
     reconnect: Callable[[], Awaitable[AgentClient]],
     registry: ServerRegistry,
     observer: Observer,
-) -> RunResult:
-    """Run ``job`` and return its result (also written, masked, as ``summary.json``); its
-    phases, request counts and live figures are told to ``observer`` as they happen."""
-    plan, run = job.plan, job.plan.run
+) -> list[RunResult]:
+    """Run ``job``: start its server once, measure each of its load points in turn, stop it.
+
+    Returns every measurement's result in the order measured (the ones an earlier session kept
+    included), each also written, masked, as its ``summary.json``. A measurement that fails
+    with the server still serving is recorded and the sweep goes on; once the server is gone
+    (or the host), the measurements left are recorded as not run, with the cause.
+    """
+    run = job.plan.run
     started = begin_run(job)
-    ready_at: float | None = None
     state = LiveState(follower=LogFollower(engine=_engine(run)), secrets=run_secrets(job))
-    server_log = AppendLog(job.run_dir / "server.log")
-    events = AppendLog(job.run_dir / "events.jsonl")
-    requests = AppendLog(job.run_dir / "requests.jsonl")
-    loadgen: LoadgenResult | None = None
+    server_log = AppendLog(job.run_dir / job.server_file("server.log"))
+    events = AppendLog(job.run_dir / job.server_file("events.jsonl"))
+    session = _Session(job, state, observer, started, agent=agent)
     error: RunError | None = None
-    server: Server | None = None
     tail_task: asyncio.Task[None] | None = None
     stop_error: OrchError | None = None
-    warnings: list[str] = []
-    key = job.key
-
-    def phase(new: RunPhase, reason: str | None = None) -> None:
-        observer.on_event(PhaseChanged(key, new, reason=reason))
-
+    left: list[Measurement] = []
     try:
-        phase(RunPhase.LAUNCHING)
-        server = await Server.start(
+        session.phase(RunPhase.LAUNCHING)
+        session.server = server = await Server.start(
             agent,
             run,
-            plan.host,
+            job.plan.host,
             run_id=job.run_id,
-            port=plan.port,
+            port=job.plan.port,
             registry=registry,
             reconnect=reconnect,
         )
-        tail_task = asyncio.create_task(_follow(server, state, server_log, events, observer, key))
-        phase(RunPhase.LOADING)
+        tail_task = asyncio.create_task(_follow(server, state, server_log, events, observer, job))
+        session.phase(RunPhase.LOADING)
         await server.wait_ready(
             timeout=run.ready_timeout_s,
             poll_interval=1.0,
-            on_progress=lambda readiness, _s: phase(RunPhase.LOADING, readiness),
+            on_progress=lambda readiness, _s: session.phase(RunPhase.LOADING, readiness),
         )
-        ready_at = time.time()
-        phase(RunPhase.WARM_UP)
-        attempt = 1
-        while loadgen is None:
-            try:
-                loadgen = await _drive_load(job, server, agent, state, requests, observer)
-            except HostUnreachable as exc:  # the connection dropped (an AgentError is not this)
-                if attempt >= LOADGEN_ATTEMPTS:
-                    await _died_meanwhile(server, exc)
-                    raise
-                # reconnected by the check; measured again only if the engine we launched
-                # is still alive and still the one answering (else its death is the error)
-                await _still_serving(server, exc)
-                agent = server.agent
-                requests = _set_aside(requests, job.run_dir, attempt)
-                _restart_window(state)
-                attempt += 1
-                warnings.append(
-                    f"the connection to {plan.host.name} dropped while measuring; the server "
-                    f"kept running; measured again from a fresh warm-up (attempt {attempt}; the "
-                    f"first attempt's records are in requests.attempt-{attempt - 1}.jsonl)"
-                )
-                phase(RunPhase.WARM_UP, f"connection dropped: measuring again (attempt {attempt})")
-            except OrchError as exc:
-                await _died_meanwhile(server, exc)  # the engine's death explains a lost loadgen
-                raise
-        # the figures are the engine's only if it is still alive and still the one answering
-        await server.check_serving(when="while measuring")
-        await _check_requests(job, server, loadgen, state)
-        phase(RunPhase.STOPPING)
+        session.ready_at = time.time()
+        left = await _sweep(session)
+        session.phase(RunPhase.STOPPING)
     except OrchError as exc:
         error = run_error(exc)
-        phase(RunPhase.FAILED, mask(exc.message, state.secrets))
+        session.phase(RunPhase.FAILED, mask(exc.message, state.secrets))
     finally:
-        if server is not None:
+        if session.server is not None:
             try:
-                await server.stop()
+                await session.server.stop()
             except OrchError as exc:  # StopFailed: the server may still hold its port and GPUs
                 stop_error = exc
         if tail_task is not None and stop_error is not None:
@@ -193,44 +253,318 @@ async def execute_run(
                 await tail_task
         elif tail_task is not None:
             await _finish_tail(tail_task)
-        for log in (server_log, events, requests):
+        for log in (server_log, events):
             log.close()
+    return _finish(
+        session, error=error, stop_error=stop_error, left=left, logs=(server_log, events)
+    )
+
+
+def _finish(
+    session: _Session,
+    *,
+    error: RunError | None,
+    stop_error: OrchError | None,
+    left: list[Measurement],
+    logs: tuple[AppendLog, ...],
+) -> list[RunResult]:
+    """Write what the run's end decides: the last measurement's result (with a failed stop in
+    it), a failed start as the first measurement's result, the measurements never made."""
+    job, state = session.job, session.state
+    told = error is not None  # the failure was told when it happened
+    if not told and session.fail_reason is not None:  # a measurement failed
+        session.phase(RunPhase.FAILED, session.fail_reason)
+        told = True
     stop_warning: str | None = None
     if stop_error is not None:  # never swallowed: the run fails, or says so beside its error
-        phase(RunPhase.FAILED, mask(stop_error.message, state.secrets))
-        if error is None:
+        session.phase(RunPhase.FAILED, mask(stop_error.message, state.secrets))
+        told = True
+        stop_warning = f"{stop_error.message} ({stop_error.hint})"
+        if error is None and session.pending is None:
             error = run_error(stop_error)
-        else:
-            stop_warning = f"{stop_error.message} ({stop_error.hint})"
     # a log that lost lines (a full results disk, even in the tail task) fails the run
-    lost = next((log.error for log in (server_log, events, requests) if log.error), None)
+    lost = next((log.error for log in logs if log.error), None)
+    if lost is not None and not told:
+        session.phase(RunPhase.FAILED, mask(lost.message, state.secrets))
+        told = True
+    if lost is not None and error is None and session.pending is None:
+        error = run_error(lost)
+    pending = session.pending
+    if pending is not None:
+        update: dict[str, Any] = {}
+        if stop_warning is not None or lost is not None:
+            failure = stop_error if stop_error is not None else lost
+            assert failure is not None
+            if pending.result.error is None:
+                update["error"] = run_error(failure)
+        if stop_warning is not None and "error" not in update:
+            update["warnings"] = [*pending.result.warnings, stop_warning]
+        result = pending.result.model_copy(update=update) if update else pending.result
+        result = result.model_copy(
+            update={"times": result.times.model_copy(update={"ended_at": _now_ms()})}
+        )
+        _write_result(session, pending.measurement, result.masked(state.secrets))
+        session.pending = None
+    unmeasured = [m for m in (left or _left_of(session)) if m.folder not in job.kept]
+    if error is not None and unmeasured:
+        first, *rest = unmeasured
+        result = build_result(
+            job,
+            state=state,
+            loadgen=None,
+            error=error,
+            times=RunTimes.from_epoch(started_at=session.started, ended_at=time.time()),
+            measurement=first,
+        )
+        _write_result(session, first, result.masked(state.secrets))
+        unmeasured = rest
+        why = f"not run: the run failed before this point ({error.message})"
+        _not_run(session, unmeasured, why)
+    elif unmeasured:
+        _not_run(session, unmeasured, _why_left(session))
+    if not told and session.results:
+        collapse = any(r.collapse for r in session.results)
+        session.phase(RunPhase.COLLAPSE if collapse else RunPhase.DONE)
+    return _in_order(session)
+
+
+def _left_of(session: _Session) -> list[Measurement]:
+    measured = {r.run.folder for r in session.results}
+    base = safe_name(session.job.run_dir.name)
+    return [m for m in session.job.measurements() if _rel(base, m) not in measured]
+
+
+def _why_left(session: _Session) -> str:
+    last = session.results[-1] if session.results else None
+    if last is not None and last.error is not None:
+        point = last.point.label if last.point else "an earlier point"
+        return f"not run: the server was lost at {point} ({last.error.message})"
+    return "not run: the run ended before this point"
+
+
+def _not_run(session: _Session, measurements: list[Measurement], why: str) -> None:
+    now = time.time()
+    for m in measurements:
+        result = build_result(
+            session.job,
+            state=LiveState(follower=LogFollower(engine=_engine(session.job.plan.run))),
+            loadgen=None,
+            error=RunError(type=NOT_RUN, message=why),
+            times=RunTimes.from_epoch(started_at=now, ended_at=now),
+            measurement=m,
+        )
+        _write_result(session, m, result.masked(session.state.secrets))
+
+
+def _in_order(session: _Session) -> list[RunResult]:
+    """Kept and new results, by (point index, repeat)."""
+    everything = [*session.job.kept.values(), *session.results]
+
+    def key(r: RunResult) -> tuple[int, int]:
+        return (r.point.index, r.point.repeat) if r.point else (0, 0)
+
+    return sorted(everything, key=key)
+
+
+def _now_ms() -> datetime:
+    t = datetime.now(timezone.utc)
+    return t.replace(microsecond=t.microsecond // 1000 * 1000)
+
+
+def _rel(base: str, m: Measurement) -> str:
+    return f"{base}/{m.folder}" if m.folder else base
+
+
+def _write_result(session: _Session, m: Measurement, result: RunResult) -> None:
+    folder = session.job.run_dir / m.folder if m.folder else session.job.run_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(folder / "summary.json", result.to_json())
+    session.results.append(result)
+
+
+async def _sweep(session: _Session) -> list[Measurement]:
+    """Measure every point in turn (then the SLO search's); returns the measurements left
+    unmeasured because the server was lost."""
+    job = session.job
+    todo = job.measurements()
+    for i, m in enumerate(todo):
+        if m.folder in job.kept:
+            continue
+        if not await _measure_one(session, m):
+            return todo[i + 1 :]
+    if searched(job.plan.run):
+        return await _search(session)
+    return []
+
+
+async def _search(session: _Session) -> list[Measurement]:
+    run = session.job.plan.run
+    w = run.workload
+    assert w.slo is not None and w.slo.range is not None
+    search = SloSearch(w.sweep_kind, w.slo.range[0], w.slo.range[1], w.slo.max_points)
+    everything = [*session.job.kept.values(), *session.results]
+    for written in dict.fromkeys(w.sweep_values):
+        met = _met_at(everything, written)
+        if met is not None:
+            search.record(written, met)
+    index = len(w.sweep_values)
+    while (value := search.next_value()) is not None:
+        for repeat in range(1, w.repeat + 1):
+            m = measurement(run, value, index=index, repeat=repeat, origin="slo_search")
+            if m.folder in session.job.kept:
+                continue
+            if not await _measure_one(session, m):
+                return []
+        everything = [*session.job.kept.values(), *session.results]
+        search.record(value, bool(_met_at(everything, value)))
+        index += 1
+    session.search_note = search.explain()
+    return []
+
+
+def _met_at(results: list[RunResult], value: float) -> bool | None:
+    """Whether every measurement at ``value`` met every target (None: none measured)."""
+    at = [r for r in results if r.point is not None and r.point.value == value]
+    if not at:
+        return None
+    return all(r.error is None and r.slo is not None and r.slo.met for r in at)
+
+
+async def _measure_one(session: _Session, m: Measurement) -> bool:
+    """Measure ``m``; False when the server is gone and the sweep must stop."""
+    job, state = session.job, session.state
+    assert session.server is not None
+    folder = job.run_dir / m.folder if m.folder else job.run_dir
+    label = m.point.label + (f" #{m.point.repeat}" if m.point.repeats > 1 else "")
+    session.observer.on_event(
+        PointStarted(job.key, job.plan.host.name, label, session.done + len(job.kept), job.total)
+    )
+    session.phase(RunPhase.WARM_UP)
+    state.begin_measurement(AppendLog(folder / "events.jsonl") if m.folder else None)
+    requests = AppendLog(folder / "requests.jsonl")
+    started = time.time()
+    loadgen: LoadgenResult | None = None
+    error: RunError | None = None
+    warnings: list[str] = []
+    alive = True
+    try:
+        loadgen, requests = await _attempts(session, m, folder, requests, warnings)
+        await session.server.check_serving(when="while measuring")
+        await _check_requests(job, session.server, loadgen, state)
+        if loadgen.cache_reset is not None and loadgen.cache_reset != "ok":
+            warnings.append(f"prefix cache not reset before this point: {loadgen.cache_reset}")
+        elif loadgen.cache_reset is None and session.done > 0:
+            note = session.server.engine.cache_reset_note(m.run, job.plan.env)
+            if note:
+                warnings.append(note)
+    except OrchError as exc:
+        error = run_error(exc)
+        if session.fail_reason is None:
+            session.fail_reason = mask(exc.message, state.secrets)
+        alive = await _serving(session.server)
+        if not alive:
+            error = _lost_error(error, await _why_gone(session.server, exc))
+    finally:
+        state.end_measurement()
+        requests.close()
+        point_events = [state.point_events] if state.point_events else []
+        for log in point_events:
+            log.close()
+    lost = requests.error
     if lost is not None and error is None:
         error = run_error(lost)
-        phase(RunPhase.FAILED, mask(lost.message, state.secrets))
     if loadgen is not None:
-        for name, text in (
-            ("metrics_before.txt", loadgen.metrics_before),
-            ("metrics_after.txt", loadgen.metrics_after),
-        ):
-            if text is not None:
-                write_text(job.run_dir / name, mask(text, state.secrets))
+        _write_scrapes(folder, loadgen, state.secrets)
     times = RunTimes.from_epoch(
-        started_at=started,
+        started_at=session.started if not session.warmed else started,
         ended_at=time.time(),
-        ready_at=ready_at,
+        ready_at=session.ready_at if not session.warmed else None,
         measure_started_at=loadgen.started_at if loadgen else None,
         measure_ended_at=loadgen.ended_at if loadgen else None,
     )
-    result = build_result(job, state=state, loadgen=loadgen, error=error, times=times)
-    if stop_warning is not None:
-        warnings.append(stop_warning)
+    session.warmed = True
+    result = build_result(
+        job, state=state, loadgen=loadgen, error=error, times=times, measurement=m
+    )
     if warnings:
         result = result.model_copy(update={"warnings": [*result.warnings, *warnings]})
     result = result.masked(state.secrets)
-    write_json(job.run_dir / "summary.json", result.to_json())
-    if error is None:  # a failure was told with its reason when it happened
-        phase(RunPhase.COLLAPSE if result.collapse else RunPhase.DONE)
-    return result
+    if session.pending is not None:
+        _write_result(session, session.pending.measurement, session.pending.result)
+    session.pending = _Pending(m, result)
+    session.done += 1
+    return alive
+
+
+def _write_scrapes(folder: Path, loadgen: LoadgenResult, secrets: Secrets) -> None:
+    for name, text in (
+        ("metrics_before.txt", loadgen.metrics_before),
+        ("metrics_after.txt", loadgen.metrics_after),
+    ):
+        if text is not None:
+            write_text(folder / name, mask(text, secrets))
+
+
+async def _attempts(
+    session: _Session,
+    m: Measurement,
+    folder: Path,
+    requests: AppendLog,
+    warnings: list[str],
+) -> tuple[LoadgenResult, AppendLog]:
+    """The load generator's run at ``m``; a dropped connection (the engine still the one this
+    run launched) measures again once from a fresh warm-up, the cut attempt set aside."""
+    server, state = session.server, session.state
+    assert server is not None
+    host = session.job.plan.host.name
+    attempt = 1
+    while True:
+        try:
+            loadgen = await _drive_load(session, m, server, requests)
+            return loadgen, requests
+        except HostUnreachable as exc:  # the connection dropped (an AgentError is not this)
+            if attempt >= LOADGEN_ATTEMPTS:
+                await _died_meanwhile(server, exc)
+                raise
+            # reconnected by the check; measured again only if the engine we launched
+            # is still alive and still the one answering (else its death is the error)
+            await _still_serving(server, exc)
+            session.agent = server.agent
+            requests = _set_aside(requests, folder, attempt)
+            _restart_window(state)
+            attempt += 1
+            session.warmed = False  # a fresh warm-up
+            warnings.append(
+                f"the connection to {host} dropped while measuring; the server "
+                f"kept running; measured again from a fresh warm-up (attempt {attempt}; the "
+                f"first attempt's records are in requests.attempt-{attempt - 1}.jsonl)"
+            )
+            session.phase(
+                RunPhase.WARM_UP, f"connection dropped: measuring again (attempt {attempt})"
+            )
+        except OrchError as exc:
+            await _died_meanwhile(server, exc)  # the engine's death explains a lost loadgen
+            raise
+
+
+async def _serving(server: Server) -> bool:
+    try:
+        await server.check_serving(when="while measuring")
+    except OrchError:
+        return False
+    return True
+
+
+async def _why_gone(server: Server, exc: OrchError) -> OrchError:
+    try:
+        await server.check_serving(when="while measuring")
+    except OrchError as gone:
+        return gone
+    return exc
+
+
+def _lost_error(error: RunError, gone: OrchError) -> RunError:
+    return error if gone.message == error.message else run_error(gone)
 
 
 def _engine(run: RunSpec) -> str:
@@ -247,9 +581,10 @@ async def _follow(
     server_log: AppendLog,
     events: AppendLog,
     observer: Observer,
-    key: str,
+    job: RunJob,
 ) -> None:
-    """Stream the server's log into server.log, parse it live into events.jsonl.
+    """Stream the server's log into server.log, parse it live into events.jsonl (and into the
+    measurement's own events.jsonl while a sweep point is measured).
 
     Each line is masked on arrival, so no copy of it (file, memory, summary) holds a secret.
     """
@@ -259,11 +594,13 @@ async def _follow(
         if len(state.head_lines) < HEAD_LINES:
             state.head_lines.append(text)
         record = state.follower.feed_line(text)
-        if state.window is not None:
+        if state.window is not None and state.window_open:
             state.window.feed_line(text)
         if record is not None:
             events.write_json(record.to_dict())  # parsed from the masked line
-            observer.on_event(LatestAcceptance(key, state.follower.latest_acceptance_length))
+            if state.point_events is not None:
+                state.point_events.write_json(record.to_dict())
+            observer.on_event(LatestAcceptance(job.key, state.follower.latest_acceptance_length))
 
 
 async def _finish_tail(task: asyncio.Task[None]) -> None:
@@ -277,26 +614,28 @@ async def _finish_tail(task: asyncio.Task[None]) -> None:
 
 
 async def _drive_load(
-    job: RunJob,
-    server: Server,
-    agent: AgentClient,
-    state: LiveState,
-    requests: AppendLog,
-    observer: Observer,
+    session: _Session, m: Measurement, server: Server, requests: AppendLog
 ) -> LoadgenResult:
-    run = job.plan.run
+    job, state, observer = session.job, session.state, session.observer
+    run = m.run
+    workload = run.workload
+    if session.warmed:  # the server is warm: only the first measurement warms it up
+        workload = workload.model_copy(update={"warmup": 0})
+    reset = server.engine.cache_reset(run, job.plan.env) if session.warmed else None
     spec = build_loadgen_spec(
-        run.workload,
+        workload,
         job.prompts,
         port=server.port,
         served_name=server.served_name,
         tokenizer=run.model,
         api_key=server.engine.api_key(run),
         metrics_path=server.engine.metrics_path,
+        cache_reset=reset,
     )
     result: LoadgenResult | None = None
     done = failed = 0
-    async with contextlib.aclosing(agent.loadgen(spec)) as events:
+    assert session.agent is not None
+    async with contextlib.aclosing(session.agent.loadgen(spec)) as events:
         async for event in events:
             if isinstance(event, RequestRecord):
                 requests.write_json(mask_json(event.to_json(), state.secrets))
@@ -307,6 +646,7 @@ async def _drive_load(
             elif isinstance(event, PhaseEvent) and event.phase == "measure":
                 state.window_first_line = state.follower.line_no + 1
                 state.window = LogFollower(engine=_engine(run))
+                state.window_open = True
                 observer.on_event(PhaseChanged(job.key, RunPhase.MEASURING))
             elif isinstance(event, ProgressEvent):
                 observer.on_event(LiveThroughput(job.key, event.tok_s))
@@ -352,6 +692,7 @@ def _restart_window(state: LiveState) -> None:
     state.records.clear()
     state.window = None
     state.window_first_line = None
+    state.window_open = False
 
 
 async def _died_meanwhile(server: Server, exc: OrchError) -> None:
@@ -402,18 +743,19 @@ def run_error(exc: OrchError) -> RunError:
     )
 
 
-def failed_result(job: RunJob, error: OrchError) -> RunResult:
-    """The result of a run that never started (its host could not be reached), masked and
-    written as its summary.json."""
+def failed_result(job: RunJob, error: OrchError) -> list[RunResult]:
+    """The results of a run that never started (its host could not be reached): its first
+    measurement failed with ``error``, the others not run; masked and written."""
     started = begin_run(job)
     state = LiveState(follower=LogFollower(engine=_engine(job.plan.run)), secrets=run_secrets(job))
-    result = build_result(
-        job,
-        state=state,
-        loadgen=None,
-        error=run_error(error),
-        times=RunTimes.from_epoch(started_at=started, ended_at=time.time()),
-    )
-    result = result.masked(state.secrets)
-    write_json(job.run_dir / "summary.json", result.to_json())
-    return result
+    session = _Session(job, state, NullObserver(), started)
+    return _finish(session, error=run_error(error), stop_error=None, left=[], logs=())
+
+
+def not_run_results(job: RunJob, why: str) -> list[RunResult]:
+    """Every measurement of ``job`` recorded as not run (its host failed earlier), with why."""
+    started = begin_run(job)
+    state = LiveState(follower=LogFollower(engine=_engine(job.plan.run)), secrets=run_secrets(job))
+    session = _Session(job, state, NullObserver(), started)
+    _not_run(session, [m for m in job.measurements() if m.folder not in job.kept], why)
+    return _in_order(session)

@@ -48,6 +48,8 @@ from orchestrator.results.model import (
     WorkloadSettings,
 )
 from orchestrator.results.store import safe_name
+from orchestrator.sweep.points import Measurement, planned
+from orchestrator.sweep.slo import evaluate
 
 if TYPE_CHECKING:
     from orchestrator.runner.execute import LiveState, RunJob
@@ -308,8 +310,11 @@ def client_warnings(
     return out
 
 
-def run_settings(run: RunSpec) -> RunSettings:
-    """What the run asked for, as its result records it (its manifest.json has the whole spec)."""
+def run_settings(
+    run: RunSpec, *, gpu_name: str | None = None, gpu_ids: list[int] | None = None
+) -> RunSettings:
+    """What the run asked for at one load point (``run``'s workload at that point), as its
+    result records it (its manifest.json has the whole spec)."""
     w = run.workload
     return RunSettings(
         engine=run.engine,
@@ -325,8 +330,8 @@ def run_settings(run: RunSpec) -> RunSettings:
             prompts=w.prompts,
             num_prompts=w.num_prompts,
             duration_s=w.duration_s,
-            concurrency=w.concurrency if w.request_rate is None else w.open_loop_cap,
-            request_rate=w.request_rate,
+            concurrency=w.point_concurrency if w.request_rate is None else w.open_loop_cap,
+            request_rate=w.point_rate,
             burstiness=w.burstiness,
             max_tokens=w.max_tokens,
             input_len=w.input_len,
@@ -335,7 +340,12 @@ def run_settings(run: RunSpec) -> RunSettings:
             api=w.api,
             temperature=w.temperature,
             seed=w.seed,
+            repeat=w.repeat,
+            noisy_ci=w.noisy_ci,
         ),
+        gpu_name=gpu_name,
+        gpu_count=run.tensor_parallel,
+        gpu_ids=gpu_ids,
     )
 
 
@@ -399,10 +409,14 @@ def build_result(
     loadgen: LoadgenResult | None,
     error: RunError | None,
     times: RunTimes,
+    measurement: Measurement | None = None,
 ) -> RunResult:
-    """The run's result from what was collected while it went on (secrets not yet masked)."""
-    run, host = job.plan.run, job.plan.host
-    settings = run_settings(run)
+    """One measurement's result from what was collected while it went on (secrets not yet
+    masked); ``measurement`` defaults to the run's first."""
+    m = measurement or planned(job.plan.run)[0]
+    run, host = m.run, job.plan.host
+    settings = run_settings(run, gpu_name=_gpu_name(job), gpu_ids=job.gpu_ids)
+    base = safe_name(job.run_dir.name)
     requests = None
     if state.records:
         lag = (
@@ -419,12 +433,13 @@ def build_result(
             name=run.name,
             key=job.key,
             host=host.name,
-            folder=safe_name(job.run_dir.name),
+            folder=f"{base}/{m.folder}" if m.folder else base,
             order=job.order,
             run_id=job.run_id,
         ),
         settings=settings,
         times=times,
+        point=m.point,
         error=error,
         requests=requests,
         engine_metrics=EngineLogFigures(
@@ -445,7 +460,24 @@ def build_result(
     )
     if loadgen is None:
         return result
-    return _with_measurement(result, job, loadgen=loadgen, state=state, log_src=log_src)
+    result = _with_measurement(result, job, m, loadgen=loadgen, state=state, log_src=log_src)
+    slo = run.workload.slo
+    if slo is not None:
+        window = loadgen.duration_s
+        result = result.model_copy(
+            update={"slo": evaluate(slo.parsed, result.requests, state.records, window)}
+        )
+    return result
+
+
+def _gpu_name(job: RunJob) -> str | None:
+    """The host's GPU model as its driver names it (from the facts the probe read)."""
+    facts = job.manifest.get("host_facts")
+    gpus = facts.get("gpus") if isinstance(facts, dict) else None
+    if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict):
+        name = gpus[0].get("name")
+        return name if isinstance(name, str) else None
+    return None
 
 
 def _pair(lines: list[int] | None) -> tuple[int, int] | None:
@@ -455,6 +487,7 @@ def _pair(lines: list[int] | None) -> tuple[int, int] | None:
 def _with_measurement(
     result: RunResult,
     job: RunJob,
+    m: Measurement,
     *,
     loadgen: LoadgenResult,
     state: LiveState,
@@ -462,7 +495,7 @@ def _with_measurement(
 ) -> RunResult:
     """``result`` with what the load generator's window adds: its account, the client's
     warnings, acceptance three ways and the collapse verdict."""
-    run, settings = job.plan.run, result.settings
+    run, settings = m.run, result.settings
     engine, spec = settings.engine, settings.speculative
     achieved, scheduled = send_rates(state.records) if loadgen.mode == "open" else (None, None)
     requests = result.requests

@@ -16,7 +16,11 @@ Environment read by the simulated engines:
     ORCH_SIM_STATE          state directory: gpus.json, gpu-<pid>.json, ground-truth-<pid>.json
                             (default: $TMPDIR/orch-sim-<uid>; the sandbox's scripts set it).
     ORCH_SIM_GPUS, ORCH_SIM_GPU_NAME, ORCH_SIM_GPU_MEMORY_MIB   override the simulated GPUs.
-    CUDA_VISIBLE_DEVICES    which simulated GPUs a server uses (default: the first tp ones).
+    CUDA_VISIBLE_DEVICES    which simulated GPUs a server sees, read as CUDA reads it; it uses
+                            the first tp of them (default: of all). Engines on disjoint sets
+                            share a host; on the same GPUs the later one finds no memory.
+    VLLM_SERVER_DEV_MODE=1  vLLM serves POST /reset_prefix_cache (SGLang: /flush_cache always);
+                            resets are counted in the ground truth (``cache_resets``).
     HF_HOME / HF_HUB_CACHE  where model ids are looked up (hub/models--ORG--NAME/snapshots).
     VLLM_LOG_STATS_INTERVAL vLLM stat-line period in seconds (default 10), divided by SPEED.
     VLLM_USE_V2_MODEL_RUNNER=1  needed by vLLM for DFlash drafters that mix sliding-window and

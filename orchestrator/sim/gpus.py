@@ -2,18 +2,22 @@
 
 Each running simulated engine writes ``<state>/gpu-<pid>.json``; nvidia-smi counts a file only
 while its process is alive (same pid *and* same start time, so a recycled pid does not count),
-and deletes files left behind by processes that were killed. Standard library only: the fake
-nvidia-smi must start fast.
+and deletes files left behind by processes that were killed. Engines sharing a host on disjoint
+GPU sets (``CUDA_VISIBLE_DEVICES``) hold memory on their own GPUs only; an engine claims its
+full share under ``memory_lock``, so two engines started at once on the same GPUs cannot both
+get it. Standard library only: the fake nvidia-smi must start fast.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
+import re
 import tempfile
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,6 +75,52 @@ def gpu_uuid(index: int, name: str) -> str:
 
 def pci_bus_id(index: int) -> str:
     return f"00000000:{index + 1:02X}:00.0"
+
+
+_ORDINAL = re.compile(r"\d+")
+
+
+def visible_devices(value: str | None, facts: GpuFacts) -> list[int]:
+    """The GPUs (physical indices, in CUDA's order) a process sees with ``CUDA_VISIBLE_DEVICES``.
+
+    As CUDA and torch read it: unset, every GPU; items are indices or (prefixes of) UUIDs,
+    taken in the order given; the first invalid item (not a GPU of this host, negative, not a
+    number) ends the list; a GPU named twice leaves none visible.
+    """
+    if value is None:
+        return list(range(facts.count))
+    seen: list[int] = []
+    for item in (part.strip() for part in value.split(",")):
+        if item.startswith("GPU-"):
+            matches = [i for i in range(facts.count) if gpu_uuid(i, facts.name).startswith(item)]
+            index = matches[0] if len(matches) == 1 else -1
+        else:
+            digits = _ORDINAL.match(item)
+            index = int(digits.group()) if digits else -1
+        if index in seen:
+            return []
+        if not 0 <= index < facts.count:
+            break
+        seen.append(index)
+    return seen
+
+
+@contextlib.contextmanager
+def memory_lock(state: Path) -> Iterator[None]:
+    """Held while an engine checks free memory and claims it (one host's engines in turn)."""
+    state.mkdir(parents=True, exist_ok=True)
+    with (state / "gpus.lock").open("a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def held_by_others(state: Path, gpus: list[int], pid: int) -> dict[int, int]:
+    """MiB other live engines hold on each of ``gpus`` (physical indices)."""
+    others = [p for p in live_processes(state) if p.pid != pid]
+    return {gpu: sum(p.memory_mib for p in others if gpu in p.gpus) for gpu in gpus}
 
 
 def _start_ticks(pid: int) -> int | None:

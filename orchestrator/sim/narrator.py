@@ -10,6 +10,7 @@ import os
 import time
 from collections.abc import Mapping
 
+from orchestrator.sim.cache import DEV_MODE_WARNING, dev_mode
 from orchestrator.sim.cli import LaunchConfig
 from orchestrator.sim.failures import StartupFailure
 from orchestrator.sim.logs import EngineLog
@@ -161,6 +162,9 @@ class Narrator:
                 proc="EngineCore_DP0",
             )
             self.log.vllm("Supported_tasks: ['generate']", source="api_server.py:1634")
+            dev = dev_mode(self.env)
+            if dev:
+                self.log.vllm(DEV_MODE_WARNING, source="api_server.py:1770", level="WARNING")
             self.log.vllm(
                 f"Starting vLLM server on http://{cfg.host}:{cfg.port}", source="api_server.py:1912"
             )
@@ -172,6 +176,7 @@ class Narrator:
                 ("/metrics", "GET"),
                 ("/v1/chat/completions", "POST"),
                 ("/v1/completions", "POST"),
+                *((("/reset_prefix_cache", "POST"),) if dev else ()),
             ):
                 self.log.vllm(f"Route: {path}, Methods: {methods}", source="launcher.py:42")
             self.log.uvicorn(f"Started server process [{os.getpid()}]")

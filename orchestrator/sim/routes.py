@@ -1,9 +1,10 @@
 """HTTP endpoints of the simulated engines (aiohttp), with the real paths and behaviours.
 
-vLLM: /health /version /v1/models /metrics /v1/completions /v1/chat/completions; ``--api-key``
-guards /v1/* only. SGLang adds /health_generate /server_info /get_server_info /model_info
-/get_model_info /generate; its key guards everything but /health* and /metrics, and /metrics
-exists only with ``--enable-metrics``. Both: GET /sim/ground_truth (the simulator's own).
+vLLM: /health /version /v1/models /metrics /v1/completions /v1/chat/completions, and POST
+/reset_prefix_cache with ``VLLM_SERVER_DEV_MODE=1``; ``--api-key`` guards /v1/* only. SGLang adds
+/health_generate /server_info /get_server_info /model_info /get_model_info /generate
+/flush_cache; its key guards everything but /health* and /metrics, and /metrics exists only
+with ``--enable-metrics``. Both: GET /sim/ground_truth (the simulator's own).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from orchestrator.sim import openai_api as api
+from orchestrator.sim.cache import FLUSH_TEXT
 from orchestrator.sim.engine import SimRequest
 from orchestrator.sim.timing import natural_length, request_rng
 
@@ -45,6 +47,8 @@ class Routes:
         if self.s.vllm:
             r.add_get("/version", self.version)
             r.add_get("/ping", self.health)
+            if self.s.dev_mode:
+                r.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         else:
             r.add_get("/health_generate", self.health)
             for path in ("/server_info", "/get_server_info"):
@@ -52,6 +56,8 @@ class Routes:
             for path in ("/model_info", "/get_model_info"):
                 r.add_get(path, self.model_info)
             r.add_post("/generate", self.generate)
+            r.add_route("GET", "/flush_cache", self.flush_cache)
+            r.add_post("/flush_cache", self.flush_cache)
         if not self.s.vllm:
             self.s.say.sglang_http_started()
         return app
@@ -130,6 +136,13 @@ class Routes:
             body=self.s.metrics.exposition(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
+
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        return web.json_response({"success": self.s.reset_prefix_cache()})
+
+    async def flush_cache(self, request: web.Request) -> web.Response:
+        done = self.s.reset_prefix_cache()
+        return web.Response(text=FLUSH_TEXT, status=200 if done else 400)
 
     async def ground_truth(self, request: web.Request) -> web.Response:
         return web.json_response(self.s.truth())

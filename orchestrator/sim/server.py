@@ -25,15 +25,16 @@ from typing import Any
 from aiohttp import web
 
 from orchestrator.sim import failures
+from orchestrator.sim.cache import CacheResets, dev_mode
 from orchestrator.sim.cli import LaunchConfig
 from orchestrator.sim.engine import EngineCore, SimRequest
 from orchestrator.sim.failures import StartupFailure
-from orchestrator.sim.gpus import register_process, state_dir, unregister_process
+from orchestrator.sim.gpus import memory_lock, register_process, state_dir, unregister_process
 from orchestrator.sim.logs import EngineLog
 from orchestrator.sim.metrics import SglangMetrics, VllmMetrics
 from orchestrator.sim.narrator import Narrator
 from orchestrator.sim.routes import Routes
-from orchestrator.sim.startup import Plan, plan_launch
+from orchestrator.sim.startup import Plan, claim_memory, plan_launch
 from orchestrator.sim.stats import SglangBatchLogger, VllmStatLogger, ground_truth
 from orchestrator.sim.timing import request_rng
 from orchestrator.sim.versions import SGLANG_VERSION, VLLM_VERSION
@@ -55,6 +56,8 @@ class SimServer:
         self.engine: EngineCore | None = None
         self.metrics: VllmMetrics | SglangMetrics | None = None
         self.started = time.time()
+        self.dev_mode = self.vllm and dev_mode(environ)  # vLLM's development endpoints
+        self.cache_resets = CacheResets(cfg.engine, self.log)
         self._tasks: list[asyncio.Task[Any]] = []
         self._runner: web.AppRunner | None = None
         self._crashed = False  # set by a simulated crash or a failed background task
@@ -133,14 +136,16 @@ class SimServer:
         self.say.loading(plan)
         if await self._pause(self.load_s * 0.7):
             return True
+        with memory_lock(self.state):  # the KV cache: claimed whole, or CUDA out of memory
+            claim_memory(plan, self.state, os.getpid())
+            register_process(
+                self.state,
+                pid=os.getpid(),
+                gpus=plan.devices,
+                memory_mib=plan.memory_mib,
+                process_name=sys.executable,
+            )
         self.say.loaded(plan)
-        register_process(
-            self.state,
-            pid=os.getpid(),
-            gpus=plan.devices,
-            memory_mib=plan.memory_mib,
-            process_name=sys.executable,
-        )
         return await self._pause(self.load_s * 0.3)
 
     def _start_engine(self, plan: Plan) -> None:
@@ -246,7 +251,11 @@ class SimServer:
         while True:
             await asyncio.sleep(1.0)
             if self.engine is not None:
-                mark = (self.engine.counters.forward_steps, len(self.engine.requests))
+                mark = (
+                    self.engine.counters.forward_steps,
+                    len(self.engine.requests),
+                    len(self.cache_resets.times),
+                )
                 if mark != last:
                     last = mark
                     self._write_truth()
@@ -263,6 +272,7 @@ class SimServer:
             "speed": self.speed,
             "ready": self.ready,
             "started_time": self.started,
+            "cache_resets": self.cache_resets.truth(),
         }
         if plan is not None:
             spec = plan.profile.spec
@@ -282,6 +292,13 @@ class SimServer:
         if self.engine is None:
             return {**meta, "totals": {}, "requests": []}
         return ground_truth(self.engine, meta)
+
+    def reset_prefix_cache(self) -> bool:
+        """The engine's prefix-cache reset (see ``cache.py``); the ground truth counts it."""
+        done = self.cache_resets.reset(self.engine)
+        if done:
+            self._write_truth()
+        return done
 
     def _write_truth(self) -> None:
         if self.engine is None:

@@ -2,7 +2,10 @@
 
 ``plan_launch`` either returns a ``Plan`` or raises ``StartupFailure`` with the text the real
 engine prints for that mistake (model not found, bad speculative config, not enough GPUs,
-CUDA out of memory, KV cache too small, GPU memory held by another process).
+CUDA out of memory, KV cache too small, GPU memory held by another process). The GPUs are the
+ones ``CUDA_VISIBLE_DEVICES`` shows (``gpus.visible_devices``), the first ``tp`` of them; the
+engines' messages name them by their CUDA index within that set (``cuda:0`` is the first).
+``claim_memory`` is the second look a real engine takes, when it allocates its KV cache.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from pathlib import Path
 from orchestrator.sim import failures
 from orchestrator.sim.cli import LaunchConfig
 from orchestrator.sim.failures import GIB, StartupFailure
-from orchestrator.sim.gpus import GpuFacts, live_processes, load_gpu_facts
+from orchestrator.sim.gpus import GpuFacts, held_by_others, load_gpu_facts, visible_devices
 from orchestrator.sim.models import (
     DraftModel,
     ModelNotFound,
@@ -257,13 +260,6 @@ def sglang_backend_changes(cfg: LaunchConfig, gpu_name: str) -> tuple[str, list[
     return backend, notes
 
 
-def _devices(environ: Mapping[str, str], count: int) -> list[int]:
-    visible = environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is None:
-        return list(range(count))
-    return [int(x) for x in visible.split(",") if x.strip().isdigit() and int(x) < count]
-
-
 def plan_launch(cfg: LaunchConfig, environ: Mapping[str, str], state: Path) -> Plan:
     engine = cfg.engine
     target = load_target(cfg.model, _resolve(engine, cfg.model, environ))
@@ -274,7 +270,7 @@ def plan_launch(cfg: LaunchConfig, environ: Mapping[str, str], state: Path) -> P
         choose = choose_vllm_spec if engine == "vllm" else choose_sglang_spec
         spec, draft, warnings = choose(cfg.speculative, target, environ)
     gpu = load_gpu_facts(state, environ)
-    devices = _devices(environ, gpu.count)
+    devices = visible_devices(environ.get("CUDA_VISIBLE_DEVICES"), gpu)
     if cfg.tp > len(devices):
         if engine == "vllm":
             raise failures.config_error(
@@ -317,9 +313,9 @@ def _memory_plan(
     )
     budget = fraction * total_gib
     weights = (target.params() + (draft.params if draft else 0)) * 2 / cfg.tp / GIB
-    others = {p.pid: p for p in live_processes(state) if p.pid != os.getpid()}
-    for device in devices:
-        used = sum(p.memory_mib for p in others.values() if device in p.gpus) / 1024
+    taken = held_by_others(state, devices, os.getpid())
+    for device, physical in enumerate(devices):
+        used = taken[physical] / 1024
         if used and total_gib - used < budget:
             if engine == "vllm":
                 raise _value_error(
@@ -385,3 +381,20 @@ def _memory_plan(
         max_running=cfg.max_num_seqs or (256 if engine == "vllm" else 128),
         warnings=warnings,
     )
+
+
+def claim_memory(plan: Plan, state: Path, pid: int) -> None:
+    """The engine allocating its KV cache: its whole share must still be free on each of its GPUs,
+    else CUDA out of memory (another engine may have taken it since the start-up check). Call
+    it under ``gpus.memory_lock`` and register the claim before the lock is released."""
+    total_gib = plan.gpu.memory_mib / 1024
+    share_gib = plan.memory_mib / 1024
+    for used_mib in held_by_others(state, plan.devices, pid).values():
+        used_gib = used_mib / 1024
+        if used_mib and total_gib - used_gib < share_gib:
+            raise failures.cuda_oom(
+                plan.cfg.engine,
+                tried_gib=max(0.01, share_gib - plan.weights_gib),
+                total_gib=total_gib,
+                in_use_gib=min(total_gib, used_gib + plan.weights_gib),
+            )

@@ -37,6 +37,14 @@ from orchestrator.results.model import VLLM_BENCH_KEYS, RunResult
 from orchestrator.results.report import CSV_COLUMNS
 from tests.fixtures.procs import kill_tree, pids_with_env
 from tests.fixtures.sshd import SshdFactory, free_port
+from tests.fixtures.truth import (
+    acceptance_length,
+    measured_truth,
+    output_tok_s,
+    sglang_log_truth,
+    tpot_ms_median,
+    vllm_log_truth,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -125,103 +133,6 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
-# -- ground truth ---------------------------------------------------------------------------
-
-
-def measured_truth(truth: dict[str, Any], records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The simulator's records of the measured requests.
-
-    The load generator sends its warm-up requests first and waits for them; the simulator
-    knows nothing of that (only SGLang's own start-up request is flagged), so the measured ones
-    are the client's requests after the first ``warmup`` by arrival. Cross-checked against the
-    client's records (same prompt and output token counts, arrival next to the send time).
-    """
-    served = sorted(
-        (r for r in truth["requests"] if not r["warmup"]), key=lambda r: r["arrival_time"]
-    )
-    assert len(served) == len(records), "the simulator served another number of requests"
-    warm = sum(1 for r in records if r["warmup"])
-    measured, sent = served[warm:], [r for r in records if not r["warmup"]]
-    if warm:
-        assert max(r["finish_time"] for r in served[:warm]) <= min(
-            r["arrival_time"] for r in measured
-        ), "warm-up overlapped the measured requests"
-    assert sorted((r["prompt_tokens"], r["output_tokens"]) for r in measured) == sorted(
-        (r["prompt_tokens"], r["output_tokens"]) for r in sent
-    )
-    starts = sorted(r["start_wall"] for r in sent)
-    arrivals = sorted(r["arrival_time"] for r in measured)
-    assert max(abs(a - s) for a, s in zip(arrivals, starts, strict=True)) < 0.1
-    return measured
-
-
-def decode_steps(truth: dict[str, Any]) -> list[tuple[float, int]]:
-    """Every (request, decode step) the engine ran since it started, in order: (time,
-    accepted draft tokens). A request's first chunk is its prefill token; each later chunk is
-    one decode step carrying 1 + accepted tokens. Steps of one batch share their time."""
-    steps = []
-    for order, req in enumerate(truth["requests"]):
-        for t, tokens in zip(req["chunk_times"][1:], req["chunk_tokens"][1:], strict=True):
-            steps.append((t, order, tokens - 1))
-    steps.sort()
-    return [(t, accepted) for t, _, accepted in steps]
-
-
-def acceptance_of(accepted: list[int], positions: int) -> tuple[float, list[float]]:
-    """(acceptance length, per-position rates) of decode steps with these accepted counts.
-    Acceptance is sequential: a step that accepted ``a`` drafts accepted positions 0..a-1."""
-    n = len(accepted)
-    per_pos = [sum(1 for a in accepted if a > i) / n for i in range(positions)]
-    return 1 + sum(accepted) / n, per_pos
-
-
-def vllm_log_truth(
-    truth: dict[str, Any], events: list[dict[str, Any]], lines: list[int], positions: int
-) -> tuple[float, list[float]]:
-    """Truth over the stats intervals of the SpecDecoding lines the log figure was read from.
-
-    Each line reports the drafts since the previous one, so the drafts printed before the
-    window locate its first step among all the engine's steps; its lines' drafts, how many
-    steps it covers. The accepted counts are then the simulator's, not the log's.
-    """
-    spec = [e for e in events if e["kind"] == "spec_decode"]
-    for e in spec:
-        assert e["drafted_tokens"] % positions == 0, e
-    first, last = lines
-    before = sum(e["drafted_tokens"] for e in spec if e["line_no"] < first) // positions
-    inside = sum(e["drafted_tokens"] for e in spec if first <= e["line_no"] <= last) // positions
-    assert inside > 0, "no SpecDecoding line in the measured window"
-    steps = decode_steps(truth)
-    assert before + inside <= len(steps)
-    return acceptance_of([a for _, a in steps[before : before + inside]], positions)
-
-
-def sglang_log_truth(
-    truth: dict[str, Any], events: list[dict[str, Any]], lines: list[int], interval: int
-) -> float:
-    """Truth of the mean ``accept len`` of the Decode batch lines the log figure used.
-
-    SGLang prints the k-th decode line after exactly ``k * interval`` decode batches since
-    start (its own warm-up request included), each line over the last ``interval`` batches.
-    """
-    batches: list[list[int]] = []
-    last_time = None
-    for t, accepted in decode_steps(truth):
-        if t != last_time:
-            batches.append([])
-            last_time = t
-        batches[-1].append(accepted)
-    decode = [e for e in events if e["kind"] == "decode_batch"]
-    values = []
-    for k, event in enumerate(decode):
-        if lines[0] <= event["line_no"] <= lines[1] and event["accept_length"] is not None:
-            covered = [a for batch in batches[k * interval : (k + 1) * interval] for a in batch]
-            assert len(batches) >= (k + 1) * interval, "a decode line the simulator never ran"
-            values.append(1 + sum(covered) / len(covered))
-    assert values, "no Decode batch line in the measured window"
-    return statistics.fmean(values)
-
-
 def close(measured: float | None, expected: float, what: str, rel: float = REL) -> None:
     assert measured is not None, f"{what}: not measured"
     assert abs(measured - expected) <= rel * abs(expected), (
@@ -255,14 +166,14 @@ def check_against_truth(outcome: Outcome, run: str, host: str) -> None:
     # output throughput: output tokens / (first measured request sent -> last one finished)
     out_tokens = sum(r["output_tokens"] for r in measured)
     assert req.total_output_tokens == out_tokens
-    window = max(r["last_token_time"] for r in measured) - min(r["arrival_time"] for r in measured)
-    close(req.output_throughput, out_tokens / window, "output throughput")
+    close(req.output_throughput, output_tok_s(measured), "output throughput")
+    close(req.tpot_ms.median, tpot_ms_median(measured), "TPOT median")
 
     # acceptance length, three ways
     positions = truth["profile"]["num_draft_tokens"]
     steps = [r["decode_steps"] for r in measured]
-    accepted = sum(r["num_accepted_tokens"] for r in measured)
-    length = 1 + accepted / sum(steps)
+    length = acceptance_length(measured)
+    assert length is not None
     close(acc.client, length, "acceptance length (client, tokens per chunk)")
     assert acc.client == pytest.approx(length, rel=1e-9)  # one SSE chunk per step, exactly
     close(acc.prometheus, length, "acceptance length (prometheus)")
@@ -425,7 +336,7 @@ def test_every_summary_is_a_run_result_with_vllm_bench_keys(embedded_e2e: Outcom
     for path in paths:
         raw = read_json(path)
         result = RunResult.load(path)
-        assert raw["schema_version"] == result.schema_version == 2
+        assert raw["schema_version"] == result.schema_version == 3
         assert RunResult.from_json(raw).to_json() == raw  # written exactly as the model says
         if result.error is not None:
             assert not set(VLLM_BENCH_KEYS) & set(raw)  # never measured: no figures to show

@@ -46,6 +46,9 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
     "chat_template_kwargs": None,
     "warmup": 2,
     "seed": 0,
+    "repeat": 1,
+    "noisy_ci": 0.1,
+    "slo": None,
 }
 
 

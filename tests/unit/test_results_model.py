@@ -15,6 +15,7 @@ from orchestrator.metrics.summary import request_stats
 from orchestrator.results.model import (
     VLLM_BENCH_KEYS,
     AcceptanceResult,
+    LoadPoint,
     PrometheusDelta,
     ResultError,
     RunError,
@@ -42,7 +43,8 @@ def test_every_v1_fixture_is_there() -> None:
 
 def test_v1_demo_loads_with_its_manifest() -> None:
     broken = RunResult.load(V1 / "demo" / "vllm-dflash-broken_sim-a6000-2" / "summary.json")
-    assert broken.schema_version == 2 and broken.provenance.migrated_from == 1
+    assert broken.schema_version == 3 and broken.provenance.migrated_from == 1
+    assert broken.point == LoadPoint(kind="concurrency", value=1)
     assert (broken.run.name, broken.run.key, broken.run.order) == (
         "vllm-dflash-broken",
         "vllm-dflash-broken@sim-a6000-2",
@@ -123,8 +125,8 @@ def test_unknown_keys_are_rejected(tmp_path: Path) -> None:
             obj["extra"] = 1
         with pytest.raises(ValueError, match="Extra inputs are not permitted"):
             RunResult.from_json(obj)
-    (tmp_path / "summary.json").write_text(json.dumps({**good, "schema_version": 3}))
-    with pytest.raises(ResultError, match="schema_version 3 was written by a newer orch"):
+    (tmp_path / "summary.json").write_text(json.dumps({**good, "schema_version": 4}))
+    with pytest.raises(ResultError, match="schema_version 4 was written by a newer orch"):
         RunResult.load(tmp_path / "summary.json")
 
 

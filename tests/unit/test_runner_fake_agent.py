@@ -313,13 +313,13 @@ def test_execute_run_fails_the_run_when_the_load_generator_ends_without_a_result
                 job, agent=agent, reconnect=agent.reconnect, registry=registry, observer=observer
             )
 
-    result = asyncio.run(scenario())
+    [result] = asyncio.run(scenario())
     assert result.error is not None
     assert result.error.type == "HostError"
     assert result.error.message == "fake-gpu: the load generator ended without a result"
     phases = observer.phases(job.key)
     assert phases[:2] == [RunPhase.LAUNCHING, RunPhase.LOADING]
-    assert phases[-3:] == [RunPhase.WARM_UP, RunPhase.MEASURING, RunPhase.FAILED]
+    assert phases[-4:] == [RunPhase.WARM_UP, RunPhase.MEASURING, RunPhase.STOPPING, RunPhase.FAILED]
     failed = observer.events[-1]
     assert failed == PhaseChanged(
         job.key, RunPhase.FAILED, reason="the load generator ended without a result"
@@ -367,7 +367,8 @@ def run_job(tmp_path: Path, agent: FakeAgent) -> tuple[Any, RunJob, RecordingObs
                 job, agent=agent, reconnect=agent.reconnect, registry=registry, observer=observer
             )
 
-    return asyncio.run(scenario()), job, observer
+    [result] = asyncio.run(scenario())
+    return result, job, observer
 
 
 def test_a_connection_dropped_while_measuring_measures_again_from_a_fresh_warm_up(

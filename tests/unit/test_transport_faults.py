@@ -205,7 +205,7 @@ def test_a_failed_stop_is_told_and_recorded_beside_the_runs_own_error(tmp_path: 
                 job, agent=agent, reconnect=agent.reconnect, registry=registry, observer=observer
             )
 
-    result = asyncio.run(scenario())
+    [result] = asyncio.run(scenario())
     assert result.error is not None and "without a result" in result.error.message
     [warning] = [w for w in result.warnings if "may still be running" in w]
     assert "run 'r1' (run id r1-id, port 8000) may still be running on fake-gpu" in warning

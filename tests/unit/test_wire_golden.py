@@ -309,12 +309,14 @@ def test_the_real_agent_answers_every_verb_within_the_contract(tmp_path: Path) -
             "model": "m",
             "num_prompts": 1,
             "prompts": {"kind": "list", "items": ["hi"]},
+            "cache_reset": {"path": "/flush_cache", "timeout_s": 5},
         },
     )
     assert loadgen.failed == 1 and [type(e).__name__ for e in events] == [
         "PhaseEvent",
         "RequestRecord",
     ]
+    assert loadgen.cache_reset.startswith("failed: POST /flush_cache: ClientConnectorError")
     _, error = run_in_process(tmp_path, "tail", {"workdir": workdir, "run_id": "none"})[-1]
     assert isinstance(error, ErrorEvent) and error.kind is ErrorKind.NOT_FOUND
 

@@ -1,0 +1,202 @@
+"""Service-level targets: ``ttft_ms_p99 <= 2000``, ``tpot_ms_median <= 50``, ``output_tok_s >= 900``.
+
+A target names a figure of a measurement's request statistics and a bound. The names are the
+columns users see in tables (``<latency>_ms_<statistic>``), so what a playbook writes is what a
+report shows.
+
+Goodput follows ``vllm bench serve --goodput``: a latency target, whatever its statistic,
+becomes the same bound on every request's own value (``ttft_ms_p99 <= 2000`` -> each request's
+TTFT <= 2000 ms), and goodput is the measured requests that completed and met every such bound,
+per second of the measured window. Throughput targets bound the run, not a request, so they do
+not enter goodput. A request's own values (ms), as ``orchestrator.metrics.summary`` defines them:
+
+- ttft, e2el: the record's;
+- tpot: (e2el - ttft) / (output_tokens - 1); 0 for a one-token request (nothing after the first
+  token to be late: vLLM counts it as 0 too);
+- itl: the request's mean per-token gap, sum of the gaps between token chunks / tokens after the
+  first chunk (the request's share of ``itl_token_ms``), known only when per-chunk token counts
+  are (``usage``/``tokenizer`` counting); 0 for a one-chunk request.
+
+A completed request whose value for a latency target cannot be known (no per-chunk counts for
+an itl target, no output token count for tpot) makes goodput unknown (None), never a guess.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    # orchestrator.config.playbook imports this module for the target grammar, and these import
+    # the configuration package back: the functions that need them at run time import them there
+    # (so this module imports first or second, whichever way round).
+    from orchestrator.loadgen.records import RequestRecord
+    from orchestrator.metrics.summary import RequestStats, Stats
+    from orchestrator.results.model import SloResult
+
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+STATISTICS = ("mean", "median", "p90", "p99")
+THROUGHPUTS = ("output_tok_s", "request_throughput")
+METRICS = tuple(f"{lat}_ms_{stat}" for lat in LATENCIES for stat in STATISTICS) + THROUGHPUTS
+
+_TARGET = re.compile(r"\s*([A-Za-z0-9_]+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*")
+
+
+@dataclass(frozen=True)
+class SloTarget:
+    metric: str
+    op: Literal["<=", ">="]
+    bound: float
+
+    def __str__(self) -> str:
+        return f"{self.metric} {self.op} {_number(self.bound)}"
+
+    @property
+    def latency(self) -> str | None:
+        """``ttft``, ``tpot``, ``itl`` or ``e2el`` for a latency target (a per-request bound for
+        goodput); None for a throughput target."""
+        head = self.metric.split("_ms_", 1)[0]
+        return head if head in LATENCIES and "_ms_" in self.metric else None
+
+    def met_by(self, value: float) -> bool:
+        return value <= self.bound if self.op == "<=" else value >= self.bound
+
+
+def _number(x: float) -> str:
+    """``2000``, ``0.5``, ``1234567``: every digit kept (``:g`` would print 1.23457e+06)."""
+    return str(int(x)) if x.is_integer() and abs(x) < 1e16 else repr(x)
+
+
+def parse_target(text: str) -> SloTarget:
+    """``"ttft_ms_p99 <= 2000"`` as a target; ValueError with what to write instead."""
+    from orchestrator.config.errors import did_you_mean
+
+    found = _TARGET.fullmatch(text)
+    if found is None:
+        raise ValueError(
+            f"SLO target {text!r} is not '<metric> <= <number>' or '<metric> >= <number>'"
+        )
+    metric, op, number = found.groups()
+    if metric not in METRICS:
+        raise ValueError(
+            f"SLO target {text!r}: unknown metric {metric!r}{did_you_mean(metric, list(METRICS))}"
+            f" (latencies: {{ttft,tpot,itl,e2el}}_ms_{{mean,median,p90,p99}}; throughputs:"
+            f" {', '.join(THROUGHPUTS)})"
+        )
+    try:
+        bound = float(number)
+    except ValueError:
+        raise ValueError(f"SLO target {text!r}: {number!r} is not a number") from None
+    lower_is_better = metric not in THROUGHPUTS
+    if (op == "<=") != lower_is_better:
+        want = "<=" if lower_is_better else ">="
+        raise ValueError(f"SLO target {text!r}: {metric} is bounded with {want}")
+    if bound <= 0:
+        raise ValueError(f"SLO target {text!r}: the bound must be positive")
+    return SloTarget(metric, "<=" if op == "<=" else ">=", bound)
+
+
+_LATENCY_STATS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_token_ms", "e2el": "e2el_ms"}
+_THROUGHPUT_FIELDS = {
+    "output_tok_s": "output_throughput",
+    "request_throughput": "request_throughput",
+}
+
+
+def figure(target: SloTarget, stats: RequestStats) -> float | None:
+    """The measured figure ``target`` bounds; None when the measurement has none (no completed
+    request, no per-chunk token counts for itl, an empty window for a throughput)."""
+    if target.metric in _THROUGHPUT_FIELDS:
+        value: float | None = getattr(stats, _THROUGHPUT_FIELDS[target.metric])
+        return value
+    latency, statistic = target.metric.split("_ms_", 1)
+    dist: Stats = getattr(stats, _LATENCY_STATS[latency])
+    found: float | None = getattr(dist, statistic)
+    return found
+
+
+def request_value(latency: str, record: RequestRecord) -> float | None:
+    """One request's own ``ttft``/``tpot``/``itl``/``e2el`` in ms (see the module docstring);
+    None for a failed request or one whose value cannot be known."""
+    from orchestrator.metrics.summary import PER_CHUNK_COUNTS
+
+    if latency not in _LATENCY_STATS:
+        raise ValueError(f"unknown latency {latency!r}: one of {', '.join(LATENCIES)}")
+    if not record.ok or record.ttft is None or record.e2el is None:
+        return None
+    if latency == "ttft":
+        return record.ttft * 1000.0
+    if latency == "e2el":
+        return record.e2el * 1000.0
+    span = max(0.0, record.e2el - record.ttft)
+    if latency == "tpot":
+        n = record.output_tokens
+        if n is None:
+            return None
+        return span / (n - 1) * 1000.0 if n > 1 else 0.0
+    chunks = record.chunks
+    if len(chunks) < 2:
+        return 0.0  # no gap between token chunks to be late
+    if record.token_count_method not in PER_CHUNK_COUNTS:
+        return None
+    tokens = sum(c.tokens for c in chunks[1:])
+    gaps = chunks[-1].t - chunks[0].t  # the sum of the gaps between consecutive chunks
+    return gaps / tokens * 1000.0 if tokens > 0 else None
+
+
+def _meets_all(bounds: Sequence[tuple[str, float]], record: RequestRecord) -> bool | None:
+    """Whether a completed request meets every per-request bound; None when one is unknown."""
+    for latency, bound in bounds:
+        value = request_value(latency, record)
+        if value is None:
+            return None
+        if value > bound:
+            return False
+    return True
+
+
+def _goodput(
+    targets: Sequence[SloTarget], records: Sequence[RequestRecord], window_s: float
+) -> tuple[float | None, float | None]:
+    """(goodput req/s, fraction of the measured requests); None where it cannot be known."""
+    measured = [r for r in records if not r.warmup]
+    if not measured:
+        return None, None
+    bounds = [(t.latency, t.bound) for t in targets if t.latency is not None]
+    good = 0
+    for record in measured:
+        if not record.ok:
+            continue  # a failed request never meets a target
+        meets = _meets_all(bounds, record)
+        if meets is None:
+            return None, None
+        if meets:
+            good += 1
+    goodput = good / window_s if window_s > 0 else None
+    return goodput, good / len(measured)
+
+
+def evaluate(
+    targets: Sequence[SloTarget],
+    stats: RequestStats | None,
+    records: Sequence[RequestRecord],
+    window_s: float,
+) -> SloResult:
+    """The targets at one measurement: a check per target (an unmeasured figure is not met),
+    met when every check is, and goodput over ``window_s`` (the measured window, seconds)."""
+    from orchestrator.results.model import SloCheck, SloResult
+
+    checks = []
+    for target in targets:
+        value = None if stats is None else figure(target, stats)
+        met = value is not None and target.met_by(value)
+        checks.append(SloCheck(target=str(target), value=value, met=met))
+    goodput, fraction = _goodput(targets, records, window_s)
+    return SloResult(
+        checks=checks,
+        met=all(c.met for c in checks),
+        goodput=goodput,
+        goodput_fraction=fraction,
+    )
