@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from rich.console import Console
+from rich.console import Console, Group, RenderableType
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -28,6 +28,8 @@ from orchestrator.commands.progress import (
     LatestAcceptance,
     LiveThroughput,
     PhaseChanged,
+    PointDone,
+    PointStarted,
     RequestsDone,
     RunAdded,
     RunEvent,
@@ -52,10 +54,48 @@ class RunRow:
     acceptance: float | None = None
     since: float = field(default_factory=time.monotonic)
     last_progress: float = 0.0  # when the last plain progress line was printed
+    point: str | None = None  # the sweep point under way ("c=8 #2")
 
     @property
     def phase_text(self) -> str:
-        return phase_text(self.phase, self.reason)
+        text = phase_text(self.phase, self.reason)
+        return f"{text} ({self.point})" if self.point and self.phase.under_way else text
+
+
+@dataclass
+class HostProgress:
+    """A host's measurements: done of total over all its runs, and when the first began."""
+
+    total: int = 0
+    done: int = 0
+    first_at: float | None = None
+    done_at_first: int = 0  # measurements an earlier session kept, not timed here
+
+    def left_s(self, now: float) -> float | None:
+        """Time left at the pace of the measurements made so far (None before one ended)."""
+        made = self.done - self.done_at_first
+        if self.first_at is None or made <= 0:
+            return None
+        return (now - self.first_at) / made * max(0, self.total - self.done)
+
+
+def progress_bar(done: int, total: int, width: int = 20) -> str:
+    filled = 0 if total <= 0 else min(width, round(width * done / total))
+    return "#" * filled + "-" * (width - filled)
+
+
+def duration_text(seconds: float) -> str:
+    minutes, secs = divmod(round(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+def host_line(host: str, progress: HostProgress, now: float) -> str:
+    """``sim-a6000-1 [########------------] 7/20 points, ~1m20s left``"""
+    left = progress.left_s(now)
+    tail = "" if left is None else f", ~{duration_text(left)} left"
+    bar = progress_bar(progress.done, progress.total)
+    return f"{host} [{bar}] {progress.done}/{progress.total} points{tail}"
 
 
 def phase_text(phase: RunPhase, reason: str | None) -> str:
@@ -101,6 +141,7 @@ class Display:
     ) -> None:
         self.console = console
         self.rows: dict[str, RunRow] = {}
+        self.hosts: dict[str, HostProgress] = {}
         self.live_enabled = console.is_terminal if live is None else live
         self.progress_every_s = progress_every_s
         self.clock = clock
@@ -111,6 +152,15 @@ class Display:
             self.rows[event.key] = RunRow(
                 run=event.run, host=event.host, total=event.total, since=self.clock()
             )
+            host = self.hosts.setdefault(event.host, HostProgress())
+            host.total += event.points
+            host.done += event.kept
+            host.done_at_first += event.kept
+        elif isinstance(event, PointStarted):
+            self._point(event)
+        elif isinstance(event, PointDone):
+            self.hosts.setdefault(event.host, HostProgress()).done += 1
+            self.refresh()
         elif isinstance(event, PhaseChanged):
             self._phase(self.rows[event.key], event.phase, event.reason)
         elif isinstance(event, RequestsDone):
@@ -142,6 +192,22 @@ class Display:
             if event.hint:
                 self.console.print(f"  {escape(event.hint)}", soft_wrap=True)
 
+    def _point(self, event: PointStarted) -> None:
+        row = self.rows[event.key]
+        row.point, row.done, row.failed, row.tok_s = event.label, 0, 0, None
+        host = self.hosts.setdefault(event.host, HostProgress())
+        now = self.clock()
+        if host.first_at is None:
+            host.first_at = now
+        host.total = max(host.total, host.done + event.total - event.done)
+        if not self.live_enabled and host.total > 1:
+            self.console.print(
+                f"[bold]{escape(row.host)}[/] {escape(row.run)}: {escape(event.label)} "
+                f"({escape(host_line(event.host, host, now))})",
+                highlight=False,
+            )
+        self.refresh()
+
     def _phase(self, row: RunRow, phase: RunPhase, reason: str | None) -> None:
         if (phase, reason) == (row.phase, row.reason):
             self.refresh()
@@ -167,7 +233,15 @@ class Display:
 
     def refresh(self) -> None:
         if self._live is not None:
-            self._live.update(self.table())
+            self._live.update(self.renderable())
+
+    def renderable(self) -> RenderableType:
+        """The runs' table, then a progress bar per host when a host has a sweep."""
+        if not any(h.total > 1 for h in self.hosts.values()):
+            return self.table()
+        now = self.clock()
+        lines = [escape(host_line(name, h, now)) for name, h in self.hosts.items()]
+        return Group(self.table(), *lines)
 
     def table(self) -> Table:
         table = Table(box=None, pad_edge=False)
@@ -193,14 +267,14 @@ class Display:
         """Start the live table (on a terminal)."""
         if self.live_enabled and self._live is None:
             self._live = Live(
-                self.table(), console=self.console, refresh_per_second=4, transient=False
+                self.renderable(), console=self.console, refresh_per_second=4, transient=False
             )
             self._live.__enter__()
 
     def close(self) -> None:
         """Stop the live table, leaving its last state on screen (and the cursor visible)."""
         if self._live is not None:
-            self._live.update(self.table())
+            self._live.update(self.renderable())
             self._live.__exit__(None, None, None)
             self._live = None
 

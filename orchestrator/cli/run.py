@@ -361,11 +361,15 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
     table = Table(
         title=f"results: {outcome.results_dir}", title_justify="left", box=box.SIMPLE_HEAD
     )
+    sweep = any(
+        r.point is not None and (r.point.index or r.point.repeats > 1) for r in outcome.results
+    )
     for col in (
         "run",
         "host",
         "engine",
         "method",
+        *(("load",) if sweep else ()),
         "done",
         "failed",
         "out tok/s",
@@ -383,6 +387,7 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
             escape(r.run.host),
             escape(r.settings.engine),
             escape(r.settings.speculative.method),
+            *((escape(point_label(r)),) if sweep else ()),
             str(req.completed if req else 0),
             str(req.failed if req else 0),
             _fmt(req.output_throughput if req else None),
@@ -390,28 +395,69 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
             _fmt(req.ttft_ms.median if req else None),
             _fmt(req.tpot_ms.median if req else None, ".2f"),
             _fmt(acc.length if acc else None, ".2f"),
-            VERDICTS[r.verdict],
+            "not run" if r.not_run else VERDICTS[r.verdict],
         )
     out.print(table)
     out.print(
         "[dim]decode tok/s, TTFT and TPOT: medians over requests; accept: acceptance length "
         "(tokens per step)[/]"
     )
+    _render_not_run(outcome.results)
     for r in outcome.results:
-        _render_error(r)
-    for r in outcome.results:
-        _render_collapse(r)
+        if not r.not_run:
+            _render_error(r)
+    collapsed: set[str] = set()
+    for r in outcome.results:  # a sweep's collapse once per run: every point shows it
+        if r.collapse is not None and r.run.key not in collapsed:
+            collapsed.add(r.run.key)
+            _render_collapse(r)
+    changes: set[tuple[str, str]] = set()
     for r in outcome.results:
         for change in r.engine_changes:
-            out.print(f"[yellow]{escape(r.run.name)}: {escape(change.message)}[/]")
-        for warning in r.warnings:
-            out.print(
-                f"[yellow]warning: {escape(r.run.name)} on {escape(r.run.host)}: "
-                f"{escape(warning)}[/]"
-            )
+            if (r.run.key, change.message) not in changes:
+                changes.add((r.run.key, change.message))
+                out.print(f"[yellow]{escape(r.run.name)}: {escape(change.message)}[/]")
+    for (name, host), warning, points in grouped_warnings(outcome.results):
+        where = f" (at {', '.join(points)})" if points else ""
+        out.print(
+            f"[yellow]warning: {escape(name)} on {escape(host)}{escape(where)}: "
+            f"{escape(warning)}[/]"
+        )
     out.print(f"summary: {outcome.csv_path}")
     if outcome.plot_path:
         out.print(f"plot:    {outcome.plot_path}")
+
+
+def point_label(r: RunResult) -> str:
+    """``c=8 #2``: the load point, and the repeat when there are several."""
+    if r.point is None:
+        return "-"
+    return r.point.label + (f" #{r.point.repeat}" if r.point.repeats > 1 else "")
+
+
+def grouped_warnings(
+    results: Sequence[RunResult],
+) -> list[tuple[tuple[str, str], str, list[str]]]:
+    """Each run's warnings once, with the points that gave them when a sweep repeats one."""
+    found: dict[tuple[str, str, str], list[str]] = {}
+    sweeps = {r.run.key for r in results if r.point and (r.point.index or r.point.repeats > 1)}
+    for r in results:
+        for warning in r.warnings:
+            points = found.setdefault((r.run.name, r.run.host, warning), [])
+            if r.run.key in sweeps:
+                points.append(point_label(r))
+    return [((name, host), text, pts) for (name, host, text), pts in found.items()]
+
+
+def _render_not_run(results: Sequence[RunResult]) -> None:
+    """Measurements never made, once per run and cause."""
+    found: dict[tuple[str, str, str], list[str]] = {}
+    for r in results:
+        if r.not_run and r.error is not None:
+            found.setdefault((r.run.name, r.run.host, r.error.message), []).append(point_label(r))
+    for (name, host, why), points in found.items():
+        what = "" if points == ["-"] else f" {len(points)} point(s) ({', '.join(points)})"
+        out.print(f"[bold red]{escape(name)} on {escape(host)}{escape(what)}:[/] {escape(why)}")
 
 
 def _render_error(r: RunResult) -> None:

@@ -65,6 +65,16 @@ class PointStarted:
 
 
 @dataclass(frozen=True)
+class PointDone:
+    """A measurement's result was written (measured, failed or not run)."""
+
+    key: str
+    host: str
+    label: str
+    verdict: str
+
+
+@dataclass(frozen=True)
 class PhaseChanged:
     """``reason``: why a run failed (masked), or the server's readiness state while loading."""
 
@@ -146,6 +156,7 @@ RunEvent = (
     RunAdded
     | PhaseChanged
     | PointStarted
+    | PointDone
     | RequestsDone
     | LiveThroughput
     | LatestAcceptance

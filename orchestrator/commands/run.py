@@ -543,12 +543,12 @@ async def _host_worker(
     gone: str | None = None
     for job in jobs:
         if gone is not None:
-            results[job.key] = not_run_results(job, gone)
+            results[job.key] = not_run_results(job, gone, observer)
             observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=gone))
             continue
         if session.agent is None or session.facts is None:
             error = session.error or OrchError("host not reachable")
-            results[job.key] = failed_result(job, error)
+            results[job.key] = failed_result(job, error, observer)
             observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=error.message))
             gone = f"not run: host {session.host.name} could not be reached ({error.message})"
             continue
@@ -557,7 +557,7 @@ async def _host_worker(
         try:
             agent = await live_agent(pool, session.host, session.agent)
         except OrchError as exc:  # the host is gone: this run fails, the ones left are not run
-            results[job.key] = failed_result(job, exc)
+            results[job.key] = failed_result(job, exc, observer)
             observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=exc.message))
             gone = f"not run: host {session.host.name} was lost during {job.key} ({exc.message})"
             continue

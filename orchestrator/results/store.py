@@ -70,6 +70,15 @@ def _writing(path: Path | str) -> Iterator[None]:
         raise write_error(path, exc) from exc
 
 
+_ASIDE = re.compile(r"\.(interrupted|failed|not-run)-[0-9]+$")
+
+
+def set_aside_name(name: str) -> bool:
+    """Whether ``name`` is a folder ``orch run --resume`` set aside (``03-c8-r2.interrupted-1``):
+    kept for the record, never read as a result."""
+    return _ASIDE.search(name) is not None
+
+
 def safe_name(name: str) -> str:
     """A name safe as a folder and as a host-side run id (letters, digits, ``.``, ``_``, ``-``):
     matrix run names carry ``[``, ``=`` and ``,``."""

@@ -32,7 +32,6 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +42,7 @@ from orchestrator.commands.progress import (
     NullObserver,
     Observer,
     PhaseChanged,
+    PointDone,
     PointStarted,
     RequestsDone,
     RunPhase,
@@ -269,45 +269,27 @@ def _finish(
     logs: tuple[AppendLog, ...],
 ) -> list[RunResult]:
     """Write what the run's end decides: the last measurement's result (with a failed stop in
-    it), a failed start as the first measurement's result, the measurements never made."""
+    it), a failed start as the first measurement's result, the measurements never made; then
+    tell how the run ended."""
     job, state = session.job, session.state
-    told = error is not None  # the failure was told when it happened
-    if not told and session.fail_reason is not None:  # a measurement failed
-        session.phase(RunPhase.FAILED, session.fail_reason)
-        told = True
-    stop_warning: str | None = None
+    failures: list[str] = []  # told once everything is written, in the order they happened
+    if error is None and session.fail_reason is not None:  # a measurement failed
+        failures.append(session.fail_reason)
     if stop_error is not None:  # never swallowed: the run fails, or says so beside its error
-        session.phase(RunPhase.FAILED, mask(stop_error.message, state.secrets))
-        told = True
-        stop_warning = f"{stop_error.message} ({stop_error.hint})"
-        if error is None and session.pending is None:
-            error = run_error(stop_error)
+        failures.append(mask(stop_error.message, state.secrets))
     # a log that lost lines (a full results disk, even in the tail task) fails the run
     lost = next((log.error for log in logs if log.error), None)
-    if lost is not None and not told:
-        session.phase(RunPhase.FAILED, mask(lost.message, state.secrets))
-        told = True
-    if lost is not None and error is None and session.pending is None:
-        error = run_error(lost)
-    pending = session.pending
-    if pending is not None:
-        update: dict[str, Any] = {}
-        if stop_warning is not None or lost is not None:
-            failure = stop_error if stop_error is not None else lost
-            assert failure is not None
-            if pending.result.error is None:
-                update["error"] = run_error(failure)
-        if stop_warning is not None and "error" not in update:
-            update["warnings"] = [*pending.result.warnings, stop_warning]
-        result = pending.result.model_copy(update=update) if update else pending.result
-        result = result.model_copy(
-            update={"times": result.times.model_copy(update={"ended_at": _now_ms()})}
-        )
-        _write_result(session, pending.measurement, result.masked(state.secrets))
+    if lost is not None and not failures and error is None:
+        failures.append(mask(lost.message, state.secrets))
+    failure = stop_error if stop_error is not None else lost
+    if session.pending is not None:
+        _write_last(session, session.pending, failure, stop_error)
         session.pending = None
+    elif failure is not None and error is None:
+        error = run_error(failure)
     unmeasured = [m for m in (left or _left_of(session)) if m.folder not in job.kept]
     if error is not None and unmeasured:
-        first, *rest = unmeasured
+        first, *unmeasured = unmeasured
         result = build_result(
             job,
             state=state,
@@ -317,15 +299,34 @@ def _finish(
             measurement=first,
         )
         _write_result(session, first, result.masked(state.secrets))
-        unmeasured = rest
-        why = f"not run: the run failed before this point ({error.message})"
-        _not_run(session, unmeasured, why)
+        _not_run(
+            session, unmeasured, f"not run: the run failed before this point ({error.message})"
+        )
     elif unmeasured:
         _not_run(session, unmeasured, _why_left(session))
-    if not told and session.results:
+    for reason in failures:
+        session.phase(RunPhase.FAILED, reason)
+    if error is None and not failures and session.results:
         collapse = any(r.collapse for r in session.results)
         session.phase(RunPhase.COLLAPSE if collapse else RunPhase.DONE)
     return _in_order(session)
+
+
+def _write_last(
+    session: _Session, pending: _Pending, failure: OrchError | None, stop_error: OrchError | None
+) -> None:
+    """The last measurement's result, written once the server stopped: a stop that failed (or
+    a log that lost lines) is its error, or a warning beside the error it has."""
+    update: dict[str, Any] = {}
+    if failure is not None and pending.result.error is None:
+        update["error"] = run_error(failure)
+    elif stop_error is not None:
+        update["warnings"] = [
+            *pending.result.warnings,
+            f"{stop_error.message} ({stop_error.hint})",
+        ]
+    result = pending.result.model_copy(update=update) if update else pending.result
+    _write_result(session, pending.measurement, result.masked(session.state.secrets))
 
 
 def _left_of(session: _Session) -> list[Measurement]:
@@ -366,11 +367,6 @@ def _in_order(session: _Session) -> list[RunResult]:
     return sorted(everything, key=key)
 
 
-def _now_ms() -> datetime:
-    t = datetime.now(timezone.utc)
-    return t.replace(microsecond=t.microsecond // 1000 * 1000)
-
-
 def _rel(base: str, m: Measurement) -> str:
     return f"{base}/{m.folder}" if m.folder else base
 
@@ -380,6 +376,9 @@ def _write_result(session: _Session, m: Measurement, result: RunResult) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     write_json(folder / "summary.json", result.to_json())
     session.results.append(result)
+    job = session.job
+    label = result.point.label if result.point else "-"
+    session.observer.on_event(PointDone(job.key, job.plan.host.name, label, result.verdict))
 
 
 async def _sweep(session: _Session) -> list[Measurement]:
@@ -402,7 +401,7 @@ async def _search(session: _Session) -> list[Measurement]:
     w = run.workload
     assert w.slo is not None and w.slo.range is not None
     search = SloSearch(w.sweep_kind, w.slo.range[0], w.slo.range[1], w.slo.max_points)
-    everything = [*session.job.kept.values(), *session.results]
+    everything = _measured(session)
     for written in dict.fromkeys(w.sweep_values):
         met = _met_at(everything, written)
         if met is not None:
@@ -415,11 +414,26 @@ async def _search(session: _Session) -> list[Measurement]:
                 continue
             if not await _measure_one(session, m):
                 return []
-        everything = [*session.job.kept.values(), *session.results]
-        search.record(value, bool(_met_at(everything, value)))
+        search.record(value, bool(_met_at(_measured(session), value)))
         index += 1
     session.search_note = search.explain()
+    write_json(
+        session.job.run_dir / session.job.server_file("slo-search.json"),
+        {
+            "kind": w.sweep_kind,
+            "targets": w.slo.targets,
+            "best": search.best,
+            "explain": search.explain(),
+            "points": [{"value": v, "met": met} for v, met in search.points],
+        },
+    )
     return []
+
+
+def _measured(session: _Session) -> list[RunResult]:
+    """Every result so far: kept by an earlier session, written, and the one not yet written."""
+    pending = [session.pending.result] if session.pending else []
+    return [*session.job.kept.values(), *session.results, *pending]
 
 
 def _met_at(results: list[RunResult], value: float) -> bool | None:
@@ -439,7 +453,8 @@ async def _measure_one(session: _Session, m: Measurement) -> bool:
     session.observer.on_event(
         PointStarted(job.key, job.plan.host.name, label, session.done + len(job.kept), job.total)
     )
-    session.phase(RunPhase.WARM_UP)
+    if not session.warmed:
+        session.phase(RunPhase.WARM_UP)
     state.begin_measurement(AppendLog(folder / "events.jsonl") if m.folder else None)
     requests = AppendLog(folder / "requests.jsonl")
     started = time.time()
@@ -743,19 +758,21 @@ def run_error(exc: OrchError) -> RunError:
     )
 
 
-def failed_result(job: RunJob, error: OrchError) -> list[RunResult]:
+def failed_result(
+    job: RunJob, error: OrchError, observer: Observer | None = None
+) -> list[RunResult]:
     """The results of a run that never started (its host could not be reached): its first
     measurement failed with ``error``, the others not run; masked and written."""
     started = begin_run(job)
     state = LiveState(follower=LogFollower(engine=_engine(job.plan.run)), secrets=run_secrets(job))
-    session = _Session(job, state, NullObserver(), started)
+    session = _Session(job, state, observer or NullObserver(), started)
     return _finish(session, error=run_error(error), stop_error=None, left=[], logs=())
 
 
-def not_run_results(job: RunJob, why: str) -> list[RunResult]:
+def not_run_results(job: RunJob, why: str, observer: Observer | None = None) -> list[RunResult]:
     """Every measurement of ``job`` recorded as not run (its host failed earlier), with why."""
     started = begin_run(job)
     state = LiveState(follower=LogFollower(engine=_engine(job.plan.run)), secrets=run_secrets(job))
-    session = _Session(job, state, NullObserver(), started)
+    session = _Session(job, state, observer or NullObserver(), started)
     _not_run(session, [m for m in job.measurements() if m.folder not in job.kept], why)
     return _in_order(session)

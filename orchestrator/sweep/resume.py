@@ -25,7 +25,7 @@ from pathlib import Path
 
 from orchestrator.errors import OrchError
 from orchestrator.results.model import ResultError, RunResult
-from orchestrator.results.store import write_bytes, write_json
+from orchestrator.results.store import set_aside_name, write_bytes, write_json
 from orchestrator.sweep.points import POINTS_DIR
 
 PLAN_FILE = "plan.json"
@@ -160,7 +160,7 @@ def survey(run_dir: Path, planned: Sequence[str]) -> Found:
     if points.is_dir():
         for child in sorted(points.iterdir()):
             rel = f"{POINTS_DIR}/{child.name}"
-            if child.is_dir() and "." not in child.name and rel not in folders:
+            if child.is_dir() and not set_aside_name(child.name) and rel not in folders:
                 folders.append(rel)
     for rel in folders:
         status, result = status_of(run_dir / rel if rel else run_dir)
