@@ -53,9 +53,9 @@ from orchestrator.runner.preflight import (
     open_hosts,
 )
 from orchestrator.runner.server import ServerRegistry, live_agent, pool_reconnect
+from orchestrator.sweep.points import searched
 from orchestrator.sweep.resume import (
     PLAN_FILE,
-    PLAYBOOK_COPY,
     PlanRecord,
     RunRecord,
     decide,
@@ -78,7 +78,6 @@ class RunPlan:
     plans: list[PlannedLaunch]
     prompts: list[PromptSet]  # one per plan
     record: PlanRecord | None = None
-    playbook_bytes: bytes = b""
     resume_dir: Path | None = None
 
 
@@ -122,15 +121,14 @@ def plan_run(
     only: list[str] | None,
     *,
     force: bool = False,
-    source: Path | None = None,
 ) -> RunPlan:
     """Validate the playbook, place its runs and read their prompt files (no host touched).
 
     ``only``: host names, tags or groups, or run names (shell patterns: ``vllm-*``); a run is
     kept when its host is selected (if any host selector is given) and its name matches (if
-    any run pattern is). ``source``: the original playbook when ``playbook_file`` is a copy.
+    any run pattern is).
     """
-    playbook = load_playbook(playbook_file, source=source)
+    playbook = load_playbook(playbook_file)
     inventory, _ = load_hosts(hosts_file, None)
     host_sel, run_pats = split_only(only or [], inventory, playbook)
     plans = plan_launches(playbook, inventory, host_filter=host_sel or None)
@@ -144,14 +142,14 @@ def plan_run(
     refuse_port_collisions(playbook, plans)
     data = playbook_file.read_bytes()
     record = PlanRecord(
-        playbook=str((source or playbook_file).resolve()),
+        playbook=str(playbook_file.resolve()),
         playbook_sha256=sha256(data),
         hosts_file=str(hosts_file.resolve()),
         only=list(only or []),
         force=force,
         runs=[],
     )
-    return RunPlan(playbook, inventory, plans, load_run_prompts(playbook, plans), record, data)
+    return RunPlan(playbook, inventory, plans, load_run_prompts(playbook, plans), record)
 
 
 def split_only(
@@ -192,14 +190,27 @@ def run_matches(plan: PlannedLaunch, pattern: str) -> bool:
 
 
 def plan_resume(results_dir: Path, hosts_file: Path | None) -> RunPlan:
-    """The plan of an interrupted playbook run, from the plan.json and playbook copy in its
-    folder: the same runs, filter and folders (``hosts_file`` may point elsewhere now)."""
+    """The plan of an interrupted playbook run, from the plan.json in its folder: the same
+    playbook (unchanged since), runs, filter and folders (``hosts_file`` may be another)."""
     record = PlanRecord.read(results_dir)
-    copy = results_dir / PLAYBOOK_COPY
-    if not copy.is_file():
-        raise OrchError(f"{results_dir} has no {PLAYBOOK_COPY}: nothing to resume")
+    playbook = Path(record.playbook)
+    try:
+        data = playbook.read_bytes()
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot read the playbook {playbook} that {results_dir} was run with: "
+            f"{exc.strerror or exc}",
+            hint="resume from where the playbook is, with the file as it was",
+        ) from exc
+    if sha256(data) != record.playbook_sha256:
+        raise ConfigError(
+            f"{playbook} changed since {results_dir.name} began: a resume measures the runs "
+            "that playbook asked for, and it no longer asks for the same ones",
+            file=str(playbook),
+            hint="restore the playbook as it was (git shows it), or start a new run",
+        )
     hosts = hosts_file or Path(record.hosts_file)
-    plan = plan_run(copy, hosts, record.only, force=record.force, source=Path(record.playbook))
+    plan = plan_run(playbook, hosts, record.only, force=record.force)
     missing = [_job_key(p) for p in plan.plans if record.folder_of(_job_key(p)) is None]
     if missing:
         raise OrchError(
@@ -351,17 +362,21 @@ async def run_playbook(
     force: bool = False,
     prompts: Sequence[PromptSet] | None = None,
     record: PlanRecord | None = None,
-    playbook_bytes: bytes = b"",
     resume_dir: Path | None = None,
 ) -> PlaybookOutcome:
     """``prompts``: one per plan, as ``load_run_prompts`` returns (loaded here when None).
-    ``record``: written as plan.json (with the playbook's bytes) so the run can be resumed;
+    ``record``: written as plan.json so the run can be resumed;
     ``resume_dir``: the results folder of an interrupted run to finish instead of a new one."""
     if prompts is None:
         prompts = load_run_prompts(playbook, plans)
     observer.on_event(Connecting(hosts=len({p.host.name for p in plans})))
     sessions = await open_hosts(pool, plans)
     check_requirements(sessions, plans)  # aiohttp, the engine: before any model is loaded
+    if resume_dir is not None and record is not None:
+        # a controller killed outright left its servers up, on their ports and GPUs: stopped
+        # before the doctor looks at those
+        if await stop_leftovers(sessions, leftover_run_ids(resume_dir, record, plans)):
+            sessions = await open_hosts(pool, plans)  # facts as they are now: ports, GPUs
     doctor = await doctor_plans(sessions, plans)
     refused = refused_runs(plans, doctor, force=force)
     if refused:
@@ -378,7 +393,7 @@ async def run_playbook(
         folders = run_folders(keys)
         if record is not None:
             runs = [RunRecord(k, f) for k, f in zip(keys, folders, strict=True)]
-            dataclasses.replace(record, runs=runs).write(results_dir, playbook_bytes)
+            dataclasses.replace(record, runs=runs).write(results_dir)
     jobs = []
     for order, (plan, doc, prompt_set) in enumerate(zip(plans, doctor, prompts, strict=True)):
         key = _job_key(plan)
@@ -395,10 +410,8 @@ async def run_playbook(
         job.manifest = manifest(job, playbook, sessions[plan.host.name], doc)
         jobs.append(job)
     results: dict[str, list[RunResult]] = {}
-    leftovers: dict[str, list[str]] = {}
     if resume_dir is not None:
-        results, leftovers = prepare_resume(jobs)
-        await stop_leftovers(sessions, leftovers)
+        results = prepare_resume(jobs)
     for job in jobs:
         w = job.plan.run.workload
         observer.on_event(
@@ -458,49 +471,63 @@ def fresh_path(path: Path) -> Path:
     return candidate
 
 
-def prepare_resume(
-    jobs: Sequence[RunJob],
-) -> tuple[dict[str, list[RunResult]], dict[str, list[str]]]:
+def leftover_run_ids(
+    results_dir: Path, record: PlanRecord, plans: Sequence[PlannedLaunch]
+) -> dict[str, list[str]]:
+    """Per host, the server run ids the earlier sessions of these runs launched."""
+    out: dict[str, list[str]] = {}
+    for plan in plans:
+        folder = record.folder_of(_job_key(plan))
+        if folder is not None:
+            found = survey(results_dir / folder, [])
+            out.setdefault(plan.host.name, []).extend(found.run_ids)
+    return out
+
+
+def prepare_resume(jobs: Sequence[RunJob]) -> dict[str, list[RunResult]]:
     """Survey each run's folder, set aside what is in the way, and mark what is kept. Returns
-    the results of the runs already complete, and per host the server run ids of the earlier
-    sessions (stopped before anything starts: a controller killed outright left them up)."""
+    the results of the runs already complete."""
     done: dict[str, list[RunResult]] = {}
-    leftovers: dict[str, list[str]] = {}
     for job in jobs:
         planned_folders = [m.folder for m in job.measurements()]
         found = survey(job.run_dir, planned_folders)
         decision = decide(found.statuses, planned_folders, sessions=found.sessions)
-        leftovers.setdefault(job.plan.host.name, []).extend(found.run_ids)
         for rel, status in decision.aside:
             set_aside(job.run_dir, rel, status)
         job.kept = {rel: found.results[rel] for rel in decision.keep}
         job.session = decision.session
-        if decision.complete:
+        search_done = any(job.run_dir.glob("slo-search*.json"))
+        if decision.complete and (search_done or not searched(job.plan.run)):
             done[job.key] = sorted(
                 job.kept.values(),
                 key=lambda r: (r.point.index, r.point.repeat) if r.point else (0, 0),
             )
-    return done, leftovers
+    return done
 
 
-async def stop_run_id(agent: AgentClient, run_id: str, timeout_s: float = 30.0) -> None:
-    """Stop the server ``run_id`` if it still runs (nothing when it is gone)."""
+async def stop_run_id(agent: AgentClient, run_id: str, timeout_s: float = 30.0) -> bool:
+    """Stop the server ``run_id`` if it still runs; whether it was running."""
     spec = StopSpec(workdir=await agent.workdir(), run_id=run_id, timeout_s=timeout_s)
     try:
-        await agent.stop(spec, timeout=timeout_s + 120)
+        result = await agent.stop(spec, timeout=timeout_s + 120)
     except AgentError as exc:
         if exc.kind is not ErrorKind.NOT_FOUND:
             raise
+        return False
+    return any(outcome.was_running for outcome in result.stopped)
 
 
-async def stop_leftovers(sessions: dict[str, HostSession], leftovers: dict[str, list[str]]) -> None:
-    """Stop the servers an interrupted session of these runs may have left running."""
+async def stop_leftovers(sessions: dict[str, HostSession], leftovers: dict[str, list[str]]) -> int:
+    """Stop the servers an interrupted session of these runs may have left running; how many
+    were still running."""
+    stopped = 0
     for host, run_ids in leftovers.items():
         session = sessions.get(host)
         if session is None or session.agent is None:
             continue
         for run_id in run_ids:
-            await stop_run_id(session.agent, run_id)
+            stopped += await stop_run_id(session.agent, run_id)
+    return stopped
 
 
 def results_write_stopped(
@@ -584,6 +611,5 @@ async def run(
             force=force,
             prompts=plan.prompts,
             record=plan.record,
-            playbook_bytes=plan.playbook_bytes,
             resume_dir=plan.resume_dir,
         )

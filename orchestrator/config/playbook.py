@@ -646,11 +646,9 @@ def _closed_loop_default(defaults: Node | None, run: Node) -> bool:
     )
 
 
-def load_playbook(path: str | Path, *, source: Path | None = None) -> Playbook:
-    """``source``: where the playbook was written, when ``path`` is a copy of it (a results
-    folder's, on resume): prompt files are found, and git asked, next to the original."""
+def load_playbook(path: str | Path) -> Playbook:
     doc = load_yaml(path)
-    context = {"base_dir": (source or Path(path)).resolve().parent}
+    context = {"base_dir": Path(path).resolve().parent}
     head = validate(_PlaybookHead, doc.data, doc, doc.root, context=context)
     defaults = child(doc.root, "defaults")
     runs_node = child(doc.root, "runs")
@@ -682,7 +680,7 @@ def load_playbook(path: str | Path, *, source: Path | None = None) -> Playbook:
         defaults=head.defaults,
         runs=runs,
     )
-    playbook._source_path = source or Path(path)
+    playbook._source_path = Path(path)
     playbook._doc = doc
     playbook._run_nodes = nodes
     playbook._context = context

@@ -1,9 +1,10 @@
 """What ``orch run --resume RESULTS_DIR`` keeps, measures again and sets aside.
 
-A playbook run writes ``plan.json`` (which playbook, which hosts file and filter, which folder
-each run got) and a byte copy of its playbook into its results folder when it starts. Resuming
-reads them back, so the same runs land in the same folders whatever happened to the playbook
-file since.
+A playbook run writes ``plan.json`` (which playbook and its SHA-256, which hosts file and
+filter, which folder each run got) into its results folder when it starts. Resuming reads it
+back and runs the same playbook, refused if the file changed since (its runs would not be the
+ones measured), so the same runs land in the same folders. No copy of the playbook is kept: it
+may hold literal secrets (an ``--api-key`` in extra_args), which never go into results.
 
 Per run folder: a measurement whose ``summary.json`` holds a result without an error is kept
 (collapses included: they are measurements). Anything else that is in the way of measuring
@@ -25,11 +26,10 @@ from pathlib import Path
 
 from orchestrator.errors import OrchError
 from orchestrator.results.model import ResultError, RunResult
-from orchestrator.results.store import set_aside_name, write_bytes, write_json
+from orchestrator.results.store import set_aside_name, write_json
 from orchestrator.sweep.points import POINTS_DIR
 
 PLAN_FILE = "plan.json"
-PLAYBOOK_COPY = "playbook.yaml"
 PLAN_VERSION = 1
 
 
@@ -84,8 +84,7 @@ class PlanRecord:
             raise OrchError(f"{path}: plan version {record.version} is not {PLAN_VERSION}")
         return record
 
-    def write(self, results_dir: Path, playbook_bytes: bytes) -> None:
-        write_bytes(results_dir / PLAYBOOK_COPY, playbook_bytes)
+    def write(self, results_dir: Path) -> None:
         write_json(results_dir / PLAN_FILE, asdict(self))
 
 
