@@ -16,7 +16,7 @@ hands those to matplotlib.
 from __future__ import annotations
 
 import io
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,19 +66,28 @@ def engine_display_name(engine: str) -> str:
         return engine
 
 
-def configuration_label(result: RunResult) -> str:
+def method_label(engine: str, method: str) -> str:
     """ "vLLM DFlash", "SGLang MTP", "vLLM (no speculation)": the legend's words for a colour."""
-    engine = engine_display_name(result.settings.engine)
-    method = result.settings.speculative.method
+    name = engine_display_name(engine)
     if method == "none":
-        return f"{engine} (no speculation)"
-    return f"{engine} {display_name(method)}"
+        return f"{name} (no speculation)"
+    return f"{name} {display_name(method)}"
+
+
+def configuration_label(result: RunResult) -> str:
+    return method_label(result.settings.engine, result.settings.speculative.method)
+
+
+def palette(configurations: Iterable[str]) -> dict[str, str]:
+    """Configuration ("vllm dflash") -> colour, in order of first appearance (the palette
+    repeats past eight): the one mapping every figure of a report or a compare uses."""
+    configs = dict.fromkeys(configurations)
+    return {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(configs)}
 
 
 def configuration_colors(results: Sequence[RunResult]) -> dict[str, str]:
     """Configuration -> colour, in order of first appearance (the palette repeats past eight)."""
-    configs = dict.fromkeys(r.settings.configuration for r in results)
-    return {c: PALETTE[i % len(PALETTE)] for i, c in enumerate(configs)}
+    return palette(r.settings.configuration for r in results)
 
 
 def run_label(name: str, host: str) -> str:

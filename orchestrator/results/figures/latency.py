@@ -1,0 +1,159 @@
+"""Latency distributions at one load point: empirical CDFs, one per configuration.
+
+A percentile in a table hides the shape; the CDF shows whether a configuration is uniformly
+faster or trades a better median for a longer tail. The samples come from a point's
+``requests.jsonl`` (``request_latencies``), computed by the definitions of
+``orchestrator.metrics.summary``, so the curve's median is the table's median.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy
+
+from orchestrator.errors import OrchError
+from orchestrator.loadgen.records import RequestRecord
+from orchestrator.metrics.summary import PER_CHUNK_COUNTS
+from orchestrator.remote.wire import WireError
+from orchestrator.results.figures.style import keyed_series, legend, pyplot, title
+from orchestrator.results.figures.style import png as to_png
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+GUIDES = (0.5, 0.9, 0.99)
+LOG_SPAN = 50.0  # values spread wider than this factor: log x axis
+
+
+def read_records(path: Path) -> list[RequestRecord]:
+    """A requests.jsonl's records; OrchError naming the file and line for one that is not."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise OrchError(f"{path}: cannot read: {exc.strerror}", hint=_HINT) from exc
+    records = []
+    for n, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            records.append(RequestRecord.from_json(json.loads(line)))
+        except (ValueError, WireError) as exc:  # JSONDecodeError is a ValueError
+            raise OrchError(f"{path}:{n}: not a request record: {exc}", hint=_HINT) from exc
+    return records
+
+
+_HINT = "requests.jsonl files are written by `orch run`, one request per line"
+
+
+def request_latencies(records_path: Path | str) -> dict[str, list[float]]:
+    """The measured (warm-up left out), completed requests' latencies in ms, as
+    ``metrics.summary.request_stats`` defines them: ``ttft_ms`` and ``e2el_ms`` per request,
+    ``tpot_ms`` per request with more than one token, ``itl_ms`` per token (a chunk's gap
+    split over its tokens, only where per-chunk token counts are known)."""
+    done = [r for r in read_records(Path(records_path)) if not r.warmup and r.ok]
+    out: dict[str, list[float]] = {"ttft_ms": [], "itl_ms": [], "tpot_ms": [], "e2el_ms": []}
+    for r in done:
+        if r.ttft is not None:
+            out["ttft_ms"].append(r.ttft * 1000.0)
+        if r.e2el is not None:
+            out["e2el_ms"].append(r.e2el * 1000.0)
+        n, span = r.output_tokens or 0, (r.e2el or 0.0) - (r.ttft or 0.0)
+        if n > 1 and span > 0:
+            out["tpot_ms"].append(span / (n - 1) * 1000.0)
+        if r.token_count_method in PER_CHUNK_COUNTS:
+            c = r.chunks
+            for i in range(1, len(c)):
+                gap, k = c[i].t - c[i - 1].t, c[i].tokens
+                out["itl_ms"].extend([gap / k * 1000.0] * k)
+    return out
+
+
+def ecdf(values: Sequence[float]) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """(x, y) of the empirical CDF as a step line from (min, 0): y = share of values <= x."""
+    xs = numpy.sort(numpy.array([v for v in values if not math.isnan(v)], dtype=float))
+    if not len(xs):
+        return xs, xs
+    ys = numpy.arange(1, len(xs) + 1) / len(xs)
+    return numpy.concatenate([xs[:1], xs]), numpy.concatenate([[0.0], ys])
+
+
+def cdf_figure(
+    samples: Mapping[str, Sequence[float]],
+    *,
+    metric: str = "TTFT",
+    unit: str = "ms",
+    point_label: str = "c=8",
+    setup: str = "",
+    colors: Mapping[str, str] | None = None,
+) -> Figure:
+    """The figure (the caller closes it). ``samples`` keys: a configuration ("vllm dflash"), or
+    "<configuration> · <folder label>" in a compare; ``setup``: ``style.setup_line(frame)``."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(9.0, 5.6), layout="constrained")
+    series = keyed_series(list(samples), colors)
+    drawn, empty = [], []
+    for s in series:
+        xs, ys = ecdf(samples[s.key])
+        if not len(xs):
+            empty.append(s.label)
+            continue
+        ax.plot(
+            xs,
+            ys,
+            drawstyle="steps-post",
+            color=s.color,
+            linestyle=s.linestyle,
+            linewidth=1.5,
+            gid=f"cdf:{s.label}",
+        )
+        drawn.append(s)
+    _axes(ax, [x for s in drawn for x in samples[s.key]], metric, unit)
+    legend(fig, drawn)
+    stat = "empirical CDF over the measured, completed requests"
+    stat += f"; no samples: {', '.join(empty)}" if empty else ""
+    fig.suptitle(title(f"{metric} distribution at {point_label}", setup, stat))
+    return fig
+
+
+def _axes(ax: Any, values: Sequence[float], metric: str, unit: str) -> None:
+    positive = [v for v in values if v > 0]
+    log = bool(positive) and max(positive) / min(positive) > LOG_SPAN
+    if log:
+        ax.set_xscale("log")
+    for q in GUIDES:
+        ax.axhline(q, color="grey", linestyle=":", linewidth=0.7)
+        ax.annotate(
+            f"p{100 * q:g}",
+            (1.0, q),
+            xycoords=("axes fraction", "data"),
+            xytext=(2, 0),
+            textcoords="offset points",
+            fontsize=7,
+            va="center",
+        )
+    ax.set_xlabel(f"{metric} ({unit}{', log scale' if log else ''})")
+    ax.set_ylabel("share of values ≤ x")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+
+
+def cdf_plot(
+    samples: Mapping[str, Sequence[float]],
+    *,
+    metric: str = "TTFT",
+    unit: str = "ms",
+    point_label: str = "c=8",
+    setup: str = "",
+    colors: Mapping[str, str] | None = None,
+) -> bytes:
+    """PNG bytes of ``cdf_figure``."""
+    return to_png(
+        cdf_figure(
+            samples, metric=metric, unit=unit, point_label=point_label, setup=setup, colors=colors
+        )
+    )
