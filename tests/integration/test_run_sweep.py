@@ -25,7 +25,7 @@ from tests.fixtures.procs import kill_tree, pids_with_env
 from tests.fixtures.sshd import free_port
 from tests.fixtures.truth import PointTruth, point_truth
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
 
 DATA = Path(__file__).parent / "data"
 REL = 0.05  # issue 10: measured points and fronts vs the simulator's ground truth
