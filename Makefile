@@ -1,6 +1,7 @@
 # orch: two commands to get going.  `make demo` runs the demo playbook on the embedded hosts,
 # `make test` runs what CI runs: the linter, the type checker, then the whole test suite
-# (installing openssh-server when it is missing).  `make pytest` runs the tests alone.
+# (installing openssh-server and chromium when they are missing).  `make pytest` runs the tests
+# alone; `make screenshot RESULTS=results/<stamp>-sweep-demo` redraws docs/report.png.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -9,7 +10,10 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 # server starts once.  PYTEST_JOBS=0 runs in this process (e.g. for a debugger).
 PYTEST_JOBS ?= 2
 
-.PHONY: venv install demo test pytest lint typecheck sshd clean
+# the report whose screenshot is docs/report.png: the newest sweep-demo results folder
+RESULTS ?= $(lastword $(sort $(wildcard results/*-sweep-demo)))
+
+.PHONY: venv install demo test pytest lint typecheck sshd chromium screenshot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -33,15 +37,31 @@ sshd:
 		echo "sshd is missing: install openssh-server (e.g. 'sudo apt-get install openssh-server'); the integration tests need it" >&2; exit 1; \
 	fi
 
+# the HTML report's browser test opens report.html in headless Chromium
+chromium:
+	@if command -v chromium >/dev/null 2>&1 || [ -x /usr/bin/chromium ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium (needed by the report's browser test)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; \
+	else \
+		echo "chromium is missing: install it (e.g. 'sudo apt-get install chromium'); the report's browser test needs it" >&2; exit 1; \
+	fi
+
+screenshot: $(STAMP) chromium
+	@if [ -z "$(RESULTS)" ]; then \
+		echo "no results/*-sweep-demo folder: run 'orch run playbooks/sweep-demo.yaml' or pass RESULTS=DIR" >&2; exit 1; \
+	fi
+	$(BIN)/python scripts/screenshot_report.py $(RESULTS) docs/report.png
+
 # lint and typecheck first: they take seconds, the tests a couple of minutes
 test: lint typecheck pytest
 
-pytest: $(STAMP) sshd
+pytest: $(STAMP) sshd chromium
 	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist loadscope $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check orchestrator tests
-	$(BIN)/ruff format --check orchestrator tests
+	$(BIN)/ruff check orchestrator tests scripts
+	$(BIN)/ruff format --check orchestrator tests scripts
 
 typecheck: $(STAMP)
 	$(BIN)/mypy orchestrator

@@ -11,8 +11,10 @@ import typer
 from orchestrator import __version__
 from orchestrator.cli import hosts, logs, servers
 from orchestrator.cli.common import EXIT_INTERRUPTED, err, print_json, report_error
+from orchestrator.cli.compare import compare_command
 from orchestrator.cli.doctor import doctor_command
 from orchestrator.cli.report import report_command
+from orchestrator.cli.results import results_command
 from orchestrator.cli.run import run_command
 from orchestrator.errors import OrchError
 
@@ -30,6 +32,12 @@ Examples:
   orch doctor playbooks/demo.yaml         # catch drafter mistakes first
 
   orch logs parse server.log --json       # metrics from a saved log
+
+  orch report results/STAMP-demo         # report.html and report.md of a run
+
+  orch compare results/A results/B        # two runs side by side
+
+  orch results --csv > runs.csv           # a row per measurement, as CSV
 
   orch ps  /  orch stop --all             # servers orch started
 
@@ -52,6 +60,8 @@ app.add_typer(logs.app, name="logs")
 app.command("run")(run_command)
 app.command("doctor")(doctor_command)
 app.command("report")(report_command)
+app.command("results")(results_command)
+app.command("compare")(compare_command)
 servers.register(app)
 
 

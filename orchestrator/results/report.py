@@ -1,7 +1,10 @@
-"""``summary.csv``: one row per run, made from the runs' results (``RunResult``) only.
+"""``summary.csv``: one row per measurement (a run, or a sweep's load point and repeat), made
+from the results (``RunResult``) only, and the figures derived from them (``derived``: throughput
+per GPU, interactivity) that the CSV, the results DataFrame and the report share.
 
 A report can be rebuilt from a results folder alone (``orch report DIR``): ``load_results``
-reads every run's summary.json back into the model, whatever schema version wrote it.
+reads every measurement's summary.json back into the model, whatever schema version wrote it.
+Columns are only ever appended, so scripts reading the CSV by position keep working.
 """
 
 from __future__ import annotations
@@ -10,10 +13,11 @@ import csv
 import io
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.results.model import RunResult
-from orchestrator.results.store import write_bytes
+from orchestrator.results.store import set_aside_name, write_bytes
 
 CsvValue = str | int | float | bool | None
 
@@ -57,6 +61,18 @@ CSV_COLUMNS = [
     "request_rate",
     "max_tokens",
     "spec_decode_acceptance_rate",
+    # since issue 10 (sweeps): the columns public dashboards compare configurations by
+    "model",
+    "gpu_name",
+    "gpu_count",
+    "load_kind",
+    "load_value",
+    "repeat",
+    "output_tok_s_per_gpu",
+    "total_tok_s_per_gpu",
+    "interactivity",
+    "goodput_req_s",
+    "slo_met",
 ]
 
 # Decimals kept per float column (trailing zeros dropped). Fixed-point, never an exponent:
@@ -84,8 +100,57 @@ CSV_DECIMALS = {
     "loop_delay_ms_p99": 3,
     "request_rate": 4,
     "spec_decode_acceptance_rate": 2,
+    "load_value": 4,
+    "output_tok_s_per_gpu": 2,
+    "total_tok_s_per_gpu": 2,
+    "interactivity": 3,
+    "goodput_req_s": 4,
 }
 DEFAULT_DECIMALS = 4
+
+
+@dataclass(frozen=True)
+class Derived:
+    """Figures made from a measurement's own, the way public dashboards compare serving
+    configurations: throughput per GPU (the figure / the GPUs the server used) and
+    interactivity (1000 / median TPOT: tokens per second one user sees). None where a part is
+    unknown or zero."""
+
+    gpu_count: int | None
+    total_tok_s: float | None  # (prompt + output tokens) / measured window
+    output_tok_s_per_gpu: float | None
+    total_tok_s_per_gpu: float | None
+    interactivity: float | None  # tok/s/user
+
+
+def gpu_count(result: RunResult) -> int | None:
+    """GPUs the server used: recorded since schema 3, else its tensor-parallel size (orch gives
+    a server exactly that many)."""
+    settings = result.settings
+    count = settings.gpu_count if settings.gpu_count is not None else settings.tensor_parallel
+    return count if count is not None and count > 0 else None
+
+
+def _ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0 or not math.isfinite(num):
+        return None
+    return num / den
+
+
+def derived(result: RunResult) -> Derived:
+    req = result.requests
+    gpus = gpu_count(result)
+    total = None
+    if req is not None:
+        total = _ratio(float(req.total_prompt_tokens + req.total_output_tokens), req.duration_s)
+    tpot = req.tpot_ms.median if req else None
+    return Derived(
+        gpu_count=gpus,
+        total_tok_s=total,
+        output_tok_s_per_gpu=_ratio(req.output_throughput if req else None, gpus),
+        total_tok_s_per_gpu=_ratio(total, gpus),
+        interactivity=_ratio(1000.0, tpot),
+    )
 
 
 def summary_row(result: RunResult) -> dict[str, CsvValue]:
@@ -94,6 +159,7 @@ def summary_row(result: RunResult) -> dict[str, CsvValue]:
     spec, workload = settings.speculative, settings.workload
     lag = req.client_lag if req else None
     bench = result.vllm_bench()
+    more, point, slo = derived(result), result.point, result.slo
     return {
         "run": result.run.name,
         "host": result.run.host,
@@ -133,6 +199,17 @@ def summary_row(result: RunResult) -> dict[str, CsvValue]:
         "request_rate": workload.request_rate if workload else None,
         "max_tokens": workload.max_tokens if workload else None,
         "spec_decode_acceptance_rate": bench.spec_decode_acceptance_rate if bench else None,
+        "model": settings.model,
+        "gpu_name": settings.gpu_name,
+        "gpu_count": more.gpu_count,
+        "load_kind": point.kind if point else None,
+        "load_value": point.value if point else None,
+        "repeat": point.repeat if point else None,
+        "output_tok_s_per_gpu": more.output_tok_s_per_gpu,
+        "total_tok_s_per_gpu": more.total_tok_s_per_gpu,
+        "interactivity": more.interactivity,
+        "goodput_req_s": slo.goodput if slo else None,
+        "slo_met": slo.met if slo else None,
     }
 
 
@@ -161,8 +238,19 @@ def write_summary_csv(path: Path, results: Sequence[RunResult]) -> Path:
 
 
 def load_results(results_dir: Path | str) -> list[RunResult]:
-    """Every run's result under a playbook results folder, in run order."""
+    """Every measurement's result under a playbook results folder, in run order, then in the
+    order of each run's sweep (load point, repeat). Folders a resume set aside are not read."""
     results_dir = Path(results_dir)
-    found = [RunResult.load(p) for p in sorted(results_dir.glob("*/summary.json"))]
-    found.sort(key=lambda r: (r.run.order, r.run.name))
+    paths = [*results_dir.glob("*/summary.json"), *results_dir.glob("*/points/*/summary.json")]
+    found = [
+        RunResult.load(p)
+        for p in sorted(paths)
+        if not any(set_aside_name(part) for part in p.relative_to(results_dir).parts)
+    ]
+    found.sort(key=_order)
     return found
+
+
+def _order(r: RunResult) -> tuple[int, str, int, int]:
+    point = (r.point.index, r.point.repeat) if r.point else (0, 0)
+    return (r.run.order, r.run.name, *point)

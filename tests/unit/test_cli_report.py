@@ -1,15 +1,23 @@
 from __future__ import annotations
 
 import contextlib
+import csv
 import io
 import json
 import shutil
 from pathlib import Path
 
+import pytest
+
+import orchestrator.commands.compare as compare_command_module
+import orchestrator.commands.report as report_command_module
 from orchestrator.cli.main import run as run_cli
+from orchestrator.results.frame import COLUMNS
 from orchestrator.results.model import RankedCause
+from orchestrator.results.report_figures import Plots
 from orchestrator.results.store import write_json
 from tests.fixtures.run_results import collapse_verdict, make_result, request_stats, write_results
+from tests.fixtures.sweep_results import measurement, write_sweep
 
 V1_DEMO = Path(__file__).parents[1] / "fixtures" / "results" / "v1" / "demo"
 
@@ -71,3 +79,93 @@ def test_report_of_an_empty_folder_is_one_clear_error(tmp_path) -> None:
     assert code == 1
     assert out == ""
     assert "holds no run results" in err and "Traceback" not in err
+
+
+# --- report files, `orch results`, `orch compare` ---------------------------------------------
+
+
+@pytest.fixture
+def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reports without drawing (the plots have their own tests): these tests are about the CLI."""
+    monkeypatch.setattr(report_command_module, "report_figures", lambda frame, cdf_at: Plots())
+    monkeypatch.setattr(compare_command_module, "compare_figures", lambda *a: Plots())
+
+
+def _sweep(folder: Path, out: float = 200.0) -> Path:
+    return write_sweep(
+        folder,
+        [measurement(value=v, index=i, repeats=1, out=out * v) for i, v in enumerate((1, 2))],
+    )
+
+
+def test_report_writes_its_files_and_says_where(tmp_path: Path, no_plots: None) -> None:
+    folder = _sweep(tmp_path / "20261202T100000Z-demo")
+    code, out, err = _cli("report", str(folder))
+    assert code == 0, err
+    assert f"report:  {folder / 'report.html'} (0 plots)" in " ".join(out.split("\n"))
+    assert (folder / "report.md").is_file()
+    code, out, _ = _cli("report", str(folder), "--json")
+    assert code == 0
+    assert json.loads(out)["report"]["html"] == str(folder / "report.html")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (("report", "{tmp}/missing"), 1, "no such results folder"),
+        (("report", "{sweep}", "--cdf-at", "x=1"), 1, "not a load point"),
+        (("report",), 2, "Missing argument"),
+        (("results", "{tmp}/missing"), 1, "no such results folder"),
+        (("results",), 1, "no results folder under results"),
+        (("compare", "{sweep}"), 1, "needs two results folders or more"),
+        (("compare", "{sweep}", "{tmp}/missing"), 1, "no such results folder"),
+    ],
+)
+def test_bad_input_is_one_clear_message(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    no_plots: None,
+    args: tuple[str, ...],
+    code: int,
+    message: str,
+) -> None:
+    monkeypatch.chdir(tmp_path)  # `orch results` looks in ./results
+    sweep = _sweep(tmp_path / "sweep")
+    argv = [a.format(tmp=tmp_path, sweep=sweep) for a in args]
+    got, out, err = _cli(*argv)
+    assert got == code
+    assert message in " ".join(err.split())
+    assert "Traceback" not in err and out == ""
+
+
+def test_results_prints_the_frame_and_its_csv(tmp_path: Path, monkeypatch) -> None:
+    older = _sweep(tmp_path / "results" / "20261201T000000Z-demo", out=100.0)
+    newest = _sweep(tmp_path / "results" / "20261202T000000Z-demo")
+    code, out, err = _cli("results", str(older), "--csv")
+    assert code == 0, err
+    rows = list(csv.DictReader(io.StringIO(out)))
+    assert list(rows[0]) == COLUMNS
+    assert [(r["load_value"], r["output_tok_s"], r["output_tok_s_per_gpu"]) for r in rows] == [
+        ("1.0", "100.0", "50.0"),
+        ("2.0", "200.0", "100.0"),
+    ]
+    monkeypatch.chdir(tmp_path)
+    code, out, err = _cli("results")  # the newest folder under ./results
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert "vllm-dflash h1 vllm dflash c=2 1 ok 400.0 200.0 50.0" in text
+    assert str(newest.name) not in text  # one folder: no results column
+    code, out, _ = _cli("results", "--all-columns")
+    assert code == 0 and "output_tok_s_per_gpu" in out
+
+
+def test_compare_prints_relative_differences(tmp_path: Path, no_plots: None) -> None:
+    a = _sweep(tmp_path / "a")
+    b = _sweep(tmp_path / "b", out=208.2)
+    code, out, err = _cli("compare", str(a), str(b), "--out", str(tmp_path / "cmp"))
+    assert code == 0, err
+    text = " ".join(out.split())
+    assert f"A: {a}" in text and f"B: {b}" in text
+    assert "vllm-dflash c=1 100.0 104.1 +4.1%" in text
+    assert (tmp_path / "cmp" / "compare.html").is_file()
+    assert (tmp_path / "cmp" / "compare.md").is_file()
