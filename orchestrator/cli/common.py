@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.segment import Segment
-from typer.core import TyperOption
+from typer.core import TyperArgument, TyperOption
 
 from orchestrator.commands.fanout import without_host as without_host
 from orchestrator.commands.session import SshOptions as SshOptions
@@ -33,6 +33,16 @@ def _flags_take_no_value(self: TyperOption, ctx: Any) -> str | None:
 
 
 TyperOption.display_type_rich = _flags_take_no_value  # type: ignore[method-assign]
+_argument_label = TyperArgument.display_type_rich
+
+
+def _lists_by_name(self: TyperArgument, ctx: Any) -> str | None:
+    """An argument taking several values reads `RESULTS_DIR...`; typer would add the Python
+    type, `<list[Path]>`, beside it."""
+    return None if self.nargs != 1 else _argument_label(self, ctx)
+
+
+TyperArgument.display_type_rich = _lists_by_name  # type: ignore[method-assign,assignment]
 
 
 # Progress and messages go to stderr so that `--json` output on stdout stays machine-readable.
