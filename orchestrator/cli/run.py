@@ -45,6 +45,7 @@ from orchestrator.commands.run import (
 from orchestrator.commands.run import run as execute_plan
 from orchestrator.engines.plan import PlannedLaunch, to_json
 from orchestrator.errors import ConfigError, OrchError
+from orchestrator.results.document import Value
 from orchestrator.results.model import RunResult
 
 # Ctrl-C, `kill`, a closed terminal or SSH session: all stop a run the same way.
@@ -357,7 +358,47 @@ VERDICTS = {
 
 
 def render_outcome(outcome: PlaybookOutcome) -> None:
-    """The results table, then each failure, collapse and warning in words."""
+    """The results table (a sweep's: one table per configuration, a row per load point), then
+    each failure, collapse and warning in words."""
+    sweep = any(
+        r.point is not None and (r.point.index or r.point.repeats > 1) for r in outcome.results
+    )
+    if sweep:
+        render_sweep(outcome)
+    else:
+        out.print(measurements_table(outcome))
+        out.print(
+            "[dim]decode tok/s, TTFT and TPOT: medians over requests; accept: acceptance length "
+            "(tokens per step)[/]"
+        )
+    _render_not_run(outcome.results)
+    for r in outcome.results:
+        if not r.not_run:
+            _render_error(r)
+    collapsed: set[str] = set()
+    for r in outcome.results:  # a sweep's collapse once per run: every point shows it
+        if r.collapse is not None and r.run.key not in collapsed:
+            collapsed.add(r.run.key)
+            _render_collapse(r)
+    changes: set[tuple[str, str]] = set()
+    for r in outcome.results:
+        for change in r.engine_changes:
+            if (r.run.key, change.message) not in changes:
+                changes.add((r.run.key, change.message))
+                out.print(f"[yellow]{escape(r.run.name)}: {escape(change.message)}[/]")
+    for (name, host), warning, points in grouped_warnings(outcome.results):
+        where = f" (at {', '.join(points)})" if points else ""
+        out.print(
+            f"[yellow]warning: {escape(name)} on {escape(host)}{escape(where)}: "
+            f"{escape(warning)}[/]"
+        )
+    out.print(f"summary: {outcome.csv_path}")
+    if outcome.plot_path:
+        out.print(f"plot:    {outcome.plot_path}")
+
+
+def measurements_table(outcome: PlaybookOutcome) -> Table:
+    """One row per measurement."""
     table = Table(
         title=f"results: {outcome.results_dir}", title_justify="left", box=box.SIMPLE_HEAD
     )
@@ -397,35 +438,33 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
             _fmt(acc.length if acc else None, ".2f"),
             "not run" if r.not_run else VERDICTS[r.verdict],
         )
-    out.print(table)
-    out.print(
-        "[dim]decode tok/s, TTFT and TPOT: medians over requests; accept: acceptance length "
-        "(tokens per step)[/]"
-    )
-    _render_not_run(outcome.results)
-    for r in outcome.results:
-        if not r.not_run:
-            _render_error(r)
-    collapsed: set[str] = set()
-    for r in outcome.results:  # a sweep's collapse once per run: every point shows it
-        if r.collapse is not None and r.run.key not in collapsed:
-            collapsed.add(r.run.key)
-            _render_collapse(r)
-    changes: set[tuple[str, str]] = set()
-    for r in outcome.results:
-        for change in r.engine_changes:
-            if (r.run.key, change.message) not in changes:
-                changes.add((r.run.key, change.message))
-                out.print(f"[yellow]{escape(r.run.name)}: {escape(change.message)}[/]")
-    for (name, host), warning, points in grouped_warnings(outcome.results):
-        where = f" (at {', '.join(points)})" if points else ""
-        out.print(
-            f"[yellow]warning: {escape(name)} on {escape(host)}{escape(where)}: "
-            f"{escape(warning)}[/]"
-        )
-    out.print(f"summary: {outcome.csv_path}")
-    if outcome.plot_path:
-        out.print(f"plot:    {outcome.plot_path}")
+    return table
+
+
+def render_sweep(outcome: PlaybookOutcome) -> None:
+    """Per configuration, a row per load point: the mean over its repeats ± the 95% interval's
+    half-width, in bold red where noisy (the tables of `orch report`)."""
+    from orchestrator.results.document import NOISY_LEGEND
+    from orchestrator.results.frame import frame_of
+    from orchestrator.results.report_doc import COLUMNS_NOTE, sweep_tables
+
+    out.print(f"[bold]results: {escape(str(outcome.results_dir))}[/]")
+    frame = frame_of((str(outcome.results_dir), r) for r in outcome.results)
+    for doc_table in sweep_tables(frame):
+        table = Table(title=doc_table.title, title_justify="left", box=box.SIMPLE_HEAD)
+        for i, col in enumerate(doc_table.columns):
+            table.add_column(col, justify="right" if doc_table.numeric(i) else "left")
+        for row in doc_table.rows:
+            table.add_row(*(_cell(v) for v in row))
+        out.print(table)
+    out.print(f"[dim]{escape(COLUMNS_NOTE)} {escape(NOISY_LEGEND)}[/]")
+
+
+def _cell(value: Value) -> str:
+    if value.spread is None:
+        return escape(value.text)
+    spread = f"±{value.spread}"
+    return escape(value.text) + (f" [bold red]{spread}[/]" if value.noisy else f" [dim]{spread}[/]")
 
 
 def point_label(r: RunResult) -> str:

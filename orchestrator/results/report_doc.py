@@ -202,6 +202,12 @@ def problem_notes(frame: pd.DataFrame) -> list[str]:
     return notes
 
 
+def sweep_tables(frame: pd.DataFrame) -> list[Table]:
+    """The report's tables of ``frame`` alone (a row per configuration and load point), for
+    the console at the end of a sweep."""
+    return point_tables(frame, aggregate(frame, METRICS))
+
+
 def report_title(frame: pd.DataFrame) -> str:
     folders = [Path(d).name for d in dict.fromkeys(frame["results_dir"])]
     if len(folders) == 1:

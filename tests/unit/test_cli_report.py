@@ -169,3 +169,23 @@ def test_compare_prints_relative_differences(tmp_path: Path, no_plots: None) -> 
     assert "vllm-dflash c=1 100.0 104.1 +4.1%" in text
     assert (tmp_path / "cmp" / "compare.html").is_file()
     assert (tmp_path / "cmp" / "compare.md").is_file()
+
+
+def test_a_sweep_prints_a_row_per_load_point_with_its_interval(
+    tmp_path: Path, no_plots: None
+) -> None:
+    """Repeats 100 and 110 tok/s (mean 105, s 7.07, t(0.975, 1) 12.706: ± 63.5, noisy), and
+    200 and 200 (± 0.0)."""
+    results = [
+        measurement(value=1, index=0, repeat=1, out=100.0),
+        measurement(value=1, index=0, repeat=2, out=110.0),
+        measurement(value=2, index=1, repeat=1, out=200.0),
+        measurement(value=2, index=1, repeat=2, out=200.0),
+    ]
+    folder = write_sweep(tmp_path / "20261202T100000Z-sweep", results)
+    code, out, err = _cli("report", str(folder))
+    assert code == 0, err
+    rows = {line.split()[0]: line for line in out.splitlines() if line.strip().startswith("c=")}
+    assert set(rows) == {"c=1", "c=2"}
+    assert "105.0 ±63.5" in rows["c=1"] and "200.0 ±0.0" in rows["c=2"]
+    assert "noisy" in out  # the legend under the tables
