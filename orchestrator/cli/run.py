@@ -47,6 +47,18 @@ from orchestrator.engines.plan import PlannedLaunch, to_json
 from orchestrator.errors import ConfigError, OrchError
 from orchestrator.results.document import Value
 from orchestrator.results.model import RunResult
+from orchestrator.runner.estimate import (
+    DECODE_TOK_S,
+    MEASUREMENT_OVERHEAD_S,
+    SERVER_START_S,
+    HostPlan,
+    PlaybookPlan,
+    ServerPlan,
+    duration_text,
+    estimate,
+    plan_json,
+    read_past,
+)
 
 # Ctrl-C, `kill`, a closed terminal or SSH session: all stop a run the same way.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -110,8 +122,9 @@ def run_command(
         bool,
         typer.Option(
             "--dry-run",
-            help="Print each run's exact argv and "
-            "environment per host (secrets as ***); touch nothing.",
+            help="Print the plan and touch nothing: per host, each server's exact argv and "
+            "environment (secrets as ***), GPUs, load points, repeats, SLO search, and an "
+            "estimated duration.",
         ),
     ] = False,
     as_json: JsonOpt = False,
@@ -146,10 +159,11 @@ def run_command(
     for note in prompt_notes(plans, run_plan.prompts):
         err.print(f"[yellow]note:[/] {escape(note)}")
     if dry_run:
+        schedule = estimate(plans, share_gpus=run_plan.playbook.share_gpus, past=read_past(results))
         if as_json:
-            print_json(to_json(plans))
+            print_json({**to_json(plans), "plan": plan_json(schedule)})
         else:
-            render_plan(plans)
+            render_plan(plans, schedule, results)
         return
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
     display = Display(err)
@@ -335,14 +349,103 @@ async def _run(
     )
 
 
-def render_plan(plans: Sequence[PlannedLaunch]) -> None:
-    for plan in plans:
+def render_plan(plans: Sequence[PlannedLaunch], schedule: PlaybookPlan, results_root: Path) -> None:
+    """Per host, in order: each server (engine, method, port, GPUs, placement), its argv and
+    env, load points, repeats, SLO search and estimate; then the playbook's total."""
+    by_key = {f"{p.run_name}@{p.host.name}": p for p in plans}
+    for host in schedule.hosts:
         out.print(
-            f"[bold]{escape(plan.run_name)}[/] on [bold]{escape(plan.host.name)}[/] (port {plan.port})"
+            f"[bold]host {escape(host.host)}[/]: {escape(host_line(host, schedule.share_gpus))}"
+            f", about {duration_text(host.total_s)}"
         )
-        out.print("  argv: " + escape(shlex.join(plan.argv)))
-        for key, value in plan.env_masked.items():
-            out.print(f"  env:  {escape(key)}={escape(value)}")
+        for server in host.servers:
+            plan = by_key[server.key]
+            out.print(
+                f"  [bold]{escape(server.run)}[/] ({escape(config_label(server))}, port "
+                f"{server.port}): {escape(placement_line(server, host.shared))}"
+            )
+            out.print("    argv: " + escape(shlex.join(plan.argv)))
+            for key, value in plan.env_masked.items():
+                out.print(f"    env:  {escape(key)}={escape(value)}")
+            for line in server_lines(server):
+                out.print(f"    {escape(line)}")
+    count = sum(len(h.servers) for h in schedule.hosts)
+    out.print(
+        f"total: {count} server{'s' * (count != 1)}, {schedule.measurements} measurement"
+        f"{'s' * (schedule.measurements != 1)}, about {duration_text(schedule.total_s)} "
+        f"(hosts in parallel{', runs sharing a host at once' * schedule.share_gpus})"
+    )
+    out.print(f"[dim]{escape(estimate_note(results_root))}[/]")
+
+
+def config_label(server: ServerPlan) -> str:
+    return server.engine if server.method == "none" else f"{server.engine} {server.method}"
+
+
+def host_line(host: HostPlan, share_gpus: bool) -> str:
+    gpus = "GPU count not in hosts.yaml" if host.gpu_count is None else f"{host.gpu_count} GPUs"
+    if host.shared:
+        return f"{gpus}, runs share them at once (share_gpus)"
+    if share_gpus:
+        return f"{gpus}; runs share them once the probe counts them (share_gpus)"
+    return f"{gpus}, one run after another"
+
+
+def placement_line(server: ServerPlan, shared: bool) -> str:
+    """``GPUs 0,1, beside vllm-plain, from 0 s to 3 min 20 s``."""
+    ids = server.gpu_ids
+    if ids is not None:
+        gpus = f"GPU{'s' * (len(ids) != 1)} {','.join(str(i) for i in ids)}"
+    else:
+        gpus = f"{server.gpus} GPU{'s' * (server.gpus != 1)}"
+    if ids is None and shared:
+        gpus += ", alone on the host" + (
+            " (its env sets CUDA_VISIBLE_DEVICES)" if server.alone else ""
+        )
+    parts = [gpus]
+    if server.beside:
+        parts.append(f"beside {', '.join(server.beside)}")
+    if shared and server.waits_for:
+        parts.append(f"after {', '.join(server.waits_for)}")
+    span = f"from {duration_text(server.begins_s)} to {duration_text(server.ends_s)}"
+    return ", ".join([*parts, span])
+
+
+def server_lines(server: ServerPlan) -> list[str]:
+    """Load points, repeats, the SLO search and the estimate, a line each."""
+    values = ", ".join(_number(v) for v in server.load_values)
+    kind = "concurrency" if server.load_kind == "concurrency" else "request rate (req/s)"
+    repeats = f" x {server.repeat} repeats" if server.repeat > 1 else ""
+    n = server.measurements
+    lines = [f"load: {kind} {values}{repeats}: {n} measurement{'s' * (n != 1)}"]
+    search = server.search
+    if search is not None:
+        lines.append(
+            f"SLO search: {search.kind} in [{_number(search.low)}, {_number(search.high)}], "
+            f"up to {search.measurements} more measurements (at most "
+            f"{duration_text(search.seconds)}, guess)"
+        )
+    total = server.total_s
+    lines.append(
+        f"estimate: server start {duration_text(server.start_s)} ({server.start_source}) + "
+        f"measurements {duration_text(server.measure_s)} ({server.measure_source})"
+        + (" + SLO search" if search is not None else "")
+        + f" = {'at most ' if search is not None else ''}{duration_text(total)}"
+    )
+    return lines
+
+
+def estimate_note(results_root: Path) -> str:
+    return (
+        "estimates are rough: 'history' is the median of earlier results of the same run and "
+        f"host under {results_root}; 'guess' assumes {DECODE_TOK_S:g} tok/s per stream at any "
+        f"load (no prefill), {SERVER_START_S:g} s to start a server and "
+        f"{MEASUREMENT_OVERHEAD_S:g} s between measurements"
+    )
+
+
+def _number(value: float) -> str:
+    return f"{value:g}"
 
 
 def _fmt(v: float | None, spec: str = ".1f") -> str:

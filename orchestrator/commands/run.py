@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.agent.client import AgentClient
+from orchestrator.commands.hostrun import HostRun, host_slots, run_host
 from orchestrator.commands.progress import (
     Connecting,
     DoctorNotice,
@@ -35,15 +36,20 @@ from orchestrator.commands.session import SshOptions, load_hosts, open_pool
 from orchestrator.config import Inventory, Playbook, RunSpec, load_playbook
 from orchestrator.config.errors import did_you_mean
 from orchestrator.doctor.findings import Finding
-from orchestrator.engines.plan import PlannedLaunch, plan_launches, port_collisions
+from orchestrator.engines.plan import (
+    PlannedLaunch,
+    gpu_shortfalls,
+    plan_launches,
+    port_collisions,
+)
 from orchestrator.errors import AgentError, ConfigError, OrchError, ResultsWriteError
 from orchestrator.loadgen.prompts import PromptSet, load_prompts
 from orchestrator.remote.wire import ErrorKind, StopSpec
 from orchestrator.results.model import RunResult
-from orchestrator.results.plot import write_comparison
+from orchestrator.results.plot import write_comparison, write_pareto
 from orchestrator.results.report import write_summary_csv
 from orchestrator.results.store import new_results_dir, safe_name
-from orchestrator.runner.execute import RunJob, execute_run, failed_result, not_run_results
+from orchestrator.runner.execute import RunJob
 from orchestrator.runner.manifest import manifest
 from orchestrator.runner.preflight import (
     DoctorResult,
@@ -52,7 +58,7 @@ from orchestrator.runner.preflight import (
     doctor_plans,
     open_hosts,
 )
-from orchestrator.runner.server import ServerRegistry, live_agent, pool_reconnect
+from orchestrator.runner.server import ServerRegistry
 from orchestrator.sweep.points import searched
 from orchestrator.sweep.resume import (
     PLAN_FILE,
@@ -140,6 +146,8 @@ def plan_run(
             hint="check the playbook's `hosts` and --only against hosts.yaml",
         )
     refuse_port_collisions(playbook, plans)
+    if playbook.share_gpus:
+        refuse_gpu_shortfalls(playbook, plans)
     data = playbook_file.read_bytes()
     record = PlanRecord(
         playbook=str(playbook_file.resolve()),
@@ -237,6 +245,24 @@ def refuse_port_collisions(playbook: Playbook, plans: Sequence[PlannedLaunch]) -
         hint="give runs that share a machine distinct `port:` values, or let one host entry run "
         "them one after another; a run sent to two host entries on one machine cannot "
         "have a port of its own on each: send it to one (its `hosts:`)",
+    )
+
+
+def refuse_gpu_shortfalls(playbook: Playbook, plans: Sequence[PlannedLaunch]) -> None:
+    """With ``share_gpus``: a ConfigError (exit 2, nothing touched) for a run that needs more
+    GPUs than hosts.yaml says its host has, located at the run's ``tensor_parallel``."""
+    shortfalls = gpu_shortfalls(plans)
+    if not shortfalls:
+        return
+    first = shortfalls[0]
+    more = len(shortfalls) - 1
+    message = first.message() + (f" (and {more} more such run{'s' * (more > 1)})" if more else "")
+    raise playbook.error_at(
+        first.plan.run,
+        ["tensor_parallel"],
+        message,
+        hint=f"lower tensor_parallel to {first.host_gpus} or less, send the run to a host with "
+        "more GPUs (its `hosts:`), or correct the host's `gpus:` in hosts.yaml",
     )
 
 
@@ -372,11 +398,14 @@ async def run_playbook(
     observer.on_event(Connecting(hosts=len({p.host.name for p in plans})))
     sessions = await open_hosts(pool, plans)
     check_requirements(sessions, plans)  # aiohttp, the engine: before any model is loaded
-    if resume_dir is not None and record is not None:
-        # a controller killed outright left its servers up, on their ports and GPUs: stopped
-        # before the doctor looks at those
-        if await stop_leftovers(sessions, leftover_run_ids(resume_dir, record, plans)):
-            sessions = await open_hosts(pool, plans)  # facts as they are now: ports, GPUs
+    # a controller killed outright left its servers up, on their ports and GPUs: stopped
+    # before the doctor looks at those
+    if (
+        resume_dir is not None
+        and record is not None
+        and await stop_leftovers(sessions, leftover_run_ids(resume_dir, record, plans))
+    ):
+        sessions = await open_hosts(pool, plans)  # facts as they are now: ports, GPUs
     doctor = await doctor_plans(sessions, plans)
     refused = refused_runs(plans, doctor, force=force)
     if refused:
@@ -427,15 +456,13 @@ async def run_playbook(
     todo = [j for j in jobs if j.key not in results]
     async with ServerRegistry(observer) as registry:
         observer.on_event(ExecutionStarted())
+        # each host's runs one after another, or on GPU slots with share_gpus (hostrun.py)
         workers = [
             asyncio.ensure_future(
-                _host_worker(
-                    sessions[name],
+                run_host(
+                    HostRun(sessions[name], pool, registry, observer, results),
                     [j for j in todo if j.plan.host.name == name],
-                    pool=pool,
-                    registry=registry,
-                    observer=observer,
-                    results=results,
+                    host_slots(playbook, sessions[name], observer),
                 )
             )
             for name in dict.fromkeys(j.plan.host.name for j in todo)
@@ -453,11 +480,15 @@ async def run_playbook(
             observer.on_event(ExecutionEnded())
     ordered = [r for j in jobs for r in results[j.key]]
     csv_path = write_summary_csv(fresh_path(results_dir / "summary.csv"), ordered)
-    plot_path = write_comparison(
-        fresh_path(results_dir / "comparison.png"),
-        ordered,
-        title=f"{playbook.name}: {results_dir.name}",
-    )
+    if any(j.plan.run.workload.is_sweep for j in jobs):
+        # a bar per measurement says nothing: the fronts of throughput vs interactivity do
+        plot_path = write_pareto(fresh_path(results_dir / "pareto.png"), results_dir, ordered)
+    else:
+        plot_path = write_comparison(
+            fresh_path(results_dir / "comparison.png"),
+            ordered,
+            title=f"{playbook.name}: {results_dir.name}",
+        )
     return PlaybookOutcome(results_dir, ordered, csv_path, plot_path)
 
 
@@ -554,47 +585,6 @@ def results_write_stopped(
     hint = "; ".join([*what, exc.hint or "make the results folder writable and run again"])
     stopped = ResultsWriteError(exc.path, exc.reason, errno=exc.errno, hint=hint)
     return stopped
-
-
-async def _host_worker(
-    session: HostSession,
-    jobs: list[RunJob],
-    *,
-    pool: ConnectionPool,
-    registry: ServerRegistry,
-    observer: Observer,
-    results: dict[str, list[RunResult]],
-) -> None:
-    """One host's runs, in playbook order; a failed run is recorded and the next one goes on.
-    A host that cannot be reached again has its remaining runs recorded as not run."""
-    gone: str | None = None
-    for job in jobs:
-        if gone is not None:
-            results[job.key] = not_run_results(job, gone, observer)
-            observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=gone))
-            continue
-        if session.agent is None or session.facts is None:
-            error = session.error or OrchError("host not reachable")
-            results[job.key] = failed_result(job, error, observer)
-            observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=error.message))
-            gone = f"not run: host {session.host.name} could not be reached ({error.message})"
-            continue
-        # a live agent per run: a connection that dropped during the previous run (run 1
-        # failed with "connection lost") is re-opened here instead of failing this run at once
-        try:
-            agent = await live_agent(pool, session.host, session.agent)
-        except OrchError as exc:  # the host is gone: this run fails, the ones left are not run
-            results[job.key] = failed_result(job, exc, observer)
-            observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=exc.message))
-            gone = f"not run: host {session.host.name} was lost during {job.key} ({exc.message})"
-            continue
-        results[job.key] = await execute_run(
-            job,
-            agent=agent,
-            reconnect=pool_reconnect(pool, session.host, session.agent),
-            registry=registry,
-            observer=observer,
-        )
 
 
 async def run(

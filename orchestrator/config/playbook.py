@@ -389,6 +389,14 @@ class Playbook(StrictModel):
     )
     defaults: RunDefaults | None = Field(None, description="Run fields deep-merged into every run.")
     runs: Annotated[list[RunSpec], Field(min_length=1)] = Field(description="The runs, in order.")
+    share_gpus: bool = Field(
+        False,
+        description="Let runs that need fewer GPUs than a host has run on it at the same time,"
+        " each on its own GPUs (CUDA_VISIBLE_DEVICES set by orch), in playbook order as GPUs"
+        " free up, at most three at once; runs on one port wait for each other. A run whose env"
+        " sets CUDA_VISIBLE_DEVICES runs alone. Off by default: servers sharing a"
+        " machine also share its CPUs, PCIe and memory, which can move the figures.",
+    )
 
     _source_path: Path | None = PrivateAttr(None)
     _doc: Document | None = PrivateAttr(None)
@@ -679,6 +687,7 @@ def load_playbook(path: str | Path) -> Playbook:
         hosts=head.hosts,
         defaults=head.defaults,
         runs=runs,
+        share_gpus=head.share_gpus,
     )
     playbook._source_path = Path(path)
     playbook._doc = doc
@@ -696,3 +705,4 @@ class _PlaybookHead(StrictModel):
     hosts: Selectors | None = None
     defaults: RunDefaults | None = None
     runs: Annotated[list[dict[str, Any]], Field(min_length=1)]
+    share_gpus: bool = False

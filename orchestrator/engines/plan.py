@@ -4,8 +4,10 @@ Every run is validated before anything else happens, so a mistake in the last ru
 playbook is reported before the first server starts. Placement: a run goes to the hosts its
 own ``hosts`` selector names, else the playbook's; ``--only`` narrows that further. Runs that
 share a host execute one after another in playbook order (each needs the host's GPUs to
-itself); different hosts work in parallel. The plan lists runs in playbook order, then hosts in
-inventory order, which is also the order each host executes its runs.
+itself), unless the playbook says ``share_gpus``: then runs needing fewer GPUs than the host has
+run at once on GPUs of their own (``runner/slots.py``); different hosts work in parallel. The
+plan lists runs in playbook order, then hosts in inventory order, which is also the order each
+host starts its runs.
 """
 
 from __future__ import annotations
@@ -34,6 +36,11 @@ class PlannedLaunch:
     @property
     def run_name(self) -> str:
         return str(self.run.name)
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the server needs (its tensor parallel size)."""
+        return engine_for(self.run).gpus_needed(self.run)
 
 
 def hosts_for(
@@ -132,9 +139,11 @@ class PortCollision:
 def port_collisions(plans: Sequence[PlannedLaunch]) -> list[PortCollision]:
     """Launches that would run at the same time on the same machine and port.
 
-    Each host entry runs its launches one after another, and different entries run in
-    parallel: two launches collide when their entries differ, reach one machine
-    (``machine_of``) and use one port. One collision per pair of host entries and port.
+    Different host entries run in parallel; the launches of one entry never collide: they run
+    one after another, or, with ``share_gpus``, a run waits while another run of its host
+    listens on its port (``runner/slots.py``). So two launches collide when their entries
+    differ, reach one machine (``machine_of``) and use one port. One collision per pair of host
+    entries and port.
     """
     found: list[PortCollision] = []
     seen: set[tuple[str, str, int]] = set()
@@ -151,6 +160,32 @@ def port_collisions(plans: Sequence[PlannedLaunch]) -> list[PortCollision]:
             seen.add((a, b, first.port))
             found.append(PortCollision(first, second, machine))
     return found
+
+
+@dataclass(frozen=True)
+class GpuShortfall:
+    """A launch needing more GPUs than its host declares in hosts.yaml (``gpus:``)."""
+
+    plan: PlannedLaunch
+    host_gpus: int
+
+    def message(self) -> str:
+        p = self.plan
+        return (
+            f"run {p.run_name!r} needs {p.gpus} GPUs (tensor_parallel {p.gpus}) but host "
+            f"{p.host.name} has {self.host_gpus} (hosts.yaml: gpus: {p.host.gpus}): with "
+            "share_gpus it could never get them"
+        )
+
+
+def gpu_shortfalls(plans: Sequence[PlannedLaunch]) -> list[GpuShortfall]:
+    """Launches whose host, as hosts.yaml declares it, has fewer GPUs than they need (a host
+    without ``gpus:`` is not judged here: its probe will tell)."""
+    return [
+        GpuShortfall(p, p.host.gpus.count)
+        for p in plans
+        if p.host.gpus is not None and p.gpus > p.host.gpus.count
+    ]
 
 
 def to_json(plans: Sequence[PlannedLaunch]) -> dict[str, Any]:

@@ -211,8 +211,11 @@ def launch(raw: Dict[str, Any], emit: Emit) -> LaunchResult:
 
 def _launch(spec: LaunchSpec, directory: str, lock: str) -> LaunchResult:
     check_port(spec.workdir, spec.port)
+    env = launch_env(spec)
     merged_env = dict(os.environ)
-    merged_env.update(spec.env)
+    merged_env.update(env)
+    # with gpu_ids, CUDA_VISIBLE_DEVICES names them: only they are checked (a shared host's
+    # other GPUs are busy with the other runs, and rightly so)
     gpu_check = check_gpus(spec.gpus_needed, merged_env, threshold_mib=spec.gpu_busy_threshold_mib)
     resolved = resolve_argv(spec.argv, merged_env)
     os.makedirs(directory, exist_ok=True)
@@ -226,7 +229,7 @@ def _launch(spec: LaunchSpec, directory: str, lock: str) -> LaunchResult:
         "dir": directory,
         "argv": resolved,
         "requested_argv": spec.argv,
-        "env": spec.env,
+        "env": env,
         "port": spec.port,
         "cwd": os.path.expanduser(spec.cwd or directory),
         "log": log,
@@ -234,6 +237,33 @@ def _launch(spec: LaunchSpec, directory: str, lock: str) -> LaunchResult:
     }
     record = start_supervisor(config)
     return LaunchResult(**record_fields(record), log_offset=log_offset, gpu_check=gpu_check)
+
+
+def launch_env(spec: LaunchSpec) -> Dict[str, str]:
+    """The engine's environment: the spec's, with the GPUs orch gave the run on a shared host
+    (``gpu_ids``) as ``CUDA_VISIBLE_DEVICES``, numbered as nvidia-smi numbers them
+    (``CUDA_DEVICE_ORDER=PCI_BUS_ID``, unless the run sets an order itself)."""
+    if spec.gpu_ids is None:
+        return dict(spec.env)
+    ids = spec.gpu_ids
+    if len(ids) < spec.gpus_needed or len(set(ids)) != len(ids) or any(i < 0 for i in ids):
+        raise AgentFailure(
+            ErrorKind.BAD_SPEC,
+            f"launch: gpu_ids {ids} must be {spec.gpus_needed} distinct GPU indices or more",
+            {"gpu_ids": ids, "gpus_needed": spec.gpus_needed},
+        )
+    visible = ",".join(str(i) for i in ids)
+    given = spec.env.get("CUDA_VISIBLE_DEVICES")
+    if given is not None and given != visible:
+        raise AgentFailure(
+            ErrorKind.BAD_SPEC,
+            f"launch: env sets CUDA_VISIBLE_DEVICES={given} but gpu_ids are {ids}: one or the other",
+            {"gpu_ids": ids, "CUDA_VISIBLE_DEVICES": given},
+        )
+    env = dict(spec.env)
+    env["CUDA_VISIBLE_DEVICES"] = visible
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return env
 
 
 def resolve_argv(argv: List[str], env: Dict[str, str]) -> List[str]:

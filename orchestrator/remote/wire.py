@@ -238,6 +238,9 @@ class LaunchSpec(Wire):
     gpus_needed: int = 0
     gpu_busy_threshold_mib: int = 1024
     cwd: Optional[str] = None
+    # the GPUs (nvidia-smi indices) orch gives the run on a shared host: the agent sets
+    # CUDA_VISIBLE_DEVICES to them and checks only them; None: the first gpus_needed
+    gpu_ids: Optional[List[int]] = None
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,7 @@ async def execute_run(
             port=job.plan.port,
             registry=registry,
             reconnect=reconnect,
+            gpu_ids=job.gpu_ids,
         )
         tail_task = asyncio.create_task(_follow(server, state, server_log, events, observer, job))
         session.phase(RunPhase.LOADING)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,15 @@ def masked_run(plan: PlannedLaunch) -> dict[str, Any]:
     dump = plan.run.model_dump(mode="json")
     dump["env"] = adapter.masked_env(dump.get("env") or {}, secrets)
     return {key: mask_json(value, secrets) for key, value in dump.items()}
+
+
+def with_gpu_ids(record: dict[str, Any], gpu_ids: Sequence[int]) -> dict[str, Any]:
+    """``record`` for a run given GPUs on a shared host (``share_gpus``): their ids, and in
+    its env the variables the agent launches it with (``remote/lifecycle.launch_env``)."""
+    env = dict(record.get("env") or {})
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
+    env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    return {**record, "env": env, "gpu_ids": list(gpu_ids)}
 
 
 def manifest(

@@ -23,7 +23,7 @@ import contextlib
 import functools
 import json
 import time
-from collections.abc import AsyncGenerator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.agent.client import Agent, AgentClient
@@ -118,10 +118,13 @@ class Server:
         reconnect: Reconnect | None = None,
         environ: dict[str, str] | None = None,
         gpu_busy_threshold_mib: int = DEFAULT_GPU_BUSY_THRESHOLD_MIB,
+        gpu_ids: Sequence[int] | None = None,
     ) -> Server:
         """Launch ``run`` on ``host``; returns at once (the engine loads in the background).
 
-        Refusals from the host (port in use, GPUs busy) arrive as AgentError with their kind.
+        ``gpu_ids``: the GPUs the run was given on a shared host (``share_gpus``); the agent
+        sets ``CUDA_VISIBLE_DEVICES`` to them and checks only them. Refusals from the host
+        (port in use, GPUs busy) arrive as AgentError with their kind.
         """
         engine = engine_for(run)
         chosen = engine.port(run) if port is None else port
@@ -143,6 +146,7 @@ class Server:
             port=chosen,
             gpus_needed=engine.gpus_needed(run),
             gpu_busy_threshold_mib=gpu_busy_threshold_mib,
+            gpu_ids=None if gpu_ids is None else list(gpu_ids),
         )
         server.launch_sent = True
         try:

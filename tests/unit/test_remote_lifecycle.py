@@ -323,6 +323,51 @@ def test_busy_gpu_is_refused_naming_the_process(host: Host) -> None:
         unregister_process(host.sandbox.state_dir, holder.pid)
 
 
+def test_a_shared_hosts_launch_checks_only_the_gpus_it_was_given(host: Host) -> None:
+    """share_gpus: with GPU 0 busy, a launch given GPU 1 (``gpu_ids``) starts there, with
+    CUDA_VISIBLE_DEVICES set by the agent; the same launch without ids is refused."""
+    holder = subprocess.Popen(["sleep", "60"])
+    try:
+        register_process(
+            host.sandbox.state_dir, pid=holder.pid, gpus=[0], memory_mib=30000, process_name="x"
+        )
+        run = vllm_run(tensor_parallel=1, model="Qwen/Qwen3-8B", speculative={"method": "none"})
+
+        def spec(run_id: str, port: int, **fields: Any) -> dict[str, Any]:
+            argv = ENGINES["vllm"].argv(run, port=port)
+            return {"run_id": run_id, "argv": argv, "env": FAST, "port": port, **fields}
+
+        error = host.fail("launch", spec("s0", free_port(), gpus_needed=1))
+        assert error["kind"] == "gpu_busy" and error["message"].startswith("GPU 0 has 30001 MiB")
+        port = free_port()
+        record = host.call("launch", spec("s1", port, gpus_needed=1, gpu_ids=[1]))
+        assert record["gpu_check"] == {"checked": True, "reason": None, "gpus": [1]}
+        assert record["env_keys"] == sorted([*FAST, "CUDA_DEVICE_ORDER", "CUDA_VISIBLE_DEVICES"])
+        host.wait_ready(port, "Qwen/Qwen3-8B")
+        out = subprocess.run(
+            ["nvidia-smi", "--query-gpu=index,memory.used", "--format=csv,noheader,nounits"],
+            env=host.env,
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        used = {int(i): int(m) for i, m in (line.split(",") for line in out.splitlines())}
+        assert used[1] > 1024 and used[0] == 30001  # the engine sits on GPU 1 only
+        for ids, why in (([0, 0], "must be 1 distinct GPU indices"), ([], "must be 1")):
+            error = host.fail("launch", spec("s2", free_port(), gpus_needed=1, gpu_ids=ids))
+            assert error["kind"] == "bad_spec" and why in error["message"]
+        clash = {**spec("s3", free_port(), gpus_needed=1, gpu_ids=[1])}
+        clash["env"] = {**FAST, "CUDA_VISIBLE_DEVICES": "0"}
+        error = host.fail("launch", clash)
+        assert error["message"] == (
+            "launch: env sets CUDA_VISIBLE_DEVICES=0 but gpu_ids are [1]: one or the other"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+        unregister_process(host.sandbox.state_dir, holder.pid)
+
+
 @pytest.mark.parametrize(
     ("extra_env", "extra_args", "cause"),
     [
