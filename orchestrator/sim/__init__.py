@@ -13,6 +13,10 @@ Environment read by the simulated engines:
     ORCH_SIM_FAIL           oom | nccl | memory (die at start-up), crash_after:S (die S s after ready).
     ORCH_SIM_FAIL_REQUESTS  1: once ready, answer every completion request with HTTP 500
                             (health, /v1/models and /metrics keep answering).
+    ORCH_SIM_NIGHT, ORCH_SIM_NOISE, ORCH_SIM_SEED, ORCH_SIM_CHANGE   the night a launch plays in a
+                            nightly history: seeded night-to-night noise on step and prefill
+                            times, and injected changes (throughput:-10%@20, latency:+15%@20,
+                            acceptance:-10%@20, drafter:broken@20); see ``nights.py``.
     ORCH_SIM_STATE          state directory: gpus.json, gpu-<pid>.json, ground-truth-<pid>.json
                             (default: $TMPDIR/orch-sim-<uid>; the sandbox's scripts set it).
     ORCH_SIM_GPUS, ORCH_SIM_GPU_NAME, ORCH_SIM_GPU_MEMORY_MIB   override the simulated GPUs.

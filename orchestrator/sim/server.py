@@ -289,6 +289,7 @@ class SimServer:
             meta["drafter_fit"] = (
                 {"ok": plan.fit.ok, "problems": list(plan.fit.problems)} if plan.fit else None
             )
+            meta["night"] = plan.night.truth() if plan.night else None
         if self.engine is None:
             return {**meta, "totals": {}, "requests": []}
         return ground_truth(self.engine, meta)

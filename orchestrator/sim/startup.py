@@ -27,6 +27,7 @@ from orchestrator.sim.models import (
     load_target,
     resolve_model,
 )
+from orchestrator.sim.nights import Night, NightsError, NightSettings, night_key, play, read_env
 from orchestrator.sim.profiles import DrafterFit, build_profile
 from orchestrator.sim.timing import TimingProfile
 
@@ -77,6 +78,7 @@ class Plan:
     max_model_len: int
     max_running: int
     warnings: list[str] = field(default_factory=list)
+    night: Night | None = None  # the night played (nights.py); profile is already its profile
 
 
 def _value_error(engine: str, message: str, where: str) -> StartupFailure:
@@ -262,6 +264,7 @@ def sglang_backend_changes(cfg: LaunchConfig, gpu_name: str) -> tuple[str, list[
 
 def plan_launch(cfg: LaunchConfig, environ: Mapping[str, str], state: Path) -> Plan:
     engine = cfg.engine
+    settings = _night_settings(environ)  # a bad knob fails first, as a bad flag would
     target = load_target(cfg.model, _resolve(engine, cfg.model, environ))
     spec: SpecChoice | None = None
     draft: DraftModel | None = None
@@ -292,7 +295,17 @@ def plan_launch(cfg: LaunchConfig, environ: Mapping[str, str], state: Path) -> P
             backend == "triton" and cfg.attention_backend != "triton"
         ):  # a slower kernel than asked for
             plan = replace(plan, profile=replace(plan.profile, step_s=plan.profile.step_s * 1.06))
-    return plan
+    key = night_key(engine, cfg.model, plan.spec.method if plan.spec else None)
+    profile, night = play(settings, plan.profile, key)
+    return replace(plan, profile=profile, night=night)
+
+
+def _night_settings(environ: Mapping[str, str]) -> NightSettings:
+    """The night knobs (nights.py); a malformed one is a start-up error with one clear line."""
+    try:
+        return read_env(environ)
+    except NightsError as exc:
+        raise failures.config_error(f"ValueError: {exc}") from None
 
 
 def _memory_plan(
