@@ -1,0 +1,257 @@
+"""What a nightly compares: a case (``CaseKey``) and the attributes of a night (``NightAttributes``).
+
+A case is what must stay equal for two nights' figures to be comparable: the engine, the model,
+the speculative method and its settings, the tensor-parallel size, the GPU model and count, the
+workload (prompts, lengths, the load point) and the client that measured it. Renaming a run, or
+moving it to another host with the same GPUs, keeps its history; changing any of these starts a
+new one.
+
+The client is orch's own version, major.minor only (``client_version``): a patch release fixes
+bugs and keeps the way requests are timed, so a history survives it; a minor release may change
+how a figure is measured (what TTFT counts from, how tokens are counted), so its figures start
+a new case rather than raise a false regression.
+
+What a nightly watches is not part of the key: the engine version, the model revision, the GPU
+driver and the hosts of each night (``NightAttributes``, read from each run's manifest.json).
+When a regression is called, ``changed_attributes`` says which of them changed between the last
+good night and the first bad one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from orchestrator.errors import OrchError
+from orchestrator.results.migrate import MANIFEST_FILE
+from orchestrator.results.model import RunResult
+
+__all__ = [
+    "CaseKey",
+    "Change",
+    "NightAttributes",
+    "attributes_of",
+    "case_of",
+    "changed_attributes",
+    "client_version",
+    "read_manifest",
+]
+
+
+@dataclass(frozen=True)
+class CaseKey:
+    """What must stay equal to compare two nights (see the module docstring)."""
+
+    engine: str
+    model: str
+    method: str  # speculative method, "none" without
+    draft_model: str | None
+    num_draft_tokens: int | None
+    tensor_parallel: int | None
+    gpu_name: str | None
+    gpu_count: int | None
+    prompts: str
+    num_prompts: int  # a p99 over 10 requests is not one over 1000
+    duration_s: float | None  # measured for this long instead of num_prompts requests
+    input_len: int | None
+    max_tokens: int
+    ignore_eos: bool
+    api: str
+    temperature: float
+    load_kind: str  # concurrency or request_rate
+    load_value: float
+    client_version: str  # orch major.minor
+
+    @functools.cached_property
+    def id(self) -> str:
+        """A stable short id: the first 12 hex digits of the SHA-256 of the key's fields."""
+        text = json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
+
+    @property
+    def label(self) -> str:
+        """``vllm dflash (z-lab/drafter, k=15) · Qwen/Qwen3-8B · TP2 · 2 × NVIDIA RTX A6000 ·
+        builtin:mixed out=160 ignore_eos · c=8``: what a person reads in a report."""
+        config = self.engine if self.method == "none" else f"{self.engine} {self.method}"
+        drafter = [d for d in (self.draft_model,) if d]
+        if self.num_draft_tokens is not None:
+            drafter.append(f"k={self.num_draft_tokens}")
+        if drafter:
+            config += f" ({', '.join(drafter)})"
+        gpus = f"{self.gpu_count if self.gpu_count is not None else '?'} × {self.gpu_name or 'GPU'}"
+        load = f"{'c' if self.load_kind == 'concurrency' else 'rate'}={self.load_value:g}"
+        workload = self.prompts + (f" in={self.input_len}" if self.input_len else "")
+        workload += f" out={self.max_tokens}" + (" ignore_eos" if self.ignore_eos else "")
+        if self.api != "chat":
+            workload += f" {self.api}"
+        if self.temperature:
+            workload += f" T={self.temperature:g}"
+        tp = f"TP{self.tensor_parallel}" if self.tensor_parallel is not None else "TP?"
+        return " · ".join((config, self.model, tp, gpus, workload, load))
+
+
+def client_version(version: str | None) -> str:
+    """orch's version as a case keeps it: major.minor ("0.1.0" -> "0.1"); "unknown" if none."""
+    if not version:
+        return "unknown"
+    parts = version.split(".")
+    return ".".join(parts[:2])
+
+
+def case_of(result: RunResult) -> CaseKey:
+    """The case a measurement belongs to. OrchError for a result that does not record its
+    workload or load point (written by an orch older than sweeps)."""
+    settings, workload, point = result.settings, result.settings.workload, result.point
+    if workload is None or point is None:
+        raise OrchError(
+            f"{result.run.folder}: the result does not record its workload or load point",
+            hint="a nightly compares results written by orch 0.1 or later; run the playbook again",
+        )
+    spec = settings.speculative
+    return CaseKey(
+        engine=settings.engine,
+        model=settings.model,
+        method=spec.method,
+        draft_model=spec.draft_model,
+        num_draft_tokens=spec.num_draft_tokens,
+        tensor_parallel=settings.tensor_parallel,
+        gpu_name=settings.gpu_name,
+        gpu_count=settings.gpu_count,
+        prompts=workload.prompts,
+        num_prompts=workload.num_prompts,
+        duration_s=None if workload.duration_s is None else float(workload.duration_s),
+        input_len=workload.input_len,
+        max_tokens=workload.max_tokens,
+        ignore_eos=workload.ignore_eos,
+        api=workload.api,
+        temperature=float(workload.temperature),
+        load_kind=point.kind,
+        load_value=float(point.value),
+        client_version=client_version(result.provenance.orch_version),
+    )
+
+
+@dataclass(frozen=True)
+class NightAttributes:
+    """What may change from one night to the next without changing the case. A value from
+    several runs (a case measured on two hosts) is their distinct values, sorted, joined by
+    ", "; None when no run recorded it."""
+
+    engine_version: str | None = None
+    model_revision: str | None = None  # the engine's --revision, when the run gave one
+    driver_version: str | None = None
+    hosts: tuple[str, ...] = ()  # inventory names
+    hostnames: tuple[str, ...] = ()  # the machines' own names, as they reported them
+    orch_version: str | None = None
+    playbook_commit: str | None = None
+    playbook_dirty: bool | None = None
+
+    @classmethod
+    def merge(cls, many: Sequence[NightAttributes]) -> NightAttributes:
+        """One night's attributes of a case measured by several runs."""
+
+        def joined(values: Iterable[str | None]) -> str | None:
+            found = sorted({v for v in values if v})
+            return ", ".join(found) if found else None
+
+        dirty = [a.playbook_dirty for a in many if a.playbook_dirty is not None]
+        return cls(
+            engine_version=joined(a.engine_version for a in many),
+            model_revision=joined(a.model_revision for a in many),
+            driver_version=joined(a.driver_version for a in many),
+            hosts=tuple(sorted({h for a in many for h in a.hosts})),
+            hostnames=tuple(sorted({h for a in many for h in a.hostnames})),
+            orch_version=joined(a.orch_version for a in many),
+            playbook_commit=joined(a.playbook_commit for a in many),
+            playbook_dirty=any(dirty) if dirty else None,
+        )
+
+
+@dataclass(frozen=True)
+class Change:
+    """An attribute that differs between the last good night and the first bad one."""
+
+    name: str
+    before: str | None
+    after: str | None
+
+    @property
+    def text(self) -> str:
+        return f"{self.name} {self.before or '-'} → {self.after or '-'}"
+
+
+def changed_attributes(last_good: NightAttributes, first_bad: NightAttributes) -> list[Change]:
+    """The attributes that changed, in the order of ``NightAttributes``' fields."""
+    changes = []
+    for field in dataclasses.fields(NightAttributes):
+        before, after = getattr(last_good, field.name), getattr(first_bad, field.name)
+        if before != after:
+            changes.append(Change(field.name, _text(before), _text(after)))
+    return changes
+
+
+def _text(value: object) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, tuple):
+        return ", ".join(map(str, value)) or None
+    return str(value)
+
+
+def _at(obj: object, *keys: str) -> object:
+    for key in keys:
+        if not isinstance(obj, Mapping):
+            return None
+        obj = obj.get(key)
+    return obj
+
+
+def _str(obj: object) -> str | None:
+    return obj if isinstance(obj, str) and obj else None
+
+
+def _revision(args: object) -> str | None:
+    """The value of ``--revision`` in a run's extra_args (``--revision X`` or ``--revision=X``)."""
+    if not isinstance(args, list):
+        return None
+    items = [a for a in args if isinstance(a, str)]
+    for i, arg in enumerate(items):
+        if arg.startswith("--revision="):
+            return arg.split("=", 1)[1] or None
+        if arg == "--revision" and i + 1 < len(items):
+            return items[i + 1]
+    return None
+
+
+def read_manifest(run_folder: Path) -> Mapping[str, object] | None:
+    """A run's manifest.json as written (``runner/manifest.py``), None if missing or not JSON:
+    a record from any orch version, read defensively."""
+    try:
+        obj = json.loads((run_folder / MANIFEST_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return obj if isinstance(obj, Mapping) else None
+
+
+def attributes_of(result: RunResult, manifest: Mapping[str, object] | None) -> NightAttributes:
+    """One measurement's night attributes, from its run's manifest (and the result where the
+    manifest lacks a value)."""
+    facts = _at(manifest, "host_facts")
+    git = _at(manifest, "playbook", "git")
+    dirty = _at(git, "dirty")
+    hostname = _str(_at(facts, "hostname"))
+    return NightAttributes(
+        engine_version=_str(_at(manifest, "engine_version")) or result.provenance.engine_version,
+        model_revision=_revision(_at(manifest, "run", "extra_args")),
+        driver_version=_str(_at(facts, "driver_version")),
+        hosts=(result.run.host,),
+        hostnames=(hostname,) if hostname else (),
+        orch_version=result.provenance.orch_version or _str(_at(manifest, "orch_version")),
+        playbook_commit=_str(_at(git, "commit")),
+        playbook_dirty=dirty if isinstance(dirty, bool) else None,
+    )

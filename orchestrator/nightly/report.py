@@ -1,0 +1,235 @@
+"""A night's verdict as a typed result (``NightlyVerdict``), ``nightly.md`` and ``nightly.json``.
+
+``nightly.md`` says the verdict first and then only what a person must act on, in an order fit
+to paste into a chat or a CI step summary: failures (acceptance collapses), regressions (before
+and after, the change, since which night, what changed, where Otava puts the shift),
+suspicious nights, what could not be measured, then improvements; every figure follows in a
+table at the end. ``nightly.json`` holds the same result for scripts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from orchestrator.nightly.terms import EXIT_CODES, VERDICT_ORDER, Verdict, worst
+from orchestrator.nightly.verdict import CaseVerdict, MetricVerdict
+from orchestrator.results.store import write_json, write_text
+
+SCHEMA_VERSION = 1
+MD_FILE = "nightly.md"
+JSON_FILE = "nightly.json"
+SECTIONS: tuple[Verdict, ...] = (
+    "failure",
+    "regression",
+    "suspicious",
+    "could_not_measure",
+    "insufficient_data",
+    "improvement",
+)
+HEADINGS: dict[Verdict, str] = {
+    "failure": "Failures (acceptance collapse)",
+    "regression": "Regressions",
+    "suspicious": "Suspicious (one violating night)",
+    "could_not_measure": "Could not measure",
+    "insufficient_data": "Insufficient data",
+    "improvement": "Improvements",
+    "ok": "OK",
+}
+
+
+@dataclass(frozen=True)
+class NightlyVerdict:
+    """One night of a playbook, judged: the worst verdict and its exit status, every case's
+    verdicts, and notes (why nothing was measured, a change point that could not be looked for)."""
+
+    playbook: str
+    night: str
+    cases: tuple[CaseVerdict, ...]
+    night_time: datetime | None = None
+    results_dir: str | None = None
+    notes: tuple[str, ...] = ()
+    verdict: Verdict = field(init=False)
+    exit_code: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        verdict = worst([c.verdict for c in self.cases])
+        object.__setattr__(self, "verdict", verdict)
+        object.__setattr__(self, "exit_code", EXIT_CODES[verdict])
+
+    def metrics(self, verdict: Verdict) -> list[tuple[CaseVerdict, MetricVerdict]]:
+        return [(c, m) for c in self.cases for m in c.metrics if m.verdict == verdict]
+
+    def counts(self) -> list[tuple[Verdict, int]]:
+        found = [m.verdict for c in self.cases for m in c.metrics]
+        return [(v, found.count(v)) for v in VERDICT_ORDER if v in found]
+
+    def to_json(self) -> dict[str, object]:
+        cases = []
+        for case in self.cases:
+            cases.append(
+                {
+                    "case_id": case.case_id,
+                    "label": case.case.label,
+                    "verdict": case.verdict,
+                    **{k: _plain(v) for k, v in dataclasses.asdict(case).items()},
+                }
+            )
+        return {
+            "schema_version": SCHEMA_VERSION,
+            "playbook": self.playbook,
+            "night": self.night,
+            "night_time": self.night_time.isoformat() if self.night_time else None,
+            "results_dir": self.results_dir,
+            "verdict": self.verdict,
+            "exit_code": self.exit_code,
+            "counts": dict(self.counts()),
+            "notes": list(self.notes),
+            "cases": cases,
+        }
+
+
+def could_not_measure(
+    playbook: str, night: str, reason: str, *, results_dir: str | None = None
+) -> NightlyVerdict:
+    """The verdict of a night that measured nothing (hosts down, the playbook did not run)."""
+    return NightlyVerdict(playbook, night, (), results_dir=results_dir, notes=(reason,))
+
+
+def _plain(obj: object) -> object:
+    """JSON-safe: tuples as lists, non-finite floats as None, datetimes as ISO text."""
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [_plain(v) for v in obj]
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, datetime):
+        return obj.isoformat()
+    return obj
+
+
+def fmt(value: float | None, unit: str = "") -> str:
+    """A figure as a person reads it: 1234.5 -> "1234", 45.67 -> "45.7", 0.8123 -> "0.812"."""
+    if value is None or not math.isfinite(value):
+        return "-"
+    text = (
+        f"{value:.0f}"
+        if abs(value) >= 1000
+        else f"{value:.1f}"
+        if abs(value) >= 10
+        else f"{value:.3g}"
+    )
+    return f"{text} {unit}".strip()
+
+
+def change_text(m: MetricVerdict) -> str:
+    if m.change is None or not math.isfinite(m.change):
+        return "-"
+    return f"{m.change:+.4f}" if m.absolute else f"{m.change * 100:+.1f}%"
+
+
+def _threshold(m: MetricVerdict) -> str:
+    if m.threshold is None:
+        return "-"
+    return f"{m.threshold:g}" if m.absolute else f"{m.threshold * 100:g}%"
+
+
+def _p(m: MetricVerdict) -> str:
+    return "-" if m.p_value is None else f"{m.p_value:.2g}"
+
+
+def _violation_lines(case: CaseVerdict, m: MetricVerdict) -> list[str]:
+    """A violation or an improvement: the figure before and after, then the case, the nights,
+    what changed and where the shift began, one indented line each."""
+    head = (
+        f"- **{m.metric}** {fmt(m.baseline, m.unit)} → {fmt(m.value, m.unit)} "
+        f"({change_text(m)}; threshold {_threshold(m)}; p={_p(m)}; {m.n} repeats)"
+    )
+    lines = [head, f"  - case `{case.case_id}` {case.case.label}"]
+    if m.since:
+        nights = len(m.violating_nights)
+        good = f", last good `{m.last_good}`" if m.last_good else ""
+        lines.append(f"  - since `{m.since}` ({nights} night{'s' if nights != 1 else ''}){good}")
+        changed = "; ".join(c.text for c in m.changes) or "nothing recorded"
+        lines.append(f"  - changed: {changed}")
+    if m.change_point:
+        lines.append(f"  - change point: `{m.change_point}` ({m.change_point_note})")
+    elif m.change_point_note:
+        lines.append(f"  - change point: not located ({m.change_point_note})")
+    return lines
+
+
+def _grouped_lines(items: Sequence[tuple[CaseVerdict, MetricVerdict]]) -> list[str]:
+    """One line per case and reason (a new playbook is short of baseline nights everywhere)."""
+    groups: dict[tuple[str, str], list[str]] = {}
+    labels = {}
+    for case, m in items:
+        groups.setdefault((case.case_id, m.reason), []).append(m.metric)
+        labels[case.case_id] = case.case.label
+    return [
+        f"- case `{cid}` {labels[cid]}: {reason} ({', '.join(names)})"
+        for (cid, reason), names in groups.items()
+    ]
+
+
+def _table(verdict: NightlyVerdict) -> list[str]:
+    lines = [
+        "| case | metric | verdict | value | baseline | change | threshold | p | n |",
+        "|---|---|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for case in verdict.cases:
+        for m in case.metrics:
+            lines.append(
+                f"| `{case.case_id}` | {m.metric} | {m.verdict} | {fmt(m.value, m.unit)} | "
+                f"{fmt(m.baseline, m.unit)} | {change_text(m)} | {_threshold(m)} | {_p(m)} | {m.n} |"
+            )
+    return lines
+
+
+def render_markdown(verdict: NightlyVerdict) -> str:
+    """``nightly.md`` (see the module docstring)."""
+    when = f" ({verdict.night_time:%Y-%m-%d %H:%M} UTC)" if verdict.night_time else ""
+    counts = (
+        ", ".join(f"{n} {v.replace('_', ' ')}" for v, n in verdict.counts()) or "nothing judged"
+    )
+    lines = [
+        f"# Nightly: {verdict.verdict.upper().replace('_', ' ')} (exit {verdict.exit_code})",
+        "",
+        f"Playbook **{verdict.playbook}**, night `{verdict.night}`{when}: {counts} "
+        f"({len(verdict.cases)} case{'s' if len(verdict.cases) != 1 else ''}).",
+    ]
+    lines += [f"> {note}" for note in verdict.notes]
+    for kind in SECTIONS:
+        items = verdict.metrics(kind)
+        if not items:
+            continue
+        lines += ["", f"## {HEADINGS[kind]}", ""]
+        if kind in ("failure", "could_not_measure", "insufficient_data"):
+            lines += _grouped_lines(items)
+        else:
+            lines += [line for case, m in items for line in _violation_lines(case, m)]
+    if verdict.cases:
+        lines += ["", "## Cases", ""]
+        lines += [f"- `{c.case_id}` {c.case.label}: **{c.verdict}**" for c in verdict.cases]
+        lines += [
+            "",
+            "<details><summary>Every figure</summary>",
+            "",
+            *_table(verdict),
+            "",
+            "</details>",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def write_nightly(verdict: NightlyVerdict, folder: Path | str) -> tuple[Path, Path]:
+    """Write ``nightly.md`` and ``nightly.json`` into ``folder`` (never over existing ones)."""
+    folder = Path(folder)
+    md = write_text(folder / MD_FILE, render_markdown(verdict))
+    js = write_json(folder / JSON_FILE, verdict.to_json())
+    return md, js

@@ -1,0 +1,428 @@
+"""The verdict of a night, per case and metric, against the baseline of the nights before it.
+
+The rules (issue 11), for one case's metric on one night:
+
+- baseline = the median of the metric's values on the last ``baseline_nights`` (7) nights that
+  count (below); fewer than ``min_baseline_nights`` (3) of them: ``insufficient_data``;
+- the night *violates* when it is worse than the baseline by more than the metric's practical
+  threshold (``Thresholds``: 5% throughput, 10% latency, 5% acceptance, +0.01 failure rate)
+  **and** a one-sided Welch t-test of the night's repeats against the baseline nights' repeats
+  (pooled) gives p < ``alpha`` (0.01). Both: a difference too small to matter is never an
+  alarm, and one inside the noise is never called;
+- two consecutive violating nights = ``regression`` (the first is ``suspicious``); nights that
+  could not measure the case, and rejected nights, are skipped when counting consecutive ones;
+- better by more than the threshold and significant = ``improvement``; otherwise ``ok``;
+- fewer than ``min_repeats`` (2) values tonight: ``insufficient_data``, never a silent pass;
+- an acceptance collapse fails the case's acceptance figures (``failure``) whatever the history;
+- a case whose measurements all failed (host down, engine died) is ``could_not_measure``: an
+  infrastructure failure is never reported as a performance regression.
+
+Which nights count in a baseline: a night judged ``ok``, ``improvement`` or ``insufficient_data``
+for the metric (stored as ``accepted`` when the night is settled); never a violating, failed or
+collapsed one, so a regression stays one night after night instead of becoming the norm. A
+person's decision wins: ``reject`` takes a night out of every baseline; ``accept`` puts it in
+and starts the baseline again from it (the nights before it no longer count), which is how an
+intended change (a new engine version, slower on purpose) becomes the new normal. Until
+``min_baseline_nights`` nights count again, the metric is ``insufficient_data``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy
+from scipy import special as scipy_special
+
+from orchestrator.nightly.cases import CaseKey, Change, NightAttributes, changed_attributes
+from orchestrator.nightly.changepoint import NOT_INSTALLED, Locate, available, locate
+from orchestrator.nightly.history import DecisionRecord, HistoryRow
+from orchestrator.nightly.terms import (
+    POSITION_PREFIX,
+    VIOLATIONS,
+    Decision,
+    Direction,
+    Status,
+    Verdict,
+    is_acceptance,
+    metric,
+    worst,
+)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Practical thresholds by metric name (a fraction, or a difference for ``failure_rate``),
+    over the defaults of ``terms.METRICS``. ``acceptance_pos`` sets every position at once,
+    ``acceptance_pos_<k>`` one position."""
+
+    overrides: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name, value in self.overrides.items():
+            if name != POSITION_PREFIX.rstrip("_"):
+                metric(name)  # ValueError naming the known metrics
+            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
+                raise ValueError(f"threshold of {name}: {value!r} is not a number >= 0")
+
+    def for_metric(self, name: str) -> float:
+        if name in self.overrides:
+            return float(self.overrides[name])
+        group = POSITION_PREFIX.rstrip("_")
+        if name.startswith(POSITION_PREFIX) and group in self.overrides:
+            return float(self.overrides[group])
+        return metric(name).threshold
+
+
+@dataclass(frozen=True)
+class Policy:
+    """How a night is judged; the defaults are the issue's."""
+
+    baseline_nights: int = 7
+    min_baseline_nights: int = 3
+    min_repeats: int = 2
+    alpha: float = 0.01
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.min_baseline_nights <= self.baseline_nights:
+            raise ValueError(
+                f"baseline of {self.baseline_nights} nights, at least {self.min_baseline_nights}: "
+                "need 1 <= min_baseline_nights <= baseline_nights"
+            )
+        if self.min_repeats < 2:
+            raise ValueError(f"min_repeats {self.min_repeats}: a t-test needs at least 2 repeats")
+        if not 0 < self.alpha < 1:
+            raise ValueError(f"alpha {self.alpha}: a p-value threshold between 0 and 1, e.g. 0.01")
+
+
+@dataclass(frozen=True)
+class MetricVerdict:
+    """One metric of one case on one night, with the figures that decided it.
+
+    ``change``: value / baseline - 1 (the difference for an absolute metric), signed as
+    measured; ``p_value``: the one-sided Welch p in the direction of the change."""
+
+    metric: str
+    direction: Direction
+    unit: str
+    verdict: Verdict
+    reason: str
+    value: float | None = None
+    spread: float | None = None
+    n: int = 0
+    baseline: float | None = None
+    baseline_nights: tuple[str, ...] = ()
+    change: float | None = None
+    threshold: float | None = None
+    absolute: bool = False
+    p_value: float | None = None
+    since: str | None = None  # the first night of the current run of violating nights
+    violating_nights: tuple[str, ...] = ()
+    last_good: str | None = None  # the last baseline night before ``since``
+    changes: tuple[Change, ...] = ()  # attributes changed from last_good to since
+    change_point: str | None = None  # the night Otava locates the shift at
+    change_point_note: str | None = None
+
+    @property
+    def worse_by(self) -> float | None:
+        """How much worse than the baseline (a fraction, or a difference if ``absolute``);
+        negative when better."""
+        if self.change is None:
+            return None
+        return self.change if self.direction == "lower" else -self.change
+
+    @property
+    def past_threshold(self) -> bool:
+        """Worse than the baseline by more than the threshold (significant or not)."""
+        worse = self.worse_by
+        return worse is not None and self.threshold is not None and worse > self.threshold
+
+
+@dataclass(frozen=True)
+class CaseVerdict:
+    """A case's verdicts on one night (its worst metric's verdict is ``verdict``)."""
+
+    case: CaseKey
+    status: Status
+    collapse: bool
+    note: str | None
+    attributes: NightAttributes
+    metrics: tuple[MetricVerdict, ...]
+
+    @property
+    def case_id(self) -> str:
+        return self.case.id
+
+    @property
+    def verdict(self) -> Verdict:
+        return worst([m.verdict for m in self.metrics])
+
+
+def welch_p(night: Sequence[float], base: Sequence[float], worse_when: str) -> float:
+    """One-sided Welch p that ``night``'s mean is ``less``/``greater`` than ``base``'s: what
+    ``scipy.stats.ttest_ind(night, base, equal_var=False, alternative=worse_when)`` gives
+    (the tests hold it to that), computed directly because ttest_ind costs milliseconds a call
+    and judging a year of history calls it for every night, case and metric. Two samples
+    without any spread: 0 when their means differ that way, else 1 (ttest_ind gives NaN)."""
+    a, b = numpy.asarray(night, dtype=float), numpy.asarray(base, dtype=float)
+    if len(a) < 2 or len(b) < 2:
+        raise ValueError("a Welch test needs two values on each side")
+    diff = float(a.mean() - b.mean())
+    va, vb = float(a.var(ddof=1)) / len(a), float(b.var(ddof=1)) / len(b)
+    if va + vb == 0:
+        return 0.0 if (diff < 0 if worse_when == "less" else diff > 0) else 1.0
+    t = diff / math.sqrt(va + vb)
+    df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
+    below = float(scipy_special.stdtr(df, t))  # P(T <= t)
+    return below if worse_when == "less" else float(scipy_special.stdtr(df, -t))
+
+
+def _decision(decisions: Mapping[str, DecisionRecord | Decision], night: str) -> Decision | None:
+    found = decisions.get(night)
+    return found.decision if isinstance(found, DecisionRecord) else found
+
+
+def counts_in_baseline(row: HistoryRow, decision: Decision | None) -> bool:
+    """Whether a past night's row may be part of a baseline (see the module docstring)."""
+    if decision == "reject" or row.value is None or row.status == "failed":
+        return False
+    if decision == "accept":
+        return True
+    if row.accepted is not None:
+        return row.accepted
+    return row.verdict is None or row.verdict in ("ok", "improvement", "insufficient_data")
+
+
+def joins_baseline(judged: MetricVerdict) -> bool:
+    """Whether a night's figure counts in later baselines without a person's decision: judged
+    ``ok``, ``improvement`` or ``insufficient_data``, and not worse than its baseline by more
+    than the threshold. A night past the threshold whose t-test was not significant is not a
+    violation (its verdict stays ``ok``), but it is no evidence of normal either: counted, a
+    real step that the test misses on some nights would slip into the baseline and become
+    the norm without ever being called."""
+    return (
+        judged.verdict in ("ok", "improvement", "insufficient_data") and not judged.past_threshold
+    )
+
+
+def _pct(x: float, absolute: bool) -> str:
+    return f"{x:+.4f}" if absolute else f"{x * 100:+.1f}%"
+
+
+def _change(value: float, baseline: float, absolute: bool) -> float:
+    """value - baseline for an absolute metric, else relative to the baseline (a baseline of
+    0: no change if the value is 0 too, else an infinite one)."""
+    diff = value - baseline
+    if absolute:
+        return diff
+    if baseline == 0:
+        return math.copysign(math.inf, diff) if diff else 0.0
+    return diff / abs(baseline)
+
+
+def _compare(row: HistoryRow, base: Sequence[HistoryRow], policy: Policy) -> MetricVerdict:
+    """The figures of a night against its baseline rows (verdict ok/violation/improvement;
+    the caller names a violation suspicious or regression)."""
+    info = metric(row.metric)
+    assert row.value is not None
+    baseline = statistics.median([r.value for r in base if r.value is not None])
+    change = _change(row.value, baseline, info.absolute)
+    worse_by = change if info.direction == "lower" else -change
+    threshold = policy.thresholds.for_metric(row.metric)
+    pooled = [v for r in base for v in r.values]
+    worse_when, better_when = (
+        ("greater", "less") if info.direction == "lower" else ("less", "greater")
+    )
+    if worse_by > 0:
+        p = welch_p(row.values, pooled, worse_when)
+        verdict: Verdict = "suspicious" if worse_by > threshold and p < policy.alpha else "ok"
+    else:
+        p = welch_p(row.values, pooled, better_when)
+        verdict = "improvement" if -worse_by > threshold and p < policy.alpha else "ok"
+    reason = (
+        f"{_pct(change, info.absolute)} vs baseline {baseline:.6g} (median of {len(base)} "
+        f"nights), threshold {_pct(threshold, info.absolute).lstrip('+')}, p={p:.2g}"
+    )
+    if verdict == "ok" and abs(worse_by) > threshold:
+        reason += f": past the threshold, not significant (p >= {policy.alpha:g})"
+    return MetricVerdict(
+        metric=row.metric,
+        direction=info.direction,
+        unit=info.unit,
+        verdict=verdict,
+        reason=reason,
+        value=row.value,
+        spread=row.spread,
+        n=row.n,
+        baseline=baseline,
+        baseline_nights=tuple(r.night for r in base),
+        change=change,
+        threshold=threshold,
+        absolute=info.absolute,
+        p_value=p,
+    )
+
+
+def _plain(row: HistoryRow, verdict: Verdict, reason: str) -> MetricVerdict:
+    info = metric(row.metric)
+    return MetricVerdict(
+        metric=row.metric,
+        direction=info.direction,
+        unit=info.unit,
+        verdict=verdict,
+        reason=reason,
+        value=row.value,
+        spread=row.spread,
+        n=row.n,
+    )
+
+
+def _located(points: Sequence[HistoryRow], find: Locate) -> tuple[str | None, str]:
+    """The night Otava locates the latest shift of ``points`` (the metric's measured nights,
+    tonight last) at, and a note saying how."""
+    if find is locate and not available():
+        return None, NOT_INSTALLED
+    index = find([float(r.value) for r in points if r.value is not None])
+    if index is None:
+        return None, f"no change point in the last {len(points)} nights (Apache Otava)"
+    return points[index].night, f"Apache Otava, over the last {len(points)} nights"
+
+
+def _violation(
+    judged: MetricVerdict,
+    series: Sequence[HistoryRow],
+    decided: Sequence[Decision | None],
+    row: HistoryRow,
+    base: Sequence[HistoryRow],
+    find: Locate,
+) -> MetricVerdict:
+    """A violating night: ``regression`` if the last night that measured the case violated
+    too, with the nights of the run, the last good night, what changed and the change point."""
+    chain = []  # the violating nights just before tonight, newest first
+    for r, d in zip(reversed(series), reversed(decided), strict=True):
+        if d == "reject" or r.status == "failed":
+            continue
+        if d == "accept" or r.verdict not in VIOLATIONS:
+            break
+        chain.append(r)
+    first_bad = chain[-1] if chain else row
+    good = [r for r in base if r.night_time < first_bad.night_time]
+    judged = dataclasses.replace(
+        judged,
+        since=first_bad.night,
+        violating_nights=(*(r.night for r in reversed(chain)), row.night),
+        last_good=good[-1].night if good else None,
+        changes=tuple(changed_attributes(good[-1].attributes, first_bad.attributes))
+        if good
+        else (),
+    )
+    if not chain:
+        return judged
+    measured = [
+        r
+        for r, d in zip(series, decided, strict=True)
+        if d != "reject" and r.status != "failed" and r.value is not None
+    ]
+    where, note = _located([*measured, row], find)
+    return dataclasses.replace(
+        judged, verdict="regression", change_point=where, change_point_note=note
+    )
+
+
+def judge_metric(
+    series: Sequence[HistoryRow],
+    decisions: Mapping[str, DecisionRecord | Decision],
+    row: HistoryRow,
+    policy: Policy = Policy(),
+    find: Locate = locate,
+) -> MetricVerdict:
+    """``row`` (tonight) against ``series``: the same case and metric on earlier nights, oldest
+    first, as settled (with their verdicts)."""
+    if row.status == "failed":
+        return _plain(row, "could_not_measure", f"every measurement failed: {row.note or '-'}")
+    if row.collapse and is_acceptance(row.metric):
+        return _plain(row, "failure", f"acceptance collapse: {row.note or '-'}")
+    if row.value is None or row.n < policy.min_repeats:
+        return _plain(row, "insufficient_data", f"{row.n} values (need {policy.min_repeats})")
+    decided = [_decision(decisions, r.night) for r in series]
+    start = max((i for i, d in enumerate(decided) if d == "accept"), default=0)
+    pairs = zip(series[start:], decided[start:], strict=True)
+    base = [r for r, d in pairs if counts_in_baseline(r, d)][-policy.baseline_nights :]
+    if len(base) < policy.min_baseline_nights:
+        reason = f"{len(base)} baseline nights (need {policy.min_baseline_nights})"
+        return _plain(row, "insufficient_data", reason)
+    judged = _compare(row, base, policy)
+    if judged.verdict != "suspicious":
+        return judged
+    return _violation(judged, series, decided, row, base, find)
+
+
+def judge_night(
+    past: Sequence[HistoryRow],
+    decisions: Mapping[str, DecisionRecord | Decision],
+    tonight: Sequence[HistoryRow],
+    policy: Policy = Policy(),
+    find: Locate = locate,
+) -> list[CaseVerdict]:
+    """Every case of ``tonight`` against the ``past`` rows (any order; rows of tonight's night
+    or later are ignored), in tonight's case order."""
+    nights = {r.night for r in tonight}
+    first = min((r.night_time for r in tonight), default=None)
+    series: dict[tuple[str, str], list[HistoryRow]] = {}
+    for r in sorted(past, key=lambda r: (r.night_time, r.night)):
+        if r.night not in nights and (first is None or r.night_time < first):
+            series.setdefault((r.case_id, r.metric), []).append(r)
+    by_case: dict[str, list[HistoryRow]] = {}
+    for r in tonight:
+        by_case.setdefault(r.case_id, []).append(r)
+    out = []
+    for rows in by_case.values():
+        head = rows[0]
+        verdicts = tuple(
+            judge_metric(series.get((r.case_id, r.metric), []), decisions, r, policy, find)
+            for r in rows
+        )
+        out.append(
+            CaseVerdict(head.case, head.status, head.collapse, head.note, head.attributes, verdicts)
+        )
+    return out
+
+
+def settle(tonight: Sequence[HistoryRow], cases: Sequence[CaseVerdict]) -> list[HistoryRow]:
+    """Tonight's rows with their verdict, baseline, p-value and ``accepted`` filled in: what
+    ``History.append`` stores."""
+    found = {(c.case_id, m.metric): m for c in cases for m in c.metrics}
+    out = []
+    for row in tonight:
+        v = found.get((row.case_id, row.metric))
+        if v is None:
+            out.append(row)
+            continue
+        accepted = joins_baseline(v) and row.value is not None and row.status != "failed"
+        out.append(
+            dataclasses.replace(
+                row, verdict=v.verdict, baseline=v.baseline, p_value=v.p_value, accepted=accepted
+            )
+        )
+    return out
+
+
+def replay(
+    nights: Sequence[Sequence[HistoryRow]],
+    policy: Policy = Policy(),
+    decisions: Mapping[str, DecisionRecord | Decision] | None = None,
+    find: Locate = locate,
+) -> list[list[CaseVerdict]]:
+    """Judge nights in turn, each against the ones before it as settled: what a nightly does
+    over a history, without the files (for tests, and to judge a history again)."""
+    done: list[HistoryRow] = []
+    out = []
+    for night in nights:
+        cases = judge_night(done, decisions or {}, night, policy, find)
+        done += settle(night, cases)
+        out.append(cases)
+    return out

@@ -1,0 +1,347 @@
+"""The nightly verdict rules on hand-made histories, with exact figures: baseline, threshold and
+t-test, consecutive nights, the decisions of a person, collapses, failed nights, exit codes."""
+
+from __future__ import annotations
+
+import pytest
+from scipy import stats
+
+from orchestrator.nightly.cases import Change, NightAttributes, changed_attributes
+from orchestrator.nightly.history import HistoryRow
+from orchestrator.nightly.report import NightlyVerdict, could_not_measure
+from orchestrator.nightly.terms import Verdict
+from orchestrator.nightly.verdict import (
+    CaseVerdict,
+    MetricVerdict,
+    Policy,
+    Thresholds,
+    replay,
+    welch_p,
+)
+from tests.fixtures.nightly_histories import CASE, night_id, row
+
+NORMAL = [100.0, 101.0, 99.0]  # mean 100, sample std 1
+FAILED: list[float] = []  # a night whose measurements all failed
+
+
+def night(
+    i: int, values: list[float], name: str = "output_tok_s", **kw: object
+) -> list[HistoryRow]:
+    status = "failed" if values is FAILED else None
+    return [row(i, name, values, status=status, **kw)]  # type: ignore[arg-type]
+
+
+def judged(
+    nights: list[list[float]],
+    name: str = "output_tok_s",
+    *,
+    decisions: dict[int, str] | None = None,
+    policy: Policy | None = None,
+) -> list[MetricVerdict]:
+    """The verdicts of metric ``name``, night by night, of a history with these values."""
+    history = [night(i, values, name) for i, values in enumerate(nights)]
+    by_night = {night_id(i): d for i, d in (decisions or {}).items()}
+    out = replay(history, policy or Policy(), by_night, find=lambda values: None)  # type: ignore[arg-type]
+    return [cases[0].metrics[0] for cases in out]
+
+
+def scaled(factor: float, values: list[float] = NORMAL) -> list[float]:
+    return [v * factor for v in values]
+
+
+@pytest.mark.parametrize(
+    ("nights", "expected"),
+    [
+        # 10% below a steady baseline, the repeats tight: violating -> suspicious
+        ([NORMAL] * 3 + [scaled(0.9)], "suspicious"),
+        # a second violating night in a row: regression
+        ([NORMAL] * 3 + [scaled(0.9)] * 2, "regression"),
+        # 4% below, significant, but under the 5% threshold: ok
+        ([NORMAL] * 3 + [scaled(0.96)], "ok"),
+        # 6% below but the repeats spread (94 +/- 6): past the threshold, not significant: ok
+        ([NORMAL] * 3 + [[94.0, 100.0, 88.0]], "ok"),
+        # 10% above: improvement
+        ([NORMAL] * 3 + [scaled(1.1)], "improvement"),
+        # two baseline nights only (the minimum is 3)
+        ([NORMAL] * 2 + [scaled(0.9)], "insufficient_data"),
+        # one repeat tonight (the minimum is 2)
+        ([NORMAL] * 3 + [[90.0]], "insufficient_data"),
+        # every measurement failed: could not measure, never a regression
+        ([NORMAL] * 3 + [scaled(0.9), FAILED], "could_not_measure"),
+        # a failed night between two violating ones does not break the run of them
+        ([NORMAL] * 3 + [scaled(0.9), FAILED, scaled(0.9)], "regression"),
+        # an ok night does
+        ([NORMAL] * 3 + [scaled(0.9), NORMAL, scaled(0.9)], "suspicious"),
+        # a night 50% down is no baseline, nor are the nights after it that stay down
+        ([NORMAL] * 3 + [scaled(0.5)] + [NORMAL] + [scaled(0.5)], "suspicious"),
+        # ... and the violating night is not part of the next baseline: still a regression
+        ([NORMAL] * 7 + [scaled(0.9)] * 5, "regression"),
+    ],
+)
+def test_verdicts_of_a_throughput(nights: list[list[float]], expected: Verdict) -> None:
+    assert judged(nights)[-1].verdict == expected
+
+
+def test_the_baseline_is_the_median_of_the_last_7_counted_nights() -> None:
+    # 7 nights at 104, 7 at 100 (each within 5% of its baseline: all counted), then 95.5
+    nights = [scaled(1.04)] * 7 + [NORMAL] * 7 + [scaled(0.955)]
+    last = judged(nights)[-1]
+    assert (last.verdict, last.baseline) == ("ok", 100.0)
+    assert last.baseline_nights == tuple(night_id(i) for i in range(7, 14))
+    # over 14 nights the median would be 102: -6.4%
+    wide = judged(nights, policy=Policy(baseline_nights=14))[-1]
+    assert wide.verdict == "suspicious"
+    assert wide.baseline == pytest.approx(102.0)
+
+
+def test_a_violation_carries_its_figures() -> None:
+    verdicts = judged([NORMAL] * 3 + [scaled(0.9)] * 2)
+    first, second = verdicts[3], verdicts[4]
+    assert (first.verdict, first.baseline, first.n) == ("suspicious", 100.0, 3)
+    assert first.change == pytest.approx(-0.10)
+    assert first.baseline_nights == tuple(night_id(i) for i in range(3))
+    assert (first.since, first.violating_nights, first.last_good) == (
+        night_id(3),
+        (night_id(3),),
+        night_id(2),
+    )
+    assert second.verdict == "regression"
+    assert (second.since, second.violating_nights) == (night_id(3), (night_id(3), night_id(4)))
+    # the pooled baseline repeats (100, 101, 99 x 3) against 90, 90.9, 89.1
+    expected = stats.ttest_ind(scaled(0.9), NORMAL * 3, equal_var=False, alternative="less")
+    assert second.p_value == pytest.approx(float(expected.pvalue), rel=1e-9)
+
+
+def test_a_night_past_the_threshold_but_not_significant_stays_out_of_the_baseline() -> None:
+    # nights 3 and 4 at -6% and -4%, both "ok"; only the second joins later baselines
+    history = [
+        night(i, v) for i, v in enumerate([NORMAL] * 3 + [[94.0, 100.0, 88.0], scaled(0.96)])
+    ]
+    out = replay(history, find=lambda values: None)
+    assert [c[0].metrics[0].verdict for c in out[3:]] == ["ok", "ok"]
+    assert [c[0].metrics[0].past_threshold for c in out[3:]] == [True, False]
+    follow = replay([*history, night(5, NORMAL)], find=lambda values: None)
+    assert follow[5][0].metrics[0].baseline_nights == (
+        *(night_id(i) for i in range(3)),
+        night_id(4),
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "nights", "expected"),
+    [
+        # lower is better: +15% TTFT against a 10% threshold
+        ("ttft_ms_p99", [NORMAL] * 3 + [scaled(1.15)], "suspicious"),
+        ("ttft_ms_p99", [NORMAL] * 3 + [scaled(1.075)], "ok"),
+        ("ttft_ms_median", [NORMAL] * 3 + [scaled(0.85)], "improvement"),
+        # acceptance: 5%
+        ("acceptance_length", [scaled(0.03)] * 3 + [scaled(0.03 * 0.94)], "suspicious"),
+        ("acceptance_pos_2", [scaled(0.006)] * 3 + [scaled(0.006 * 0.96)], "ok"),
+        # a failure rate rises by 0.02 (threshold: +0.01 absolute), no spread on either side
+        ("failure_rate", [[0.0, 0.0, 0.0]] * 3 + [[0.02, 0.02, 0.02]], "suspicious"),
+        ("failure_rate", [[0.0, 0.0, 0.0]] * 3 + [[0.005, 0.005, 0.005]], "ok"),
+        ("failure_rate", [[0.0, 0.0, 0.0]] * 3 + [[0.0, 0.0, 0.0]], "ok"),
+    ],
+)
+def test_directions_and_thresholds_of_each_metric(
+    name: str, nights: list[list[float]], expected: Verdict
+) -> None:
+    assert judged(nights, name)[-1].verdict == expected
+
+
+def test_thresholds_are_settable_per_metric() -> None:
+    nights = [NORMAL] * 3 + [scaled(0.96)]
+    assert judged(nights)[-1].verdict == "ok"
+    strict = Policy(thresholds=Thresholds({"output_tok_s": 0.03}))
+    assert judged(nights, policy=strict)[-1].verdict == "suspicious"
+    positions = Thresholds({"acceptance_pos": 0.2, "acceptance_pos_3": 0.01})
+    assert (positions.for_metric("acceptance_pos_1"), positions.for_metric("acceptance_pos_3")) == (
+        0.2,
+        0.01,
+    )
+    assert positions.for_metric("tpot_ms_p99") == 0.10
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        ({"throughput": 0.05}, "unknown nightly metric 'throughput'"),
+        ({"output_tok_s": -0.1}, "threshold of output_tok_s: -0.1 is not a number >= 0"),
+        ({"acceptance_pos_0": 0.1}, "unknown nightly metric 'acceptance_pos_0'"),
+    ],
+)
+def test_a_wrong_threshold_is_named(overrides: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Thresholds(overrides)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"baseline_nights": 2}, "need 1 <= min_baseline_nights <= baseline_nights"),
+        ({"min_repeats": 1}, "a t-test needs at least 2 repeats"),
+        ({"alpha": 0.0}, "between 0 and 1"),
+    ],
+)
+def test_a_wrong_policy_is_named(kwargs: dict[str, float], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Policy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_a_rejected_night_is_out_of_the_baseline_and_of_the_run() -> None:
+    nights = [NORMAL] * 3 + [scaled(0.5), scaled(0.9)]
+    assert judged(nights)[-1].verdict == "regression"
+    verdicts = judged(nights, decisions={3: "reject"})
+    assert verdicts[-1].verdict == "suspicious"
+    assert night_id(3) not in verdicts[-1].baseline_nights
+
+
+def test_accepting_a_night_starts_the_baseline_again_from_it() -> None:
+    nights = [NORMAL] * 3 + [scaled(0.9)] * 6
+    plain = [v.verdict for v in judged(nights)]
+    assert plain[3:] == ["suspicious"] + ["regression"] * 5
+    accepted = judged(nights, decisions={4: "accept"})
+    assert [v.verdict for v in accepted][3:] == [
+        *("suspicious", "regression"),  # as judged before the decision
+        *("insufficient_data", "insufficient_data"),  # 1, then 2 baseline nights
+        *("ok", "ok"),  # nights 4, 5, 6 at 90: the new normal
+    ]
+    assert accepted[7].baseline == pytest.approx(90.0)
+    assert accepted[7].baseline_nights == tuple(night_id(i) for i in (4, 5, 6))
+
+
+def test_a_collapse_fails_the_acceptance_figures_whatever_the_history() -> None:
+    rows = [
+        row(0, "acceptance_length", [1.1, 1.1], collapse=True),
+        row(0, "acceptance_pos_1", [0.05, 0.05], collapse=True),
+        row(0, "output_tok_s", [50.0, 51.0], collapse=True),
+    ]
+    [[case]] = replay([rows], find=lambda values: None)
+    assert [(m.metric, m.verdict) for m in case.metrics] == [
+        ("acceptance_length", "failure"),
+        ("acceptance_pos_1", "failure"),
+        ("output_tok_s", "insufficient_data"),  # no history: judged as any figure
+    ]
+    assert case.verdict == "failure"
+    assert case.metrics[0].reason == "acceptance collapse: drafts rejected"
+
+
+def test_the_attributes_that_changed_between_the_last_good_and_the_first_bad_night() -> None:
+    good = NightAttributes(engine_version="0.9.0", driver_version="550.1", hosts=("a",))
+    bad = NightAttributes(engine_version="0.9.1", driver_version="550.1", hosts=("a", "b"))
+    assert changed_attributes(good, bad) == [
+        Change("engine_version", "0.9.0", "0.9.1"),
+        Change("hosts", "a", "a, b"),
+    ]
+    assert changed_attributes(good, good) == []
+    assert Change("engine_version", None, "0.9.1").text == "engine_version - → 0.9.1"
+
+
+def test_a_regression_names_what_changed_and_where_the_shift_began() -> None:
+    nights = [
+        [
+            row(
+                i,
+                "output_tok_s",
+                scaled(0.9 if i >= 4 else 1.0),
+                version="0.9.1" if i >= 4 else "0.9.0",
+            )
+        ]
+        for i in range(6)
+    ]
+    calls: list[list[float]] = []
+
+    def find(values: list[float]) -> int | None:
+        calls.append(list(values))
+        return 4
+
+    verdict = replay(nights, find=find)[5][0].metrics[0]  # type: ignore[arg-type]
+    assert (verdict.verdict, verdict.since, verdict.last_good) == (
+        "regression",
+        night_id(4),
+        night_id(3),
+    )
+    assert verdict.changes == (Change("engine_version", "0.9.0", "0.9.1"),)
+    assert calls == [[100.0] * 4 + [90.0] * 2]  # asked once, over every night up to tonight
+    assert verdict.change_point == night_id(4)
+
+
+@pytest.mark.filterwarnings("ignore:Precision loss occurred:RuntimeWarning")  # scipy, no spread
+@pytest.mark.parametrize(
+    ("night_values", "base_values", "worse_when"),
+    [
+        ([90.0, 91.0, 89.0], NORMAL * 3, "less"),
+        ([94.0, 100.0, 88.0], NORMAL * 3, "less"),
+        ([230.0, 215.0, 240.0], [200.0, 205.0, 198.0, 202.0], "greater"),
+        ([1.0, 2.0], [1.5, 1.5, 1.5], "greater"),  # no spread on one side
+    ],
+)
+def test_welch_p_is_scipys_one_sided_welch_test(
+    night_values: list[float], base_values: list[float], worse_when: str
+) -> None:
+    expected = stats.ttest_ind(night_values, base_values, equal_var=False, alternative=worse_when)
+    assert welch_p(night_values, base_values, worse_when) == pytest.approx(
+        float(expected.pvalue), rel=1e-9
+    )
+
+
+@pytest.mark.parametrize(
+    ("night_values", "base_values", "worse_when", "p"),  # ttest_ind: NaN for the last
+    [
+        ([2.0, 2.0], [1.0, 1.0], "greater", 0.0),
+        ([2.0, 2.0], [1.0, 1.0], "less", 1.0),
+        ([1.0, 1.0], [1.0, 1.0], "less", 1.0),
+    ],
+)
+def test_welch_p_without_any_spread(
+    night_values: list[float], base_values: list[float], worse_when: str, p: float
+) -> None:
+    assert welch_p(night_values, base_values, worse_when) == p
+
+
+def _case(*verdicts: Verdict) -> CaseVerdict:
+    metrics = tuple(MetricVerdict("output_tok_s", "higher", "tok/s", v, "") for v in verdicts)
+    return CaseVerdict(CASE, "measured", False, None, NightAttributes(), metrics)
+
+
+@pytest.mark.parametrize(
+    ("cases", "verdict", "exit_code"),
+    [
+        ([("ok", "ok")], "ok", 0),
+        ([("ok", "improvement")], "improvement", 0),
+        ([("ok", "suspicious")], "suspicious", 2),
+        ([("regression", "suspicious")], "regression", 1),
+        ([("ok",), ("failure",)], "failure", 1),
+        ([("could_not_measure",)], "could_not_measure", 3),
+        ([("ok",), ("insufficient_data",)], "insufficient_data", 3),
+        ([("suspicious",), ("could_not_measure",)], "suspicious", 2),
+        ([("regression",), ("could_not_measure",)], "regression", 1),
+    ],
+)
+def test_exit_codes(cases: list[tuple[Verdict, ...]], verdict: Verdict, exit_code: int) -> None:
+    result = NightlyVerdict("nightly", night_id(0), tuple(_case(*c) for c in cases))
+    assert (result.verdict, result.exit_code) == (verdict, exit_code)
+
+
+def test_a_night_that_measured_nothing_exits_3() -> None:
+    result = could_not_measure("nightly", night_id(0), "gpu-1: host unreachable")
+    assert (result.verdict, result.exit_code, result.notes) == (
+        "could_not_measure",
+        3,
+        ("gpu-1: host unreachable",),
+    )
+
+
+def test_otava_sees_the_measured_nights_a_person_did_not_reject() -> None:
+    levels = [1.0, 0.5, 1.0, 1.0, FAILED, 1.0, 0.9, 0.9]  # night 1 broken, night 4 host down
+    nights = [night(i, FAILED if v is FAILED else scaled(v)) for i, v in enumerate(levels)]  # type: ignore[arg-type]
+    calls: list[list[float]] = []
+
+    def find(values: list[float]) -> int | None:
+        calls.append([round(v, 6) for v in values])
+        return len(values) - 2
+
+    decisions = {night_id(1): "reject"}
+    verdict = replay(nights, decisions=decisions, find=find)[7][0].metrics[0]  # type: ignore[arg-type]
+    assert calls == [[100.0, 100.0, 100.0, 100.0, 90.0, 90.0]]  # nights 0, 2, 3, 5, 6, 7
+    assert (verdict.verdict, verdict.change_point) == ("regression", night_id(6))
