@@ -221,8 +221,14 @@ class WorkloadSpec(StrictModel):
             raise ValueError(
                 "slo.search: concurrency searches a closed loop; this workload sets request_rate"
             )
-        if search == "request_rate" and isinstance(self.concurrency, list):
-            raise ValueError("slo.search: request_rate, but the workload sweeps concurrency")
+        if search == "request_rate" and self.request_rate is None:
+            raise ValueError(
+                "slo.search: request_rate searches an open loop: give request_rate (a value or"
+                " a list) in the workload"
+            )
+        slo_range = self.slo.range if self.slo else None
+        if search == "concurrency" and slo_range and any(v != int(v) for v in slo_range):
+            raise ValueError(f"slo.range {list(slo_range)}: concurrencies are whole numbers")
         return self
 
     @property

@@ -286,6 +286,12 @@ def _finish(
     if session.pending is not None:
         _write_last(session, session.pending, failure, stop_error)
         session.pending = None
+    elif failure is not None and error is None and session.results:
+        # every measurement is written already: the run's folder says the stop failed
+        write_json(
+            job.run_dir / job.server_file("stop-error.json"),
+            mask_json(run_error(failure).model_dump(mode="json"), state.secrets),
+        )
     elif failure is not None and error is None:
         error = run_error(failure)
     unmeasured = [m for m in (left or _left_of(session)) if m.folder not in job.kept]
@@ -387,12 +393,16 @@ async def _sweep(session: _Session) -> list[Measurement]:
     unmeasured because the server was lost."""
     job = session.job
     todo = job.measurements()
+    search = searched(job.plan.run)
     for i, m in enumerate(todo):
         if m.folder in job.kept:
             continue
-        if not await _measure_one(session, m):
+        # only the last measurement waits for the server's stop (to record a failed one in
+        # it): every other is written as soon as it ends, so an interruption keeps it
+        last = i == len(todo) - 1 and not search
+        if not await _measure_one(session, m, hold=last):
             return todo[i + 1 :]
-    if searched(job.plan.run):
+    if search:
         return await _search(session)
     return []
 
@@ -401,12 +411,12 @@ async def _search(session: _Session) -> list[Measurement]:
     run = session.job.plan.run
     w = run.workload
     assert w.slo is not None and w.slo.range is not None
-    search = SloSearch(w.sweep_kind, w.slo.range[0], w.slo.range[1], w.slo.max_points)
-    everything = _measured(session)
+    kind = w.slo.search or w.sweep_kind
+    search = SloSearch(kind, w.slo.range[0], w.slo.range[1], w.slo.max_points)
     for written in dict.fromkeys(w.sweep_values):
-        met = _met_at(everything, written)
+        met = _met_at(_measured(session), written)
         if met is not None:
-            search.record(written, met)
+            search.record(written, met, _missed_at(_measured(session), written))
     index = len(w.sweep_values)
     while (value := search.next_value()) is not None:
         for repeat in range(1, w.repeat + 1):
@@ -415,13 +425,15 @@ async def _search(session: _Session) -> list[Measurement]:
                 continue
             if not await _measure_one(session, m):
                 return []
-        search.record(value, bool(_met_at(_measured(session), value)))
+        search.record(
+            value, bool(_met_at(_measured(session), value)), _missed_at(_measured(session), value)
+        )
         index += 1
     session.search_note = search.explain()
-    write_json(
+    write_json(  # written once every measurement it names is: a resume trusts it
         session.job.run_dir / session.job.server_file("slo-search.json"),
         {
-            "kind": w.sweep_kind,
+            "kind": kind,
             "targets": w.slo.targets,
             "best": search.best,
             "explain": search.explain(),
@@ -437,6 +449,12 @@ def _measured(session: _Session) -> list[RunResult]:
     return [*session.job.kept.values(), *session.results, *pending]
 
 
+def _missed_at(results: list[RunResult], value: float) -> list[str]:
+    """The targets some measurement at ``value`` missed."""
+    at = [r for r in results if r.point is not None and r.point.value == value and r.slo]
+    return list(dict.fromkeys(c.target for r in at if r.slo for c in r.slo.checks if not c.met))
+
+
 def _met_at(results: list[RunResult], value: float) -> bool | None:
     """Whether every measurement at ``value`` met every target (None: none measured)."""
     at = [r for r in results if r.point is not None and r.point.value == value]
@@ -445,7 +463,7 @@ def _met_at(results: list[RunResult], value: float) -> bool | None:
     return all(r.error is None and r.slo is not None and r.slo.met for r in at)
 
 
-async def _measure_one(session: _Session, m: Measurement) -> bool:
+async def _measure_one(session: _Session, m: Measurement, *, hold: bool = False) -> bool:
     """Measure ``m``; False when the server is gone and the sweep must stop."""
     job, state = session.job, session.state
     assert session.server is not None
@@ -505,9 +523,10 @@ async def _measure_one(session: _Session, m: Measurement) -> bool:
     if warnings:
         result = result.model_copy(update={"warnings": [*result.warnings, *warnings]})
     result = result.masked(state.secrets)
-    if session.pending is not None:
-        _write_result(session, session.pending.measurement, session.pending.result)
-    session.pending = _Pending(m, result)
+    if hold:
+        session.pending = _Pending(m, result)
+    else:
+        _write_result(session, m, result)
     session.done += 1
     return alive
 
@@ -536,7 +555,7 @@ async def _attempts(
     attempt = 1
     while True:
         try:
-            loadgen = await _drive_load(session, m, server, requests)
+            loadgen = await _drive_load(session, m, server, requests, retry=attempt > 1)
             return loadgen, requests
         except HostUnreachable as exc:  # the connection dropped (an AgentError is not this)
             if attempt >= LOADGEN_ATTEMPTS:
@@ -614,7 +633,7 @@ async def _follow(
             state.window.feed_line(text)
         if record is not None:
             events.write_json(record.to_dict())  # parsed from the masked line
-            if state.point_events is not None:
+            if state.point_events is not None and state.window_open:
                 state.point_events.write_json(record.to_dict())
             observer.on_event(LatestAcceptance(job.key, state.follower.latest_acceptance_length))
 
@@ -630,14 +649,17 @@ async def _finish_tail(task: asyncio.Task[None]) -> None:
 
 
 async def _drive_load(
-    session: _Session, m: Measurement, server: Server, requests: AppendLog
+    session: _Session, m: Measurement, server: Server, requests: AppendLog, *, retry: bool = False
 ) -> LoadgenResult:
     job, state, observer = session.job, session.state, session.observer
     run = m.run
     workload = run.workload
     if session.warmed:  # the server is warm: only the first measurement warms it up
         workload = workload.model_copy(update={"warmup": 0})
-    reset = server.engine.cache_reset(run, job.plan.env) if session.warmed else None
+    # every measurement but the server's first starts from an empty prefix cache: a retry
+    # sends the prompts its cut attempt just sent
+    fresh = session.done == 0 and not retry
+    reset = None if fresh else server.engine.cache_reset(run, job.plan.env)
     spec = build_loadgen_spec(
         workload,
         job.prompts,

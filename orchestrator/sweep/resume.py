@@ -9,7 +9,8 @@ may hold literal secrets (an ``--api-key`` in extra_args), which never go into r
 Per run folder: a measurement whose ``summary.json`` holds a result without an error is kept
 (collapses included: they are measurements). Anything else that is in the way of measuring
 again (a measurement cut short, with no summary; one that failed; one not run) is renamed
-``<folder>.interrupted-1`` (``.failed-1``, ``.not-run-1``), never deleted or overwritten. A run
+``<folder>.interrupted-1`` (``.failed-1``, ``.not-run-1``; a run measured once in its own
+folder is set aside whole as ``.interrupted-1``), never deleted or overwritten. A run
 folder left with nothing to keep is set aside whole and its run starts afresh; one that keeps
 measurements gets a new server session (``server-2.log``, ``manifest-2.json``) beside them.
 """

@@ -199,3 +199,21 @@ def test_an_slo_search_measures_where_the_bisection_points(tmp_path: Path) -> No
     met = {r.point.value: r.slo.met for r in results if r.slo}
     assert met[10] is True and met[11] is False  # 50 ms x 10 = 500 ms meets; 11 does not
     assert all(r.point.origin == "slo_search" for r in results[1:])
+    found = json.loads((job.run_dir / "slo-search.json").read_text())
+    assert found["best"] == 10 and found["kind"] == "concurrency"
+    assert "c=11 missed ttft_ms_p99 <= 500" in found["explain"]
+
+
+def test_every_measurement_but_the_last_is_written_before_the_next_begins(tmp_path: Path) -> None:
+    """An interrupted sweep keeps what it measured: summaries do not wait for the run's end."""
+    written: list[list[str]] = []
+    job = sweep_job(tmp_path, concurrency=[1, 2, 4])
+
+    def at(_spec: Any) -> Stream:
+        written.append(sorted(p.parent.name for p in job.run_dir.glob("points/*/summary.json")))
+        return point(2)
+
+    agent = sweep_agent()
+    agent.always("loadgen", at)
+    execute(job, agent, RecordingObserver())
+    assert written == [[], ["00-c1-r1"], ["00-c1-r1", "01-c2-r1"]]

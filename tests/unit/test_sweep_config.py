@@ -99,6 +99,16 @@ def write(tmp_path: Path, workload: str) -> Path:
             7,
             "searches a closed loop",
         ),
+        (
+            "slo: {targets: ['ttft_ms_p99 <= 3'], search: request_rate, range: [1, 8]}",
+            7,
+            "searches an open loop",
+        ),
+        (
+            "slo: {targets: ['ttft_ms_p99 <= 3'], search: concurrency, range: [1.5, 8]}",
+            7,
+            "whole numbers",
+        ),
     ],
 )
 def test_a_sweep_written_wrong_is_one_located_error(
