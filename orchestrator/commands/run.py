@@ -229,6 +229,11 @@ def plan_resume(results_dir: Path, hosts_file: Path | None) -> RunPlan:
     return dataclasses.replace(plan, record=record, resume_dir=results_dir)
 
 
+def and_more(more: int, noun: str) -> str:
+    """`` (and 2 more such runs)`` after the first of several located errors told at once."""
+    return f" (and {more} more such {noun}{'s' * (more > 1)})" if more else ""
+
+
 def refuse_port_collisions(playbook: Playbook, plans: Sequence[PlannedLaunch]) -> None:
     """A ConfigError (exit 2, nothing touched) when two runs would listen on one machine's
     port at the same time, located at the second run's ``port`` (or the run itself)."""
@@ -236,8 +241,7 @@ def refuse_port_collisions(playbook: Playbook, plans: Sequence[PlannedLaunch]) -
     if not collisions:
         return
     first = collisions[0]
-    more = len(collisions) - 1
-    message = first.message() + (f" (and {more} more such pair{'s' * (more > 1)})" if more else "")
+    message = first.message() + and_more(len(collisions) - 1, "pair")
     raise playbook.error_at(
         first.second.run,
         ["port"],
@@ -255,8 +259,7 @@ def refuse_gpu_shortfalls(playbook: Playbook, plans: Sequence[PlannedLaunch]) ->
     if not shortfalls:
         return
     first = shortfalls[0]
-    more = len(shortfalls) - 1
-    message = first.message() + (f" (and {more} more such run{'s' * (more > 1)})" if more else "")
+    message = first.message() + and_more(len(shortfalls) - 1, "run")
     raise playbook.error_at(
         first.plan.run,
         ["tensor_parallel"],

@@ -249,15 +249,8 @@ def _compare(row: HistoryRow, base: Sequence[HistoryRow], policy: Policy) -> Met
     )
     if verdict == "ok" and abs(worse_by) > threshold:
         reason += f": past the threshold, not significant (p >= {policy.alpha:g})"
-    return MetricVerdict(
-        metric=row.metric,
-        direction=info.direction,
-        unit=info.unit,
-        verdict=verdict,
-        reason=reason,
-        value=row.value,
-        spread=row.spread,
-        n=row.n,
+    return dataclasses.replace(
+        _plain(row, verdict, reason),
         baseline=baseline,
         baseline_nights=tuple(r.night for r in base),
         change=change,
