@@ -19,7 +19,8 @@ Environment read by the simulated engines:
                             acceptance:-10%@20, drafter:broken@20); see ``nights.py``.
     ORCH_SIM_STATE          state directory: gpus.json, gpu-<pid>.json, ground-truth-<pid>.json
                             (default: $TMPDIR/orch-sim-<uid>; the sandbox's scripts set it).
-    ORCH_SIM_GPUS, ORCH_SIM_GPU_NAME, ORCH_SIM_GPU_MEMORY_MIB   override the simulated GPUs.
+    ORCH_SIM_GPUS, ORCH_SIM_GPU_NAME, ORCH_SIM_GPU_MEMORY_MIB   override the simulated GPUs;
+    ORCH_SIM_DRIVER_VERSION  the driver nvidia-smi reports (a nightly's changed attribute).
     CUDA_VISIBLE_DEVICES    which simulated GPUs a server sees, read as CUDA reads it; it uses
                             the first tp of them (default: of all). Engines on disjoint sets
                             share a host; on the same GPUs the later one finds no memory.

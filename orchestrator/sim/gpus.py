@@ -55,7 +55,8 @@ def state_dir(environ: Mapping[str, str] | None = None) -> Path:
 
 
 def load_gpu_facts(state: Path, environ: Mapping[str, str] | None = None) -> GpuFacts:
-    """Env vars (ORCH_SIM_GPUS, _GPU_NAME, _GPU_MEMORY_MIB) win over the sandbox's gpus.json."""
+    """Env vars (ORCH_SIM_GPUS, _GPU_NAME, _GPU_MEMORY_MIB, _DRIVER_VERSION) win over the
+    sandbox's gpus.json (whose driver_version a nightly test edits to 'upgrade' a host)."""
     env = os.environ if environ is None else environ
     saved: dict[str, Any] = {}
     with contextlib.suppress(OSError, ValueError):
@@ -65,7 +66,10 @@ def load_gpu_facts(state: Path, environ: Mapping[str, str] | None = None) -> Gpu
     memory = int(
         env.get("ORCH_SIM_GPU_MEMORY_MIB") or saved.get("memory_mib") or DEFAULT_GPU_MEMORY_MIB
     )
-    return GpuFacts(count=count, name=name, memory_mib=memory)
+    driver = str(
+        env.get("ORCH_SIM_DRIVER_VERSION") or saved.get("driver_version") or DRIVER_VERSION
+    )
+    return GpuFacts(count=count, name=name, memory_mib=memory, driver_version=driver)
 
 
 def gpu_uuid(index: int, name: str) -> str:

@@ -73,13 +73,24 @@ def prepare_sandbox(
         "count": gpus,
         "name": gpu_name,
         "memory_mib": gpu_memory_mib,
-        "driver_version": DRIVER_VERSION,
+        "driver_version": _installed_driver(box.state_dir / "gpus.json"),
     }
     _write_if_changed(box.state_dir / "gpus.json", json.dumps(gpu_facts, indent=2) + "\n")
     _write_scripts(box, python)
     _write_packages(box, python)
     install_models(box.hf_home / "hub")
     return box
+
+
+def _installed_driver(path: Path) -> str:
+    """The driver a refresh keeps: a host's driver is its own state, and a test that
+    'upgrades' it (edits gpus.json between two nights) must not see it reset by the next run."""
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return DRIVER_VERSION
+    driver = saved.get("driver_version") if isinstance(saved, dict) else None
+    return driver if isinstance(driver, str) and driver else DRIVER_VERSION
 
 
 def _preamble(box: Sandbox) -> str:
