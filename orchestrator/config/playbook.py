@@ -132,6 +132,68 @@ class SloSpec(StrictModel):
         return [parse_target(text) for text in self.targets]
 
 
+def _fraction(name: str, value: object) -> float:
+    """``"5%"`` or ``0.05`` as 0.05 (a failure rate's threshold is a difference: 0.01)."""
+    if isinstance(value, str) and value.strip().endswith("%"):
+        try:
+            number = float(value.strip()[:-1]) / 100
+        except ValueError:
+            number = float("nan")
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        number = float(value)
+    else:
+        number = float("nan")
+    if not (number >= 0 and number != float("inf")):
+        raise ValueError(
+            f"threshold of {name}: {value!r} is not a percentage ('5%') or a fraction (0.05)"
+        )
+    return number
+
+
+class NightlySpec(StrictModel):
+    """How `orch nightly` judges a night of this playbook (defaults: the nightly's own)."""
+
+    baseline_nights: Annotated[int, Field(ge=1, le=365)] = Field(
+        7, description="The baseline is the median of this many last accepted nights."
+    )
+    min_baseline_nights: Annotated[int, Field(ge=1, le=365)] = Field(
+        3, description="Fewer accepted nights before this one: insufficient_data."
+    )
+    min_repeats: Annotated[int, Field(ge=2)] = Field(
+        2, description="Fewer values in a night (workload.repeat): insufficient_data."
+    )
+    alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
+        0.01, description="p-value below which a one-sided Welch t-test calls a change significant."
+    )
+    thresholds: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Practical threshold per metric, as '5%' or 0.05 (failure_rate: an absolute"
+        " rise, e.g. 0.01); acceptance_pos sets every draft position. Defaults: 5% throughput"
+        " and acceptance, 10% latency, 0.01 failure rate.",
+    )
+
+    @field_validator("thresholds")
+    @classmethod
+    def _thresholds(cls, value: dict[str, Any]) -> dict[str, Any]:
+        from orchestrator.nightly.terms import POSITION_PREFIX, metric
+
+        out: dict[str, Any] = {}
+        for name, raw in value.items():
+            if name != POSITION_PREFIX.rstrip("_"):
+                metric(str(name))  # ValueError naming the metrics it knows
+            out[str(name)] = _fraction(str(name), raw)
+        return out
+
+    @model_validator(mode="after")
+    def _enough(self) -> NightlySpec:
+        if self.min_baseline_nights > self.baseline_nights:
+            raise ValueError(
+                f"min_baseline_nights {self.min_baseline_nights} is above baseline_nights "
+                f"{self.baseline_nights}"
+            )
+        return self
+
+
 class WorkloadSpec(StrictModel):
     """The load driven against the server once it is ready."""
 
@@ -402,6 +464,10 @@ class Playbook(StrictModel):
         " free up, at most three at once; runs on one port wait for each other. A run whose env"
         " sets CUDA_VISIBLE_DEVICES runs alone. Off by default: servers sharing a"
         " machine also share its CPUs, PCIe and memory, which can move the figures.",
+    )
+
+    nightly: NightlySpec = Field(
+        default_factory=NightlySpec, description="How `orch nightly` judges this playbook's nights."
     )
 
     _source_path: Path | None = PrivateAttr(None)
@@ -694,6 +760,7 @@ def load_playbook(path: str | Path) -> Playbook:
         defaults=head.defaults,
         runs=runs,
         share_gpus=head.share_gpus,
+        nightly=head.nightly,
     )
     playbook._source_path = Path(path)
     playbook._doc = doc
@@ -712,3 +779,4 @@ class _PlaybookHead(StrictModel):
     defaults: RunDefaults | None = None
     runs: Annotated[list[dict[str, Any]], Field(min_length=1)]
     share_gpus: bool = False
+    nightly: NightlySpec = Field(default_factory=NightlySpec)
