@@ -166,6 +166,22 @@ def run_command(
             render_plan(plans, schedule, results)
         return
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
+    outcome = launch(run_plan, ssh=ssh, results=results, force=force, hosts_file=hosts_file)
+    if as_json:
+        print_json(outcome_json(outcome))
+    else:
+        render_outcome(outcome)
+    code = exit_status([r.verdict for r in outcome.results], fail_on)
+    if code != EXIT_OK:
+        raise typer.Exit(code)
+
+
+def launch(
+    run_plan: RunPlan, *, ssh: SshOptions, results: Path, force: bool, hosts_file: Path
+) -> PlaybookOutcome:
+    """Run a planned playbook with its progress on stderr; the first stop signal stops every
+    server it started and ends the command with 128+N (``typer.Exit``)."""
+    plans = run_plan.plans
     display = Display(err)
     stop = StopSignals(
         grace_s=stop_grace_s(),
@@ -189,13 +205,7 @@ def run_command(
         raise typer.Exit(128 + first) from None
     finally:
         stop.cancel_timer()
-    if as_json:
-        print_json(outcome_json(outcome))
-    else:
-        render_outcome(outcome)
-    code = exit_status([r.verdict for r in outcome.results], fail_on)
-    if code != EXIT_OK:
-        raise typer.Exit(code)
+    return outcome
 
 
 def _plan(
