@@ -21,8 +21,9 @@ Which nights count in a baseline: a night judged ``ok``, ``improvement`` or ``in
 for the metric (stored as ``accepted`` when the night is settled); never a violating, failed or
 collapsed one, so a regression stays one night after night instead of becoming the norm. A
 person's decision wins: ``reject`` takes a night out of every baseline; ``accept`` puts it in
-and starts the baseline again from it (the nights before it no longer count), which is how an
-intended change (a new engine version, slower on purpose) becomes the new normal. Until
+and starts the baseline again from it (the nights before it no longer count; accepted nights
+in a row all count), which is how an intended change (a new engine version, slower on purpose)
+becomes the new normal. Until
 ``min_baseline_nights`` nights count again, the metric is ``insufficient_data``.
 """
 
@@ -326,6 +327,22 @@ def _violation(
     )
 
 
+def _new_normal(decided: Sequence[Decision | None]) -> int:
+    """Where the baseline starts: at the first of the latest accepted nights in a row (rejected
+    nights between them do not break the row), so accepting the two nights of a step makes
+    both the new normal; 0 when no night was accepted."""
+    last = max((i for i, d in enumerate(decided) if d == "accept"), default=None)
+    if last is None:
+        return 0
+    start = last
+    for i in range(last - 1, -1, -1):
+        if decided[i] == "accept":
+            start = i
+        elif decided[i] != "reject":
+            break
+    return start
+
+
 def judge_metric(
     series: Sequence[HistoryRow],
     decisions: Mapping[str, DecisionRecord | Decision],
@@ -342,7 +359,7 @@ def judge_metric(
     if row.value is None or row.n < policy.min_repeats:
         return _plain(row, "insufficient_data", f"{row.n} values (need {policy.min_repeats})")
     decided = [_decision(decisions, r.night) for r in series]
-    start = max((i for i, d in enumerate(decided) if d == "accept"), default=0)
+    start = _new_normal(decided)
     pairs = zip(series[start:], decided[start:], strict=True)
     base = [r for r, d in pairs if counts_in_baseline(r, d)][-policy.baseline_nights :]
     if len(base) < policy.min_baseline_nights:

@@ -210,6 +210,23 @@ def test_accepting_a_night_starts_the_baseline_again_from_it() -> None:
     assert accepted[7].baseline_nights == tuple(night_id(i) for i in (4, 5, 6))
 
 
+@pytest.mark.parametrize(
+    ("decisions", "baseline_nights"),
+    [
+        ({3: "accept", 4: "accept"}, (3, 4, 5)),  # both nights of the step: the new normal
+        ({3: "accept", 4: "reject", 5: "accept"}, (3, 5)),  # a rejected night does not break it
+        ({3: "accept", 5: "accept"}, (5,)),  # night 4 in between was not accepted
+    ],
+)
+def test_accepted_nights_in_a_row_all_start_the_new_normal(
+    decisions: dict[int, str], baseline_nights: tuple[int, ...]
+) -> None:
+    nights = [NORMAL] * 3 + [scaled(0.9)] * 4
+    verdicts = judged(nights, decisions=decisions, policy=Policy(min_baseline_nights=1))
+    assert verdicts[6].baseline_nights == tuple(night_id(i) for i in baseline_nights)
+    assert verdicts[6].verdict == "ok"
+
+
 def test_a_collapse_fails_the_acceptance_figures_whatever_the_history() -> None:
     rows = [
         row(0, "acceptance_length", [1.1, 1.1], collapse=True),
