@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from orchestrator import __version__
-from orchestrator.cli import hosts, logs, servers
+from orchestrator.cli import hosts, logs, nightly, servers
 from orchestrator.cli.common import EXIT_INTERRUPTED, err, print_json, report_error
 from orchestrator.cli.compare import compare_command
 from orchestrator.cli.doctor import doctor_command
@@ -39,6 +39,10 @@ Examples:
 
   orch results --csv > runs.csv           # a row per measurement, as CSV
 
+  orch nightly playbooks/nightly.yaml     # tonight's run, judged; exit 0/1/2/3
+
+  orch history nightly                    # its nights and their verdicts
+
   orch ps  /  orch stop --all             # servers orch started
 
   orch clean --older-than 7d --dry-run    # finished runs' folders on the hosts
@@ -63,6 +67,7 @@ app.command("report")(report_command)
 app.command("results")(results_command)
 app.command("compare")(compare_command)
 servers.register(app)
+nightly.register(app)
 
 
 def _version(value: bool) -> None:

@@ -1,0 +1,308 @@
+"""Issue 11 end to end: `orch nightly` on an embedded host over simulated nights.
+
+The simulator plays each night (``ORCH_SIM_NIGHT``) with seeded night-to-night noise and an
+injected change from a given night on (``ORCH_SIM_CHANGE``), reaching the engine through the
+host's env in hosts.yaml (``${NIGHT}`` from the shell, as a real cron job would export it). A
+driver upgrade is an edit of the embedded host's own state (its simulated ``gpus.json``), as it
+would be on a real machine, outside anything orch passes to the host.
+Two histories run side by side, each night a real `orch nightly` process:
+
+- A (a throughput step with a driver upgrade): too few nights (exit 3), an ordinary night (0),
+  the first night of a 30% step (2, suspicious), the second (1, regression: since that night,
+  the last good one and the driver change named), then both nights accepted by a person and
+  the next night judged against them (0);
+- B (a broken drafter, then a dead host): the collapse is a failure on the very first nights,
+  whatever the history (1); a host refusing connections is "could not measure" (3), never a
+  regression, and is kept in the history as such.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from orchestrator.nightly.history import History
+from tests.fixtures.sshd import free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
+
+NOISE = "0.03"
+OLD_DRIVER, NEW_DRIVER = "580.95.05", "590.44.01"
+STEP_NIGHT = 2  # A: throughput -30% from this night on, with the new driver
+BROKEN_NIGHT = 1  # B: the drafter collapses from this night on
+NIGHT_TIMEOUT_S = 120
+
+
+def hosts_file(path: Path, host: str) -> Path:
+    env = {
+        "ORCH_SIM_LOAD_S": "0.2",
+        "ORCH_SIM_SPEED": "20",
+        "VLLM_LOG_STATS_INTERVAL": "1",
+        "ORCH_SIM_NIGHT": "${NIGHT}",
+        "ORCH_SIM_NOISE": NOISE,
+        "ORCH_SIM_SEED": "7",
+        "ORCH_SIM_CHANGE": "${CHANGE}",
+    }
+    inventory = {
+        "defaults": {"gpus": "2 x RTX A6000", "transport": "embedded", "env": env},
+        "hosts": {host: {}},
+    }
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+def dead_hosts_file(path: Path, host: str) -> Path:
+    """The same host name, now refusing TCP (its machine is down)."""
+    inventory = {
+        "hosts": {
+            host: {
+                "address": "127.0.0.1",
+                "port": free_port(),
+                "python": sys.executable,
+                "connect_timeout": 3,
+                "gpus": "2 x RTX A6000",
+            }
+        }
+    }
+    path.write_text(yaml.safe_dump(inventory))
+    return path
+
+
+def playbook(path: Path, *, engine: str, speculative: dict[str, Any]) -> Path:
+    book = {
+        "name": "nightly",
+        "defaults": {
+            "model": "Qwen/Qwen3.6-27B",
+            "tensor_parallel": 2,
+            "max_model_len": 8192,
+            "workload": {
+                "prompts": "builtin:mixed",
+                "num_prompts": 8,
+                "concurrency": 2,
+                "max_tokens": 64,
+                "ignore_eos": True,
+                "warmup": 1,
+                "repeat": 3,
+            },
+        },
+        "nightly": {"min_baseline_nights": 1},
+        "runs": [
+            {
+                "name": f"{engine}-spec",
+                "engine": engine,
+                "port": free_port(),
+                "speculative": speculative,
+                **({"env": {"VLLM_USE_V2_MODEL_RUNNER": "1"}} if engine == "vllm" else {}),
+                **(
+                    {"extra_args": ["--attention-backend", "flash_attn"]}
+                    if engine == "vllm"
+                    else {}
+                ),
+            }
+        ],
+    }
+    path.write_text(yaml.safe_dump(book, sort_keys=False))
+    return path
+
+
+@dataclass(frozen=True)
+class Night:
+    code: int
+    doc: dict[str, Any]
+    markdown: str
+    stderr: str
+
+    def verdicts(self, metric: str) -> list[str]:
+        return [
+            m["verdict"] for c in self.doc["cases"] for m in c["metrics"] if m["metric"] == metric
+        ]
+
+
+@dataclass
+class Place:
+    tmp: Path
+    playbook: Path
+    hosts: Path
+
+    @property
+    def results(self) -> Path:
+        return self.tmp / "results"
+
+    def orch(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "orchestrator", *args],
+            cwd=self.tmp,
+            env={**os.environ, "ORCH_EMBEDDED_ROOT": str(self.tmp / "embedded"), **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=NIGHT_TIMEOUT_S,
+        )
+
+    def install_driver(self, version: str) -> None:
+        """What an admin's driver upgrade does to a simulated host: its gpus.json changes
+        (the sandbox is created by the first night; before it, the default driver is OLD)."""
+        for state in (self.tmp / "embedded").glob("*/state/gpus.json"):
+            facts = json.loads(state.read_text())
+            state.write_text(json.dumps({**facts, "driver_version": version}))
+
+    def night(
+        self, n: int, change: str, driver: str = OLD_DRIVER, hosts: Path | None = None
+    ) -> Night:
+        summary = self.tmp / f"step-summary-{n}.md"
+        self.install_driver(driver)
+        proc = self.orch(
+            "nightly",
+            str(self.playbook),
+            "--hosts",
+            str(hosts or self.hosts),
+            "--results",
+            str(self.results),
+            "--known-hosts",
+            str(self.tmp / "known_hosts"),
+            "--no-report",
+            "--json",
+            env={
+                "NIGHT": str(n),
+                "CHANGE": change,
+                "GITHUB_STEP_SUMMARY": str(summary),
+            },
+        )
+        assert proc.stdout, proc.stderr
+        doc = json.loads(proc.stdout)
+        folder = Path(doc["results_dir"])
+        markdown = (folder / "nightly.md").read_text()
+        assert summary.read_text().rstrip("\n") == markdown.rstrip("\n")  # the CI job summary
+        assert json.loads((folder / "nightly.json").read_text())["verdict"] == doc["verdict"]
+        return Night(proc.returncode, doc, markdown, proc.stderr)
+
+
+def place(tmp: Path, host: str, engine: str, speculative: dict[str, Any]) -> Place:
+    tmp.mkdir()
+    (tmp / "known_hosts").write_text("")
+    return Place(
+        tmp,
+        playbook(tmp / "nightly.yaml", engine=engine, speculative=speculative),
+        hosts_file(tmp / "hosts.yaml", host),
+    )
+
+
+def history_a(p: Place) -> list[Night]:
+    change = f"throughput:-30%@{STEP_NIGHT}"
+    nights = [p.night(n, change) for n in range(STEP_NIGHT)]  # 0, 1
+    nights.append(p.night(STEP_NIGHT, change, NEW_DRIVER))
+    nights.append(p.night(STEP_NIGHT + 1, change, NEW_DRIVER))
+    for night in nights[-2:]:
+        accepted = p.orch(
+            "baseline", "accept", night.doc["night"], "--results", str(p.results), "--note", "x"
+        )
+        assert accepted.returncode == 0, accepted.stderr
+        assert f"night {night.doc['night']} of nightly: accepted" in accepted.stdout
+    nights.append(p.night(STEP_NIGHT + 2, change, NEW_DRIVER))
+    return nights
+
+
+def history_b(p: Place, dead: Path) -> list[Night]:
+    change = f"drafter:broken@{BROKEN_NIGHT}"
+    return [p.night(0, change), p.night(BROKEN_NIGHT, change), p.night(2, change, hosts=dead)]
+
+
+@pytest.fixture(scope="module")
+def histories(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Place, list[Night], Place, list[Night]]:
+    tmp = tmp_path_factory.mktemp("nightly")
+    a = place(tmp / "a", "emb-a", "sglang", {"method": "mtp", "num_draft_tokens": 3})
+    dflash = {"method": "dflash", "draft_model": "z-lab/Qwen3.6-27B-DFlash", "num_draft_tokens": 15}
+    b = place(tmp / "b", "emb-b", "vllm", dflash)
+    with ThreadPoolExecutor(2) as pool:
+        nights_a = pool.submit(history_a, a)
+        nights_b = pool.submit(history_b, b, dead_hosts_file(tmp / "b" / "dead.yaml", "emb-b"))
+        return a, nights_a.result(), b, nights_b.result()
+
+
+def test_exit_codes_follow_the_verdicts(histories: Any) -> None:
+    _a, nights_a, _b, nights_b = histories
+    codes = [n.code for n in nights_a]
+    verdicts = [n.doc["verdict"] for n in nights_a]
+    detail = "\n".join(n.markdown for n in nights_a)
+    assert verdicts[0] == "insufficient_data", detail  # no night before it
+    # ordinary nights: within the noise (a lucky one may be an improvement, exit 0 too)
+    assert set(verdicts[1:STEP_NIGHT]) <= {"ok", "improvement"}, detail
+    assert verdicts[STEP_NIGHT:] == ["suspicious", "regression", "ok"], detail
+    assert codes == [3, 0, 2, 1, 0], detail
+    assert [n.code for n in nights_b] == [3, 1, 3], "\n".join(n.markdown for n in nights_b)
+    assert [n.doc["verdict"] for n in nights_b] == [
+        "insufficient_data",
+        "failure",
+        "could_not_measure",
+    ]
+
+
+def test_the_step_is_named_with_what_changed(histories: Any) -> None:
+    _a, nights, _b, _ = histories
+    first, second = nights[STEP_NIGHT], nights[STEP_NIGHT + 1]
+    assert first.verdicts("output_tok_s") == ["suspicious"]
+    assert first.verdicts("acceptance_length") == ["ok"]  # the step is in the decode time only
+    assert second.verdicts("output_tok_s") == ["regression"]
+    (metric,) = [
+        m for c in second.doc["cases"] for m in c["metrics"] if m["metric"] == "output_tok_s"
+    ]
+    assert metric["since"] == first.doc["night"]
+    assert metric["last_good"] == nights[STEP_NIGHT - 1].doc["night"]
+    assert metric["change"] < -0.15  # the step is diluted by the prefill in output tok/s
+    (decode,) = [
+        m for c in second.doc["cases"] for m in c["metrics"] if m["metric"] == "decode_tok_s_median"
+    ]
+    assert decode["change"] == pytest.approx(-0.30, abs=0.08)  # -30% +- the nights' noise
+    changed = {c["name"]: (c["before"], c["after"]) for c in metric["changes"]}
+    assert changed == {"driver_version": (OLD_DRIVER, NEW_DRIVER)}
+    assert second.markdown.startswith("# Nightly: REGRESSION (exit 1)")
+    assert f"driver_version {OLD_DRIVER} → {NEW_DRIVER}" in second.markdown
+
+
+def test_accepted_nights_become_the_baseline(histories: Any) -> None:
+    a, nights, _b, _ = histories
+    after = nights[-1]
+    (metric,) = [
+        m for c in after.doc["cases"] for m in c["metrics"] if m["metric"] == "output_tok_s"
+    ]
+    assert metric["verdict"] == "ok"
+    assert set(metric["baseline_nights"]) == {
+        nights[STEP_NIGHT].doc["night"],
+        nights[STEP_NIGHT + 1].doc["night"],
+    }
+    decisions = History(a.results, "nightly").decisions()
+    assert {n: d.decision for n, d in decisions.items()} == {
+        nights[STEP_NIGHT].doc["night"]: "accept",
+        nights[STEP_NIGHT + 1].doc["night"]: "accept",
+    }
+    listed = a.orch("history", str(a.playbook), "--results", str(a.results), "--json")
+    assert listed.returncode == 0, listed.stderr
+    rows = json.loads(listed.stdout)["nights"]
+    assert [r["night"] for r in rows] == [n.doc["night"] for n in nights]
+    assert [r["decision"] for r in rows] == [None] * STEP_NIGHT + ["accept", "accept", None]
+
+
+def test_a_collapse_fails_and_a_dead_host_is_not_a_regression(histories: Any) -> None:
+    _a, _, b, nights = histories
+    broken = nights[1]
+    assert broken.verdicts("acceptance_length") == ["failure"]
+    assert "# Nightly: FAILURE (exit 1)" in broken.markdown
+    dead = nights[2]
+    assert dead.doc["verdict"] == "could_not_measure" and dead.code == 3
+    assert "regression" not in json.dumps(dead.doc["counts"])
+    assert "connection refused" in dead.markdown
+    listed = b.orch("history", "nightly", "--results", str(b.results), "--json")
+    rows = json.loads(listed.stdout)["nights"]
+    assert [r["verdict"] for r in rows] == ["insufficient_data", "failure", "could_not_measure"]
