@@ -100,10 +100,13 @@ def nightly_command(
             if not as_json:
                 render_outcome(outcome)
             night = nightly.judge(outcome, results_root=results, playbook=playbook, report=report)
-        nightly.step_summary(night.verdict)
     except OrchError as exc:  # the verdict itself could not be written (disk full ...)
         report_error(exc)
         raise typer.Exit(EXIT_COULD_NOT_MEASURE) from None
+    try:  # a CI summary that cannot be appended must not hide the verdict or change its exit
+        nightly.step_summary(night.verdict)
+    except OrchError as exc:
+        err.print(f"[yellow]warning:[/] {escape(str(exc))}")
     show_night(night, as_json=as_json)
     if night.exit_code:
         raise typer.Exit(night.exit_code)

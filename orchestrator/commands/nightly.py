@@ -4,10 +4,11 @@ playbook run, without the command line.
 A night is a results folder (``results/<UTC stamp>-<playbook>``). Once the playbook has run, its
 figures are judged against the history under the same results root, appended to it, and the
 verdict written next to the measurements (``nightly.md``, ``nightly.json``, the HTML report with
-its trend plots). A night that measured nothing (the playbook could not start: hosts down, a
-refused run) still gets its folder with a ``could_not_measure`` verdict naming why, so the
-morning's answer is never a missing file; it is not a history row (it has no figure), but
-``orch history`` lists it from that folder.
+its trend plots). A host that is down fails its runs: their cases are history rows with status
+``failed`` (``could_not_measure``). A night that measured nothing (the playbook could not start:
+the doctor refused a run, no results folder) still gets its folder with a ``could_not_measure``
+verdict naming why, so the morning's answer is never a missing file; it is not a history row
+(it has no case), but ``orch history`` lists it from that folder.
 """
 
 from __future__ import annotations
@@ -159,7 +160,8 @@ def playbook_name(text: str) -> str:
     if path.suffix in (".yaml", ".yml") or path.is_file():
         if not path.is_file():
             raise ConfigError(
-                f"no playbook file {text}",
+                "file not found",
+                file=text,
                 hint="give the playbook file orch nightly runs, or its name",
             )
         return load_playbook(path).name
