@@ -7,7 +7,7 @@ report (``nightly.md``, ``nightly.json``) with its exit status.
 - ``rows``: a line of the history (``HistoryRow``) and its JSON;
 - ``history``: the append-only store (``History``, ``results/history/<playbook>.jsonl``);
 - ``verdict``: the rules (``Policy``, ``Thresholds``, ``judge_night``, ``settle``, ``replay``);
-- ``changepoint``: Apache Otava, optional (``locate``);
+- ``changepoint``: Apache Otava, optional (``change_points``);
 - ``report``: ``NightlyVerdict``, ``render_markdown``, ``write_nightly``;
 - ``night``: one night end to end (``judge_results``).
 

@@ -10,7 +10,7 @@ candidates it considered; that module needs numpy and scipy only.
 
 Otava is optional (``pip install 'orch[nightly]'``): the package pins numpy 2.2 and scipy
 1.16 and pulls in the BigQuery, Postgres and Slack clients its CLI uses, so it is not one of
-orch's own dependencies. Without it ``locate`` returns None and ``available()`` is False; the
+orch's own dependencies. Without it ``change_points`` returns None and ``available()`` is False; the
 verdicts do not depend on it (they come from the baseline and the t-test), only the night a
 report names as where the shift began.
 """
@@ -26,7 +26,8 @@ from typing import Any
 # nightly verdict's 0.01: the verdict says whether tonight is worse, this only says since when)
 WINDOW = 50
 MAX_PVALUE = 0.001
-Locate = Callable[[Sequence[float]], "int | None"]  # locate's shape, for a stand-in in tests
+# locate's shape, for a stand-in in tests: every change point's index, None without Otava
+Locate = Callable[[Sequence[float]], "Sequence[int] | None"]
 NOT_INSTALLED = "Apache Otava is not installed"
 INSTALL_HINT = "install Apache Otava (pip install 'orch[nightly]') to locate change points"
 
@@ -71,15 +72,14 @@ def change_points(
     return sorted(kept[int(cp.index)] for cp in found)
 
 
-def locate(
-    values: Sequence[float],
-    *,
-    max_pvalue: float = MAX_PVALUE,
-    min_magnitude: float = 0.0,
-    window: int = WINDOW,
-) -> int | None:
-    """The index of the first value after the latest shift in ``values`` (one per night,
-    oldest first): the night a regression began. None when there is none, or when Otava is
-    not installed (``available()`` tells which)."""
-    found = change_points(values, max_pvalue=max_pvalue, min_magnitude=min_magnitude, window=window)
-    return found[-1] if found else None
+def nearest(found: Sequence[int], first_bad: int) -> int | None:
+    """Of the change points ``found``, the one that began a run of violating nights starting at
+    index ``first_bad``: the latest at or before it (the shift may predate the first night that
+    was past the threshold and significant), else the earliest after it. The latest point
+    overall would be wrong: a later split made by noise (a 2% rise three nights on) is no
+    answer to "since when"."""
+    before = [i for i in found if i <= first_bad]
+    if before:
+        return max(before)
+    after = [i for i in found if i > first_bad]
+    return min(after) if after else None

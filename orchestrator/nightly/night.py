@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.nightly.changepoint import INSTALL_HINT, NOT_INSTALLED, Locate, locate
+from orchestrator.nightly.changepoint import INSTALL_HINT, NOT_INSTALLED, Locate, change_points
 from orchestrator.nightly.history import History
 from orchestrator.nightly.record import record_night
 from orchestrator.nightly.report import NightlyVerdict
@@ -23,7 +23,7 @@ def judge_results(
     policy: Policy | None = None,
     playbook: str | None = None,
     append: bool = True,
-    find: Locate = locate,
+    find: Locate = change_points,
 ) -> NightlyVerdict:
     """Judge the night ``results_dir`` holds against the history under ``results_root`` (the
     folder holding ``results_dir`` by default), and append its rows (``append``)."""

@@ -39,7 +39,13 @@ import numpy
 from scipy import special as scipy_special
 
 from orchestrator.nightly.cases import CaseKey, Change, NightAttributes, changed_attributes
-from orchestrator.nightly.changepoint import NOT_INSTALLED, Locate, available, locate
+from orchestrator.nightly.changepoint import (
+    NOT_INSTALLED,
+    Locate,
+    available,
+    change_points,
+    nearest,
+)
 from orchestrator.nightly.history import DecisionRecord, HistoryRow
 from orchestrator.nightly.terms import (
     POSITION_PREFIX,
@@ -275,15 +281,20 @@ def _plain(row: HistoryRow, verdict: Verdict, reason: str) -> MetricVerdict:
     )
 
 
-def _located(points: Sequence[HistoryRow], find: Locate) -> tuple[str | None, str]:
-    """The night Otava locates the latest shift of ``points`` (the metric's measured nights,
-    tonight last) at, and a note saying how."""
-    if find is locate and not available():
+def _located(
+    points: Sequence[HistoryRow], first_bad: HistoryRow, find: Locate
+) -> tuple[str | None, str]:
+    """The night Otava locates the shift that began the violating run (``first_bad`` on) at,
+    over ``points`` (the metric's measured nights, tonight last), and a note saying how."""
+    if find is change_points and not available():
         return None, NOT_INSTALLED
-    index = find([float(r.value) for r in points if r.value is not None])
+    measured = [r for r in points if r.value is not None]
+    found = find([float(r.value) for r in measured if r.value is not None])
+    start = next((i for i, r in enumerate(measured) if r.night == first_bad.night), len(measured))
+    index = nearest(found or (), start)
     if index is None:
         return None, f"no change point in the last {len(points)} nights (Apache Otava)"
-    return points[index].night, f"Apache Otava, over the last {len(points)} nights"
+    return measured[index].night, f"Apache Otava, over the last {len(points)} nights"
 
 
 def _violation(
@@ -321,7 +332,7 @@ def _violation(
         for r, d in zip(series, decided, strict=True)
         if d != "reject" and r.status != "failed" and r.value is not None
     ]
-    where, note = _located([*measured, row], find)
+    where, note = _located([*measured, row], first_bad, find)
     return dataclasses.replace(
         judged, verdict="regression", change_point=where, change_point_note=note
     )
@@ -348,7 +359,7 @@ def judge_metric(
     decisions: Mapping[str, DecisionRecord | Decision],
     row: HistoryRow,
     policy: Policy = Policy(),
-    find: Locate = locate,
+    find: Locate = change_points,
 ) -> MetricVerdict:
     """``row`` (tonight) against ``series``: the same case and metric on earlier nights, oldest
     first, as settled (with their verdicts)."""
@@ -376,7 +387,7 @@ def judge_night(
     decisions: Mapping[str, DecisionRecord | Decision],
     tonight: Sequence[HistoryRow],
     policy: Policy = Policy(),
-    find: Locate = locate,
+    find: Locate = change_points,
 ) -> list[CaseVerdict]:
     """Every case of ``tonight`` against the ``past`` rows (any order; rows of tonight's night
     or later are ignored), in tonight's case order."""
@@ -425,7 +436,7 @@ def replay(
     nights: Sequence[Sequence[HistoryRow]],
     policy: Policy = Policy(),
     decisions: Mapping[str, DecisionRecord | Decision] | None = None,
-    find: Locate = locate,
+    find: Locate = change_points,
 ) -> list[list[CaseVerdict]]:
     """Judge nights in turn, each against the ones before it as settled: what a nightly does
     over a history, without the files (for tests, and to judge a history again)."""

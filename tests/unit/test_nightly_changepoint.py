@@ -12,7 +12,7 @@ import numpy
 import pytest
 
 from orchestrator.nightly import changepoint
-from orchestrator.nightly.changepoint import NOT_INSTALLED, change_points, locate
+from orchestrator.nightly.changepoint import NOT_INSTALLED, change_points, nearest
 from orchestrator.nightly.verdict import replay
 from tests.fixtures.nightly_histories import night_id, row
 
@@ -47,14 +47,13 @@ def test_the_adapter_passes_otavas_options_and_maps_indices_past_nans(
 ) -> None:
     values = [100.0, math.nan, 100.0, 100.0, 90.0, 90.0, 80.0]
     assert change_points(values) == [4, 6]
-    assert locate(values) == 6  # the latest shift
     assert fake_otava[0] == {
         "series": [100.0, 100.0, 100.0, 90.0, 90.0, 80.0],
         "window_len": 50,
         "max_pvalue": 0.001,
         "min_magnitude": 0.0,
     }
-    assert locate([100.0] * 10) is None
+    assert change_points([100.0] * 10) == []
     assert change_points([1.0, math.nan]) == []  # fewer than 3 values: nothing to split
 
 
@@ -65,7 +64,7 @@ def test_without_otava_there_is_no_change_point_and_the_report_says_why(
         raise ModuleNotFoundError(f"No module named {name!r}")
 
     monkeypatch.setattr(changepoint.importlib, "import_module", missing)
-    assert (changepoint.available(), locate([1.0, 1.0, 2.0, 2.0]), change_points([1.0])) == (
+    assert (changepoint.available(), change_points([1.0, 1.0, 2.0, 2.0]), change_points([1.0])) == (
         False,
         None,
         None,
@@ -98,7 +97,6 @@ def test_otava_locates_a_shift(levels: list[float], expected: list[int]) -> None
     noise = numpy.random.default_rng(7).normal(0, 0.017, len(levels))  # 3% over 3 repeats
     values = [level * (1 + e) for level, e in zip(levels, noise, strict=True)]
     assert change_points(values) == expected
-    assert locate(values) == (expected[-1] if expected else None)
 
 
 def test_a_regression_names_otavas_night() -> None:
@@ -113,3 +111,20 @@ def test_a_regression_names_otavas_night() -> None:
     verdict = replay(nights)[21][0].metrics[0]
     assert (verdict.verdict, verdict.change_point) == ("regression", night_id(20))
     assert verdict.change_point_note == "Apache Otava, over the last 22 nights"
+
+
+@pytest.mark.parametrize(
+    ("found", "first_bad", "expected"),
+    [
+        ([20], 20, 20),
+        ([20, 25], 20, 20),  # a later split by noise is no answer to "since when"
+        ([20, 25], 21, 20),  # the shift began before the first night past the threshold
+        ([10, 20], 21, 20),  # a step and its fix, then a new step: the latest before
+        ([23], 21, 23),  # none at or before: the earliest after
+        ([], 21, None),
+    ],
+)
+def test_the_change_point_is_the_one_that_began_the_violating_nights(
+    found: list[int], first_bad: int, expected: int | None
+) -> None:
+    assert nearest(found, first_bad) == expected

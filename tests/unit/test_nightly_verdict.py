@@ -268,9 +268,9 @@ def test_a_regression_names_what_changed_and_where_the_shift_began() -> None:
     ]
     calls: list[list[float]] = []
 
-    def find(values: list[float]) -> int | None:
+    def find(values: list[float]) -> list[int]:
         calls.append(list(values))
-        return 4
+        return [4]
 
     verdict = replay(nights, find=find)[5][0].metrics[0]  # type: ignore[arg-type]
     assert (verdict.verdict, verdict.since, verdict.last_good) == (
@@ -354,9 +354,9 @@ def test_otava_sees_the_measured_nights_a_person_did_not_reject() -> None:
     nights = [night(i, FAILED if v is FAILED else scaled(v)) for i, v in enumerate(levels)]  # type: ignore[arg-type]
     calls: list[list[float]] = []
 
-    def find(values: list[float]) -> int | None:
+    def find(values: list[float]) -> list[int]:
         calls.append([round(v, 6) for v in values])
-        return len(values) - 2
+        return [len(values) - 2]
 
     decisions = {night_id(1): "reject"}
     verdict = replay(nights, decisions=decisions, find=find)[7][0].metrics[0]  # type: ignore[arg-type]
