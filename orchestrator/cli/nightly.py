@@ -269,7 +269,8 @@ def accept_command(
     night: NightArg, results: ResultsOpt = Path("results"), note: NoteOpt = None
 ) -> None:
     """Accept a night: it counts in baselines whatever its verdict, and the baseline starts again
-    from it (nights before it no longer count), e.g. a new engine version slower on purpose."""
+    from it (nights before it no longer count; accept every night of a change, they all count),
+    e.g. a new engine version slower on purpose."""
     _decide(night, "accept", results, note)
 
 

@@ -6,6 +6,10 @@ Reports are derived files: `orch report` writes nothing else, and regenerating o
 previous report files (each written to a temporary file, then renamed over the old one), while
 measurements (summary.json, requests.jsonl, logs ...) are never touched. The never-overwrite
 rule of ``results/store.py`` is for measurements; it does not apply to these files.
+
+The report of a night (a folder holding ``nightly.json``, written by `orch nightly`) starts with
+a "Nightly trend" section: the verdict, and a plot per metric over the last nights from the
+playbook's history beside the folder (``nightly/trend.py``, ``results/figures/trend.py``).
 """
 
 from __future__ import annotations
@@ -16,12 +20,13 @@ from pathlib import Path
 
 from orchestrator.commands.run import PlaybookOutcome
 from orchestrator.errors import OrchError
-from orchestrator.results.document import WrittenReport, write_document
+from orchestrator.nightly.trend import folder_trend
+from orchestrator.results.document import Section, WrittenReport, write_document
 from orchestrator.results.frame import frame_of, results_folders
 from orchestrator.results.model import RunResult
 from orchestrator.results.report import load_results
-from orchestrator.results.report_doc import build_report
-from orchestrator.results.report_figures import report_figures
+from orchestrator.results.report_doc import TREND_HEADING, build_report, trend_section
+from orchestrator.results.report_figures import report_figures, trend_figures
 from orchestrator.results.report_html import render_html
 from orchestrator.results.report_markdown import render_markdown
 from orchestrator.results.store import utc_stamp
@@ -66,6 +71,21 @@ def default_out(now_stamp: str | None = None) -> Path:
     return DEFAULT_ROOT / f"report-{now_stamp or utc_stamp()}"
 
 
+def night_sections(folders: Sequence[Path]) -> tuple[Section, ...]:
+    """The "Nightly trend" section of a report of one night's folder (one holding
+    nightly.json); none for any other report. A trend that cannot be made is said in the
+    section, never fatal: the measurements' report is still worth writing."""
+    if len(folders) != 1:
+        return ()
+    try:
+        trend = folder_trend(folders[0])
+    except (OrchError, ValueError) as exc:
+        return (Section(TREND_HEADING, notes=(f"no trend: {exc}",)),)
+    if trend is None:
+        return ()
+    return (trend_section(trend, trend_figures(trend)),)
+
+
 def report(
     results_dirs: Sequence[Path], *, out: Path | None = None, cdf_at: str | None = None
 ) -> ReportOutcome:
@@ -81,12 +101,7 @@ def report(
     frame = frame_of((str(folder), r) for folder, results in loaded for r in results)
     plots = report_figures(frame, cdf_at=point)
     target = out if out is not None else folders[0] if len(folders) == 1 else default_out()
-    written = write_document(
-        build_report(frame, plots.figures, plots.notes),
-        target,
-        REPORT_STEM,
-        html=render_html,
-        markdown=render_markdown,
-    )
+    doc = build_report(frame, plots.figures, plots.notes, night_sections(folders))
+    written = write_document(doc, target, REPORT_STEM, html=render_html, markdown=render_markdown)
     outcomes = [outcome_of(f, rs) for f, rs in loaded]
-    return ReportOutcome(outcomes, written, len(plots.figures))
+    return ReportOutcome(outcomes, written, len(doc.figures))

@@ -1,5 +1,6 @@
 """The report of one or several results folders as a ``Document``: the set-up, a table per
 configuration with a row per load point, what failed or was never measured, then the plots.
+A night's report starts with its "Nightly trend" (``trend_section``).
 
 Every figure in a table is the mean over the point's repeats that measured it, with the
 half-width of its 95% Student-t interval (``stats.aggregate``); failed and never-made
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
@@ -23,12 +25,16 @@ from orchestrator.results.document import (
     Figure,
     Section,
     Table,
+    Tone,
     Value,
     figure_value,
 )
 from orchestrator.results.plot import engine_display_name
 from orchestrator.results.setup_info import setup_section
 from orchestrator.results.stats import aggregate
+
+if TYPE_CHECKING:
+    from orchestrator.nightly.trend import NightTrend
 
 
 @dataclass(frozen=True)
@@ -215,11 +221,54 @@ def report_title(frame: pd.DataFrame) -> str:
     return f"orch report: {len(folders)} results folders"
 
 
+TREND_HEADING = "Nightly trend"
+TREND_NOTE = (
+    "A plot per metric the night judged, over the last {nights} nights: a line per case with "
+    "± one standard deviation over its repeats, tonight's baseline ± the practical threshold "
+    "shaded, violating nights in red, rejected (or otherwise uncounted) nights in grey, dashed "
+    "lines where the shift began (since, and the change point). nightly.md has the details."
+)
+VERDICT_TONES: dict[str, Tone] = {
+    "failure": "bad",
+    "regression": "bad",
+    "suspicious": "bad",
+    "could_not_measure": "muted",
+    "insufficient_data": "muted",
+    "improvement": "good",
+    "ok": "good",
+}
+
+
+def trend_section(trend: NightTrend, figures: Sequence[Figure]) -> Section:
+    """A night's verdict in one line, its cases, and its trend plots (``trend_figures``)."""
+    rows = tuple(
+        (
+            Value(c.case_id),
+            Value(c.verdict, tone=VERDICT_TONES[c.verdict]),
+            Value(", ".join(f"{m} {v}" for m, v in c.findings) or "-"),
+            Value(c.label),
+        )
+        for c in trend.cases
+    )
+    table = Table("", ("case", "verdict", "not ok", "case label"), rows)
+    return Section(
+        TREND_HEADING,
+        paragraphs=(trend.summary, TREND_NOTE.format(nights=len(trend.nights))),
+        tables=(table,) if rows else (),
+        figures=tuple(figures),
+        notes=trend.notes,
+    )
+
+
 def build_report(
-    frame: pd.DataFrame, figures: Sequence[Figure], plot_notes: Sequence[str] = ()
+    frame: pd.DataFrame,
+    figures: Sequence[Figure],
+    plot_notes: Sequence[str] = (),
+    lead: Sequence[Section] = (),
 ) -> Document:
     """The report of the measurements in ``frame`` (``frame.load``) with ``figures`` drawn;
-    ``plot_notes``: why a plot is missing."""
+    ``plot_notes``: why a plot is missing; ``lead``: sections before all others (a night's
+    trend)."""
     agg = aggregate(frame, METRICS)
     configs = frame.groupby(["results_dir", "key"], sort=False).ngroups
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -242,5 +291,5 @@ def build_report(
         notes=tuple(problem_notes(frame)),
     )
     plots = Section("Plots", figures=tuple(figures), notes=tuple(plot_notes))
-    sections = (*setups, results, *((plots,) if figures or plot_notes else ()))
+    sections = (*lead, *setups, results, *((plots,) if figures or plot_notes else ()))
     return Document(report_title(frame), subtitle, sections)

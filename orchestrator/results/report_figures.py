@@ -21,9 +21,11 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.errors import OrchError
+from orchestrator.nightly.trend import NightTrend
 from orchestrator.results import figures as fg
 from orchestrator.results.document import Figure
 from orchestrator.results.figures.style import folder_labels
+from orchestrator.results.figures.trend import trend_plot
 from orchestrator.results.report_doc import load_label, measured
 from orchestrator.results.setup_info import run_folder
 from orchestrator.results.stats import aggregate
@@ -196,6 +198,18 @@ def report_figures(frame: pd.DataFrame, *, cdf_at: LoadAt | None = None) -> Plot
     else:
         plots.notes.append("no timeline: no server wrote log events (events.jsonl)")
     return plots
+
+
+def trend_figures(trend: NightTrend) -> list[Figure]:
+    """A night's trend plots, one per metric it judged (``trend-<metric>``)."""
+    return [
+        Figure(
+            f"trend-{m.metric}",
+            f"{m.metric} over the last {len(trend.nights)} nights: tonight {m.verdict}",
+            trend_plot(m, nights=trend.nights),
+        )
+        for m in trend.metrics
+    ]
 
 
 def compare_figures(frame: pd.DataFrame, folders: Sequence[str], letters: Sequence[str]) -> Plots:

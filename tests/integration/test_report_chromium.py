@@ -21,6 +21,7 @@ import yaml
 
 from orchestrator.commands.report import report
 from tests.fixtures.chromium import PageReport, chromium, load_page
+from tests.fixtures.night_folders import STEADY, STEP, night_folders
 from tests.fixtures.procs import kill_tree, pids_with_env
 
 pytestmark = [
@@ -153,3 +154,17 @@ def test_the_report_opens_in_chromium_with_every_plot(sweep_results: Path) -> No
     assert len(page.images) == done.plots == int(page.plots or -1) == len(EXPECTED_PLOTS)
     assert all(width > 100 for _, width, _ in page.images)
     assert page.requests[0] == done.written.html.resolve().as_uri()
+
+
+def test_a_nights_report_shows_its_trend_plots_in_chromium(tmp_path: Path) -> None:
+    """A night's report (nightly.json and its history beside it, no engine needed): its
+    "Nightly trend" plots load like every other plot."""
+    *_, night = night_folders(tmp_path / "results", [STEADY] * 3 + [STEP, STEP])
+    done = report([night])
+    html = done.written.html.read_text()
+    trends = [f for f in re.findall(r'<figure id="([^"]+)"', html) if f.startswith("trend-")]
+    assert len(trends) == 8  # a figure per metric of the speculative case
+    page = load_page(done.written.html)
+    assert problems(page) == []
+    assert len(page.images) == done.plots == int(page.plots or -1) > len(trends)
+    assert all(width > 100 for _, width, _ in page.images)
