@@ -1,7 +1,8 @@
 # orch: two commands to get going.  `make demo` runs the demo playbook on the embedded hosts,
 # `make test` runs what CI runs: the linter, the type checker, then the whole test suite
-# (installing openssh-server and chromium when they are missing).  `make pytest` runs the tests
-# alone; `make screenshot RESULTS=results/<stamp>-sweep-demo` redraws docs/report.png.
+# (installing openssh-server, chromium, and slurm-wlm with munge for the private Slurm test
+# cluster when they are missing).  `make pytest` runs the tests alone;
+# `make screenshot RESULTS=results/<stamp>-sweep-demo` redraws docs/report.png.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -13,7 +14,7 @@ PYTEST_JOBS ?= 2
 # the report whose screenshot is docs/report.png: the newest sweep-demo results folder
 RESULTS ?= $(lastword $(sort $(wildcard results/*-sweep-demo)))
 
-.PHONY: venv install demo test pytest lint typecheck sshd chromium screenshot clean
+.PHONY: venv install demo test pytest lint typecheck sshd chromium slurm screenshot clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -47,6 +48,16 @@ chromium:
 		echo "chromium is missing: install it (e.g. 'sudo apt-get install chromium'); the report's browser test needs it" >&2; exit 1; \
 	fi
 
+# the Slurm tests start a private single-node cluster (munged, slurmctld, slurmd) from these
+slurm:
+	@if command -v slurmctld >/dev/null 2>&1 || [ -x /usr/sbin/slurmctld ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing slurm-wlm and munge (needed by the Slurm integration tests)"; \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm munge >/dev/null; \
+	else \
+		echo "slurmctld is missing: install slurm-wlm and munge (e.g. 'sudo apt-get install slurm-wlm munge'); the Slurm integration tests need them" >&2; exit 1; \
+	fi
+
 screenshot: $(STAMP) chromium
 	@if [ -z "$(RESULTS)" ]; then \
 		echo "no results/*-sweep-demo folder: run 'orch run playbooks/sweep-demo.yaml' or pass RESULTS=DIR" >&2; exit 1; \
@@ -56,7 +67,7 @@ screenshot: $(STAMP) chromium
 # lint and typecheck first: they take seconds, the tests a couple of minutes
 test: lint typecheck pytest
 
-pytest: $(STAMP) sshd chromium
+pytest: $(STAMP) sshd chromium slurm
 	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist loadscope $(PYTEST_ARGS)
 
 lint: $(STAMP)

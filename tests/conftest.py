@@ -17,7 +17,7 @@ import pytest
 from _pytest.fixtures import FixtureDef
 
 # `tests.fixtures...` is importable because pyproject sets pytest's pythonpath to the repo root.
-pytest_plugins = ["tests.fixtures.sshd", "tests.fixtures.embedded"]
+pytest_plugins = ["tests.fixtures.sshd", "tests.fixtures.embedded", "tests.fixtures.slurm"]
 
 # The CLI honours COLUMNS as the user's terminal width. pytest-xdist workers inherit a COLUMNS
 # of 80 from somewhere in their start-up, a developer's shell may export any; tests that read
@@ -32,6 +32,7 @@ TESTS = Path(__file__).resolve().parent
 SERVER_FIXTURES = {
     ("fixtures/sshd.py", "sshd_factory"),
     ("fixtures/embedded.py", "embedded_hosts"),
+    ("fixtures/slurm.py", "slurm_cluster"),
     ("sim/conftest.py", "start_sim"),
     ("unit/test_loadgen.py", "sim"),
     ("unit/test_remote_lifecycle.py", "host"),
