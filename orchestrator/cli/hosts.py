@@ -1,4 +1,5 @@
-"""`orch hosts check`: the inventory's hosts, their GPUs and engines, in one table."""
+"""`orch hosts check`: the inventory's hosts, their GPUs and engines, in one table; its Slurm
+clusters (Slurm version, partitions, whether a job would be accepted) in another."""
 
 from __future__ import annotations
 
@@ -23,11 +24,13 @@ from orchestrator.cli.common import (
     out,
     print_json,
 )
-from orchestrator.commands.hostcheck import HostReport, check_hosts
+from orchestrator.commands.hostcheck import ClusterReport, HostReport, check_clusters, check_hosts
 from orchestrator.commands.progress import HostPhase
 from orchestrator.commands.session import load_hosts, open_pool
 from orchestrator.config import HostConfig, Inventory
+from orchestrator.config.cluster import ClusterConfig
 from orchestrator.engines import ENGINES
+from orchestrator.slurm.facts import Partition
 
 app = typer.Typer(help="Inspect the hosts in the inventory.", no_args_is_help=True)
 
@@ -40,28 +43,47 @@ def check(
     accept_new_host_keys: AcceptNewOpt = False,
     known_hosts: KnownHostsOpt = None,
 ) -> None:
-    """Connect to every host at once, push the agent if needed, probe GPUs and engines.
+    """Connect to every host at once, push the agent if needed, probe GPUs and engines; on each
+    Slurm cluster's login node, ask Slurm for its version and partitions and test a submission.
 
     Exit status 0 when every host is reachable, runs the agent and has the GPUs hosts.yaml
-    declares.
+    declares, and every cluster's partition has the GPUs asked for and accepts the job.
     """
     inventory, hosts = load_hosts(hosts_file, only)
+    clusters = inventory.select_clusters(only or None)
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
-    reports = asyncio.run(_check_with_progress(inventory, hosts, ssh, quiet=as_json))
+    reports, cluster_reports = asyncio.run(
+        _check_with_progress(inventory, hosts, clusters, ssh, quiet=as_json)
+    )
     if as_json:
-        print_json({"hosts": [report_json(r) for r in reports]})
+        print_json(
+            {
+                "hosts": [report_json(r) for r in reports],
+                "clusters": [cluster_json(r) for r in cluster_reports],
+            }
+        )
     else:
-        out.print(render_table(reports))
-        for r in reports:
-            if r.error and r.hint:
-                out.print(f"[bold]{escape(r.name)}[/]: {escape(r.hint)}")
-    if not all(r.ok for r in reports):
+        if reports or not cluster_reports:
+            out.print(render_table(reports))
+        if cluster_reports:
+            out.print(render_clusters(cluster_reports))
+        hints = [(r.name, r.error, r.hint) for r in reports]
+        hints += [(r.name, r.error, r.hint) for r in cluster_reports]
+        for name, error, hint in hints:
+            if error and hint:
+                out.print(f"[bold]{escape(name)}[/]: {escape(hint)}")
+    if not all(r.ok for r in reports) or not all(r.ok for r in cluster_reports):
         raise typer.Exit(1)
 
 
 async def _check_with_progress(
-    inventory: Inventory, hosts: list[HostConfig], ssh: SshOptions, *, quiet: bool
-) -> list[HostReport]:
+    inventory: Inventory,
+    hosts: list[HostConfig],
+    clusters: list[ClusterConfig],
+    ssh: SshOptions,
+    *,
+    quiet: bool,
+) -> tuple[list[HostReport], list[ClusterReport]]:
     with Progress(
         SpinnerColumn(),
         TextColumn("[bold]{task.description}"),
@@ -71,15 +93,18 @@ async def _check_with_progress(
         disable=quiet or not err.is_terminal,
     ) as progress:
         tasks = {
-            h.name: progress.add_task(h.name, phase=HostPhase.WAITING.value, total=None)
-            for h in hosts
+            name: progress.add_task(name, phase=HostPhase.WAITING.value, total=None)
+            for name in [*(h.name for h in hosts), *(c.name for c in clusters)]
         }
 
         def on_phase(name: str, phase: HostPhase) -> None:
             progress.update(tasks[name], phase=phase.value)
 
         async with open_pool(inventory, ssh) as pool:
-            return await check_hosts(pool, hosts, on_phase=on_phase)
+            return await asyncio.gather(
+                check_hosts(pool, hosts, on_phase=on_phase),
+                check_clusters(pool, clusters, on_phase=on_phase),
+            )
 
 
 def render_table(reports: list[HostReport]) -> Table:
@@ -141,6 +166,58 @@ def report_json(r: HostReport) -> dict[str, Any]:
         "python": facts.python_version if facts else None,
         "agent_bytes_pushed": r.agent_bytes_pushed,
         "problems": r.problems,
+    }
+
+
+def render_clusters(reports: list[ClusterReport]) -> Table:
+    table = Table(title="Slurm clusters", title_justify="left")
+    for col in ("cluster", "login", "slurm", "partitions (state, nodes, GPU gres)", "can submit"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("problems")
+    for r in reports:
+        login = "[green]reachable[/]" if r.reachable else "[red]unreachable[/]"
+        submit = "-" if r.submit is None else "[green]yes[/]" if r.submit.ok else "[red]no[/]"
+        problems = [escape(p) for p in r.problems] + ([escape(r.failure)] if r.failure else [])
+        table.add_row(
+            escape(r.name),
+            login,
+            escape(r.version or "-"),
+            "\n".join(escape(_partition_line(p)) for p in r.partitions) or "-",
+            submit,
+            "\n".join(f"[red]{p}[/]" for p in problems) or "[green]ok[/]",
+        )
+    return table
+
+
+def _partition_line(p: Partition) -> str:
+    """``gpu* up, 1 node, gpu:a6000:2``: as sinfo shows it, the default partition starred."""
+    gpus = ", ".join(str(g) for g in p.gres if g.name == "gpu") or "no GPUs"
+    nodes = f"{p.nodes} node{'s' if p.nodes != 1 else ''}"
+    return f"{p.name}{'*' if p.default else ''} {p.state}, {nodes}, {gpus}"
+
+
+def cluster_json(r: ClusterReport) -> dict[str, Any]:
+    """One cluster of `orch hosts check --json`."""
+    return {
+        "name": r.name,
+        "reachable": r.reachable,
+        "error": r.error,
+        "hint": r.hint,
+        "slurm_version": r.version,
+        "partitions": [
+            {
+                "name": p.name,
+                "default": p.default,
+                "state": p.state,
+                "nodes": p.nodes,
+                "gres": [str(g) for g in p.gres],
+            }
+            for p in r.partitions
+        ],
+        "can_submit": None if r.submit is None else r.submit.ok,
+        "submit_message": None if r.submit is None else r.submit.message,
+        "problems": r.problems,
+        "ok": r.ok,
     }
 
 

@@ -1,7 +1,8 @@
 """`orch hosts check`: connect to every host at once, push the agent if needed, probe, compare.
 
 Hosts are checked concurrently and independently (``fanout.each_host``): one dead or slow host
-is reported as such and never blocks or fails the others.
+is reported as such and never blocks or fails the others. Slurm clusters are checked alongside,
+through their login nodes (ordinary SSH hosts): no agent, only Slurm's own client commands.
 """
 
 from __future__ import annotations
@@ -12,15 +13,27 @@ from typing import TYPE_CHECKING
 
 from orchestrator.agent import Agent
 from orchestrator.agent.facts import HostFacts
-from orchestrator.commands.fanout import each_host
+from orchestrator.commands.fanout import each_host, each_of
 from orchestrator.commands.progress import HostPhase, HostPhaseCallback
 from orchestrator.config import HostConfig
+from orchestrator.config.cluster import ClusterConfig
 from orchestrator.engines import ENGINES
 from orchestrator.errors import OrchError
 from orchestrator.runner.preflight import host_requirements
+from orchestrator.slurm.facts import (
+    CanSubmit,
+    Partition,
+    Partitions,
+    SlurmVersion,
+    SubmitCheck,
+    run_fact,
+)
+from orchestrator.slurm.jobs import JOB_SCRIPT, job_script_path
 
 if TYPE_CHECKING:
-    from orchestrator.transport import ConnectionPool
+    from orchestrator.transport import Connection, ConnectionPool
+
+SLURM_COMMAND_TIMEOUT_S = 60.0  # sinfo and sbatch answer in a second unless slurmctld hangs
 
 
 @dataclass
@@ -108,3 +121,102 @@ async def check_hosts(
             report = reports[outcome.host]
             report.error, report.hint = outcome.error.message, outcome.error.hint
     return list(reports.values())
+
+
+@dataclass
+class ClusterReport:
+    """One Slurm cluster: how far the check got through its login node, and what Slurm said."""
+
+    name: str
+    reachable: bool = False  # the login node answered SSH
+    error: str | None = None
+    hint: str | None = None
+    version: str | None = None
+    partitions: list[Partition] = field(default_factory=list)
+    submit: SubmitCheck | None = None
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """The login node answered, Slurm did, the partition has the GPUs, and a job would be
+        accepted."""
+        return self.reachable and self.error is None and not self.problems
+
+    @property
+    def failure(self) -> str | None:
+        if self.error is None:
+            return None
+        return f"{'slurm failed' if self.reachable else 'login unreachable'}: {self.error}"
+
+
+def partition_problems(cluster: ClusterConfig, partitions: list[Partition]) -> list[str]:
+    """Why the configured partition cannot run orch's jobs, from sinfo alone (the submit test
+    then says whether Slurm agrees, and what else it refuses)."""
+    found = {p.name: p for p in partitions}
+    part = found.get(cluster.partition)
+    if part is None:
+        names = ", ".join(found) or "(none)"
+        return [f"partition {cluster.partition!r} does not exist; partitions: {names}"]
+    problems = [] if part.state == "up" else [f"partition {part.name!r} is {part.state}"]
+    have = part.gpus_per_node(cluster.gres)
+    if have < cluster.gpus_per_node:
+        offered = ", ".join(str(g) for g in part.gres if g.name == "gpu") or "no GPUs"
+        problems.append(
+            f"partition {part.name!r} has no node with {cluster.gres_request} "
+            f"(its nodes offer {offered})"
+        )
+    return problems
+
+
+async def _push_job_script(conn: Connection, cluster: ClusterConfig) -> None:
+    """The fixed job script must exist for ``sbatch --test-only`` to read it, as for a job."""
+    await conn.makedirs(cluster.workdir)
+    await conn.put_bytes(JOB_SCRIPT.encode(), job_script_path(cluster.workdir), mode=0o755)
+
+
+async def _check_cluster(
+    pool: ConnectionPool, cluster: ClusterConfig, report: ClusterReport, phase: HostPhaseCallback
+) -> None:
+    phase(cluster.name, HostPhase.CONNECTING)
+    conn = await pool.get(cluster.login)
+    report.reachable = True
+    phase(cluster.name, HostPhase.PROBING)
+    # one after another: three quick commands, and a failed one leaves none running behind
+    timeout = SLURM_COMMAND_TIMEOUT_S
+    report.version = await run_fact(conn, SlurmVersion(), timeout=timeout)
+    report.partitions = partitions = await run_fact(conn, Partitions(), timeout=timeout)
+    await _push_job_script(conn, cluster)
+    report.submit = submitted = await run_fact(conn, CanSubmit(cluster), timeout=timeout)
+    report.problems = partition_problems(cluster, partitions)
+    if not submitted.ok:
+        report.problems.append(f"cannot submit: {submitted.message}")
+
+
+async def check_clusters(
+    pool: ConnectionPool,
+    clusters: Sequence[ClusterConfig],
+    *,
+    on_phase: HostPhaseCallback | None = None,
+) -> list[ClusterReport]:
+    """One report per cluster, in ``clusters`` order, all checked at once like hosts."""
+    phase = on_phase or _ignore
+    reports = {c.name: ClusterReport(name=c.name) for c in clusters}
+
+    async def job(cluster: ClusterConfig) -> None:
+        report = reports[cluster.name]
+        try:
+            await _check_cluster(pool, cluster, report, phase)
+        except OrchError:
+            phase(cluster.name, HostPhase.FAILED)
+            raise
+        phase(cluster.name, HostPhase.DONE if report.ok else HostPhase.PROBLEMS)
+
+    for outcome in await each_of(clusters, job, host=_cluster_name):
+        if outcome.error is not None:
+            report = reports[outcome.host]
+            report.error, report.hint = outcome.error.message, outcome.error.hint
+    return list(reports.values())
+
+
+def _cluster_name(cluster: ClusterConfig) -> str:
+    return cluster.name

@@ -3,87 +3,57 @@
 Precedence is defaults < groups (in the order they are declared) < the host itself; scalars
 override, ``env`` and ``tags`` merge. A group's name is also a tag of its members, so a playbook
 can select ``hosts: [lab]`` whether ``lab`` is a tag or a group.
+
+Slurm clusters (``clusters:``, see `cluster.py`) sit beside hosts and are selected the same way,
+by name or tag; defaults and groups apply to hosts only. A file needs at least one of the two.
 """
 
 from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
+from yaml.nodes import MappingNode, ScalarNode
 
+from orchestrator.config.cluster import ClusterConfig, ClusterFields, cluster_config
 from orchestrator.config.errors import did_you_mean, show, validate
+from orchestrator.config.fields import (
+    ClusterName,
+    EnvDict,
+    GroupName,
+    HostName,
+    ScalarStr,
+    Selectors,
+    StrictModel,
+    name_check,
+)
 from orchestrator.config.hostconfig import DEFAULT_PYTHON, DEFAULT_WORKDIR, GpuSpec, HostConfig
-from orchestrator.config.yamlload import Document, Loc, Mark, load_yaml
+from orchestrator.config.yamlload import STR_TAG, Document, Loc, Mark, load_yaml
 from orchestrator.errors import ConfigError
 
 DEFAULT_SSH_CONFIG = "~/.ssh/config"
+INT_TAG = "tag:yaml.org,2002:int"
+FLOAT_TAG = "tag:yaml.org,2002:float"
 
-
-class StrictModel(BaseModel):
-    """Unknown keys are errors (a typo must never be silently ignored); no inf/nan numbers."""
-
-    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
-
-
-_NAME = re.compile(r"[A-Za-z0-9._-]+")
-
-
-def name_check(kind: str) -> Callable[[str], str]:
-    """Names end up in file names and result folders: keep them to a safe alphabet."""
-
-    def check(value: str) -> str:
-        if not _NAME.fullmatch(value):
-            raise ValueError(
-                f"{kind} names may only contain letters, digits, '.', '_' and '-'; found {value!r}"
-            )
-        if value in (".", ".."):  # as a path part it would leave the folder it names
-            raise ValueError(f"{kind} name {value!r} is not allowed: it names a directory")
-        if value.startswith("-"):  # would read as an option in a command line
-            raise ValueError(f"{kind} names may not start with '-'; found {value!r}")
-        return value
-
-    return check
-
-
-def _number_to_str(value: Any) -> Any:
-    return str(value) if isinstance(value, int | float) and not isinstance(value, bool) else value
-
-
-def _one_or_many(value: Any) -> Any:
-    return [value] if isinstance(value, str) else value
-
-
-def _env_name(value: str) -> str:
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", value):
-        raise ValueError(
-            f"environment variable names are letters, digits and '_', not starting with a digit; "
-            f"found {value!r}"
-        )
-    return value
-
-
-# A string that may be written as a bare number in YAML (OMP_NUM_THREADS: 4, --max-num-seqs 8).
-ScalarStr = Annotated[
-    str, BeforeValidator(_number_to_str), WithJsonSchema({"type": ["string", "number"]})
+# The shared field types are re-exported: playbook.py builds its models on them.
+__all__ = [
+    "DEFAULT_SSH_CONFIG",
+    "EnvDict",
+    "Gpus",
+    "Inventory",
+    "InventoryFile",
+    "ScalarStr",
+    "Selectors",
+    "StrictModel",
+    "load_inventory",
+    "name_check",
+    "parse_gpus",
 ]
-EnvDict = Annotated[
-    dict[Annotated[str, AfterValidator(_env_name)], ScalarStr],
-    Field(
-        description="Environment variables; values may reference the controller's environment as ${VAR}."
-    ),
-]
-Selectors = Annotated[
-    list[str],
-    BeforeValidator(_one_or_many),
-    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}),
-]
-HostName = Annotated[str, AfterValidator(name_check("host"))]
-GroupName = Annotated[str, AfterValidator(name_check("group"))]
 
 
 class GpuModel(StrictModel):
@@ -186,7 +156,10 @@ class GroupFields(HostFields):
 class InventoryFile(StrictModel):
     """orch inventory (hosts.yaml): the GPU hosts orch may use."""
 
-    model_config = ConfigDict(title="orch hosts.yaml")
+    model_config = ConfigDict(
+        title="orch hosts.yaml",
+        json_schema_extra={"anyOf": [{"required": ["hosts"]}, {"required": ["clusters"]}]},
+    )
 
     defaults: HostFields | None = Field(
         None, description="Settings every host gets unless it overrides them."
@@ -194,8 +167,11 @@ class InventoryFile(StrictModel):
     groups: dict[GroupName, GroupFields] | None = Field(
         None, description="Groups, applied in declaration order."
     )
-    hosts: Annotated[dict[HostName, HostFields | None], Field(min_length=1)] = Field(
-        description="The hosts, keyed by name."
+    hosts: dict[HostName, HostFields | None] | None = Field(
+        None, description="The hosts, keyed by name (may be left out when clusters are given)."
+    )
+    clusters: dict[ClusterName, ClusterFields] | None = Field(
+        None, description="Slurm clusters, keyed by name, reached through their login nodes."
     )
     known_hosts: str | None = Field(
         None, description="known_hosts file to verify host keys against."
@@ -228,11 +204,17 @@ class Inventory:
     known_hosts: Path | None = None
     ssh_config: Path | None = None
     source_path: Path | None = None
+    clusters: dict[str, ClusterConfig] = field(default_factory=dict)
 
     @property
     def tags(self) -> list[str]:
         """Every tag (group names included), in order of first appearance."""
         return list(dict.fromkeys(tag for host in self.hosts.values() for tag in host.tags))
+
+    @property
+    def cluster_tags(self) -> list[str]:
+        """Every tag of a cluster, in order of first appearance."""
+        return list(dict.fromkeys(tag for c in self.clusters.values() for tag in c.tags))
 
     def __getitem__(self, name: str) -> HostConfig:
         return self.hosts[name]
@@ -246,7 +228,9 @@ class Inventory:
         """Hosts matching any selector (a host name, tag or group), in inventory order.
 
         ``None``, ``[]`` or ``"all"`` select every host. ``origin`` is where the selectors were
-        written (one mark, or one per selector), so that an unknown one is reported there.
+        written (one mark, or one per selector), so that an unknown one is reported there. A
+        selector naming a cluster (or a tag only clusters have) selects no host and is no error:
+        `select_clusters` takes it.
         """
         if isinstance(selectors, str):
             selectors = [selectors]
@@ -257,7 +241,7 @@ class Inventory:
             matched = [
                 h.name for h in self.hosts.values() if selector == h.name or selector in h.tags
             ]
-            if not matched:
+            if not matched and not self._cluster_names(selector):
                 if isinstance(origin, Mark) or origin is None:
                     mark = origin
                 else:
@@ -266,11 +250,30 @@ class Inventory:
             chosen.update(matched)
         return [host for name, host in self.hosts.items() if name in chosen]
 
+    def select_clusters(self, selectors: Sequence[str] | str | None = None) -> list[ClusterConfig]:
+        """Clusters matching any selector (a cluster name or tag), in inventory order.
+
+        ``None``, ``[]`` or ``"all"`` select every cluster, as `select` does hosts. A selector
+        that names no cluster is skipped: it names hosts, and `select` reports unknown ones.
+        """
+        if isinstance(selectors, str):
+            selectors = [selectors]
+        if not selectors or "all" in selectors:
+            return list(self.clusters.values())
+        chosen = {name for selector in selectors for name in self._cluster_names(selector)}
+        return [cluster for name, cluster in self.clusters.items() if name in chosen]
+
+    def _cluster_names(self, selector: str) -> list[str]:
+        return [c.name for c in self.clusters.values() if selector == c.name or selector in c.tags]
+
     def _unknown(self, selector: str, origin: Mark | None) -> ConfigError:
-        names, tags = list(self.hosts), self.tags
+        names, tags = list(self.hosts), list(dict.fromkeys(self.tags + self.cluster_tags))
+        clusters = list(self.clusters)
+        what = "host, cluster or tag" if clusters else "host or tag"
+        listing = f"; clusters: {', '.join(clusters)}" if clusters else ""
         message = (
-            f"unknown host or tag {selector!r}{did_you_mean(selector, names + tags)}; "
-            f"hosts: {', '.join(names)}; tags: {', '.join(tags) or '(none)'}"
+            f"unknown {what} {selector!r}{did_you_mean(selector, names + clusters + tags)}; "
+            f"hosts: {', '.join(names) or '(none)'}{listing}; tags: {', '.join(tags) or '(none)'}"
         )
         hint = f"add it to {self.source_path or 'hosts.yaml'} or pick one of the names above"
         if origin is not None:
@@ -282,11 +285,15 @@ class Inventory:
 
 def load_inventory(path: str | Path) -> Inventory:
     doc = load_yaml(path)
+    _time_limits_as_written(doc)
     spec = validate(InventoryFile, doc.data, doc, doc.root)
+    _check_not_empty(doc, spec)
     groups = spec.groups or {}
-    _check_groups(doc, groups, spec.hosts)
+    host_specs = spec.hosts or {}
+    _check_groups(doc, groups, host_specs)
+    _check_cluster_names(doc, spec.clusters or {}, host_specs, groups)
     hosts: dict[str, HostConfig] = {}
-    for name, fields in spec.hosts.items():
+    for name, fields in host_specs.items():
         layers: list[tuple[Loc, HostFields, str | None]] = []
         if spec.defaults is not None:
             layers.append((("defaults",), spec.defaults, None))
@@ -300,6 +307,10 @@ def load_inventory(path: str | Path) -> Inventory:
         known_hosts=_local_path(spec.known_hosts, base) if spec.known_hosts else None,
         ssh_config=_local_path(spec.ssh_config, base),
         source_path=Path(path),
+        clusters={
+            name: _resolve_cluster(doc, name, fields)
+            for name, fields in (spec.clusters or {}).items()
+        },
     )
 
 
@@ -370,4 +381,59 @@ def _resolve(
         agent_timeout_s=values.get("agent_timeout_s"),
         source=f"{doc.file}:{line}",
         env_marks=env_marks,
+    )
+
+
+def _time_limits_as_written(doc: Document) -> None:
+    """A time limit as the user typed it: YAML 1.1 reads an unquoted ``2:00:00`` as the base-60
+    integer 7200, which Slurm would take as 7200 minutes. Its node is made a string node."""
+    clusters, _, depth = doc.locate(doc.root, ("clusters",))
+    if depth != 1 or not isinstance(clusters, MappingNode):
+        return
+    for key, _value in clusters.value:
+        node, _, found = doc.locate(clusters, (key.value, "time_limit"))
+        plain = found == 2 and isinstance(node, ScalarNode) and node.style is None
+        if plain and node.tag in (INT_TAG, FLOAT_TAG):
+            node.tag = STR_TAG
+
+
+def _check_not_empty(doc: Document, spec: InventoryFile) -> None:
+    if spec.hosts or spec.clusters:
+        return
+    node, _, depth = doc.locate(doc.root, ("hosts",))
+    raise doc.mark(node if depth == 1 else doc.root).error(
+        "no hosts and no clusters: orch needs at least one of them",
+        path="hosts",
+        hint="declare a host under `hosts:` or a Slurm cluster under `clusters:` "
+        "(see README: 'Describe your hosts')",
+    )
+
+
+def _check_cluster_names(
+    doc: Document, clusters: dict[str, ClusterFields], hosts: dict[str, Any], groups: dict[str, Any]
+) -> None:
+    """A cluster is selected by name like a host or group: one name must mean one thing."""
+    for name in clusters:
+        clash = "host" if name in hosts else "group" if name in groups else None
+        if clash:
+            _, key, _ = doc.locate(doc.root, ("clusters", name))
+            raise doc.mark(key or doc.root).error(
+                f"cluster {name!r} has the same name as a {clash}",
+                hint=f"rename the cluster or the {clash}: playbooks select both by name",
+            )
+
+
+def _resolve_cluster(doc: Document, name: str, fields: ClusterFields) -> ClusterConfig:
+    _, key_node, _ = doc.locate(doc.root, ("clusters", name))
+    line = key_node.start_mark.line + 1 if key_node is not None else 1
+
+    def marks(loc: Loc, env: dict[str, str] | None) -> dict[str, Mark]:
+        return {k: doc.mark(doc.locate(doc.root, (*loc, "env", k))[0]) for k in env or {}}
+
+    return cluster_config(
+        name,
+        fields,
+        source=f"{doc.file}:{line}",
+        env_marks=marks(("clusters", name), fields.env),
+        login_env_marks=marks(("clusters", name, "login"), fields.login.env),
     )
