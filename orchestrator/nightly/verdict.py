@@ -199,6 +199,8 @@ def counts_in_baseline(row: HistoryRow, decision: Decision | None) -> bool:
         return False
     if decision == "accept":
         return True
+    if row.collapse or row.failed_repeats:
+        return False
     if row.accepted is not None:
         return row.accepted
     return row.verdict is None or row.verdict in ("ok", "improvement", "insufficient_data")
@@ -240,7 +242,7 @@ def _compare(row: HistoryRow, base: Sequence[HistoryRow], policy: Policy) -> Met
     change = _change(row.value, baseline, info.absolute)
     worse_by = change if info.direction == "lower" else -change
     threshold = policy.thresholds.for_metric(row.metric)
-    pooled = [v for r in base for v in r.values]
+    pooled = baseline_sample(base)
     worse_when, better_when = (
         ("greater", "less") if info.direction == "lower" else ("less", "greater")
     )
@@ -265,6 +267,19 @@ def _compare(row: HistoryRow, base: Sequence[HistoryRow], policy: Policy) -> Met
         absolute=info.absolute,
         p_value=p,
     )
+
+
+def baseline_sample(base: Sequence[HistoryRow]) -> list[float]:
+    """What tonight's repeats are tested against: one value per baseline night (its mean).
+    Pooling every repeat of every baseline night would treat repeats as independent when a
+    night's repeats share that night's conditions (a restart, clocks, the neighbours): the
+    test would then see only the spread within a night, call ordinary night-to-night moves
+    significant, and raise false regressions. With a single baseline night there is no
+    night-to-night spread to use; its repeats are the sample."""
+    nights = [r.value for r in base if r.value is not None]
+    if len(nights) >= 2:
+        return nights
+    return [v for r in base for v in r.values]
 
 
 def _plain(row: HistoryRow, verdict: Verdict, reason: str) -> MetricVerdict:
@@ -403,14 +418,49 @@ def judge_night(
     out = []
     for rows in by_case.values():
         head = rows[0]
-        verdicts = tuple(
-            judge_metric(series.get((r.case_id, r.metric), []), decisions, r, policy, find)
-            for r in rows
+        verdicts = unreliable(
+            rows,
+            tuple(
+                judge_metric(series.get((r.case_id, r.metric), []), decisions, r, policy, find)
+                for r in rows
+            ),
+            policy,
         )
         out.append(
             CaseVerdict(head.case, head.status, head.collapse, head.note, head.attributes, verdicts)
         )
     return out
+
+
+def unreliable(
+    rows: Sequence[HistoryRow], verdicts: tuple[MetricVerdict, ...], policy: Policy
+) -> tuple[MetricVerdict, ...]:
+    """A case whose night went wrong is ``could_not_measure``, whatever its figures say: a
+    measurement that failed among its repeats (the engine died, a host dropped), or requests
+    that failed past the failure-rate threshold in any repeat (the other figures then cover
+    only the requests that completed). Either may be the infrastructure, never a performance
+    regression. An acceptance collapse stays a ``failure``."""
+    head = rows[0]
+    rates = next((r.values for r in rows if r.metric == "failure_rate"), ())
+    limit = policy.thresholds.for_metric("failure_rate")
+    if head.status == "failed":
+        return verdicts
+    if head.failed_repeats:
+        total = head.failed_repeats + max((r.n for r in rows), default=0)
+        why = f"{head.failed_repeats} of {total} measurements failed"
+    elif rates and max(rates) > limit:
+        why = (
+            f"{max(rates):.1%} of requests failed in a repeat (more than {limit:.1%}): the "
+            "figures cover only the requests that completed"
+        )
+    else:
+        return verdicts
+    return tuple(
+        v
+        if v.verdict == "failure"
+        else dataclasses.replace(v, verdict="could_not_measure", reason=f"{why}; {v.reason}")
+        for v in verdicts
+    )
 
 
 def settle(tonight: Sequence[HistoryRow], cases: Sequence[CaseVerdict]) -> list[HistoryRow]:
@@ -423,7 +473,13 @@ def settle(tonight: Sequence[HistoryRow], cases: Sequence[CaseVerdict]) -> list[
         if v is None:
             out.append(row)
             continue
-        accepted = joins_baseline(v) and row.value is not None and row.status != "failed"
+        accepted = (
+            joins_baseline(v)
+            and row.value is not None
+            and row.status == "measured"
+            and not row.collapse
+            and not row.failed_repeats
+        )
         out.append(
             dataclasses.replace(
                 row, verdict=v.verdict, baseline=v.baseline, p_value=v.p_value, accepted=accepted

@@ -3,6 +3,9 @@ t-test, consecutive nights, the decisions of a person, collapses, failed nights,
 
 from __future__ import annotations
 
+import dataclasses
+import statistics
+
 import pytest
 from scipy import stats
 
@@ -107,8 +110,9 @@ def test_a_violation_carries_its_figures() -> None:
     )
     assert second.verdict == "regression"
     assert (second.since, second.violating_nights) == (night_id(3), (night_id(3), night_id(4)))
-    # the pooled baseline repeats (100, 101, 99 x 3) against 90, 90.9, 89.1
-    expected = stats.ttest_ind(scaled(0.9), NORMAL * 3, equal_var=False, alternative="less")
+    # one value per baseline night (their means: 100, 100, 100) against 90, 90.9, 89.1
+    means = [statistics.fmean(NORMAL)] * 3
+    expected = stats.ttest_ind(scaled(0.9), means, equal_var=False, alternative="less")
     assert second.p_value == pytest.approx(float(expected.pvalue), rel=1e-9)
 
 
@@ -137,8 +141,8 @@ def test_a_night_past_the_threshold_but_not_significant_stays_out_of_the_baselin
         # acceptance: 5%
         ("acceptance_length", [scaled(0.03)] * 3 + [scaled(0.03 * 0.94)], "suspicious"),
         ("acceptance_pos_2", [scaled(0.006)] * 3 + [scaled(0.006 * 0.96)], "ok"),
-        # a failure rate rises by 0.02 (threshold: +0.01 absolute), no spread on either side
-        ("failure_rate", [[0.0, 0.0, 0.0]] * 3 + [[0.02, 0.02, 0.02]], "suspicious"),
+        # 2% of requests failed (threshold: 0.01): the night's figures are not to be trusted
+        ("failure_rate", [[0.0, 0.0, 0.0]] * 3 + [[0.02, 0.02, 0.02]], "could_not_measure"),
         ("failure_rate", [[0.0, 0.0, 0.0]] * 3 + [[0.005, 0.005, 0.005]], "ok"),
         ("failure_rate", [[0.0, 0.0, 0.0]] * 3 + [[0.0, 0.0, 0.0]], "ok"),
     ],
@@ -225,6 +229,47 @@ def test_accepted_nights_in_a_row_all_start_the_new_normal(
     verdicts = judged(nights, decisions=decisions, policy=Policy(min_baseline_nights=1))
     assert verdicts[6].baseline_nights == tuple(night_id(i) for i in baseline_nights)
     assert verdicts[6].verdict == "ok"
+
+
+def two_metrics(i: int, tok_s: list[float], failed: list[float]) -> list[HistoryRow]:
+    return [row(i, "output_tok_s", tok_s), row(i, "failure_rate", failed)]
+
+
+@pytest.mark.parametrize(
+    "tonight",
+    [
+        [0.9, 0.0, 0.0],  # 90% failed in one repeat: the t-test alone would call it ok
+        [0.5, 0.5, 0.0],
+        [0.02, 0.02, 0.02],  # two such nights must never make a regression
+    ],
+)
+def test_failed_requests_make_a_case_could_not_measure_never_ok(tonight: list[float]) -> None:
+    history = [two_metrics(i, NORMAL, [0.0, 0.0, 0.0]) for i in range(7)]
+    history += [two_metrics(7, scaled(0.9), tonight), two_metrics(8, scaled(0.9), tonight)]
+    out = replay(history, find=lambda values: None)
+    for night_cases in out[7:]:
+        [case] = night_cases
+        assert [m.verdict for m in case.metrics] == ["could_not_measure"] * 2
+        assert case.metrics[0].reason.startswith(f"{max(tonight):.1%} of requests failed")
+    # and those nights are in no later baseline
+    after = replay([*history, two_metrics(9, NORMAL, [0.0] * 3)], find=lambda values: None)
+    assert night_id(7) not in after[9][0].metrics[0].baseline_nights
+
+
+def test_a_failed_repeat_makes_the_case_could_not_measure() -> None:
+    history = [night(i, NORMAL) for i in range(3)]
+    broken = dataclasses.replace(row(3, "output_tok_s", scaled(0.9)[:2]), failed_repeats=1)
+    [case] = replay([*history, [broken]], find=lambda values: None)[3]
+    assert case.metrics[0].verdict == "could_not_measure"
+    assert case.metrics[0].reason.startswith("1 of 3 measurements failed; ")
+
+
+def test_a_collapsed_night_is_in_no_baseline() -> None:
+    history = [night(i, NORMAL) for i in range(3)]
+    history.append([row(3, "output_tok_s", NORMAL, collapse=True)])
+    history += [night(i, NORMAL) for i in (4, 5)]
+    out = replay(history, find=lambda values: None)
+    assert night_id(3) not in out[5][0].metrics[0].baseline_nights
 
 
 def test_a_collapse_fails_the_acceptance_figures_whatever_the_history() -> None:
