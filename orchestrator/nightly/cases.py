@@ -66,11 +66,20 @@ class CaseKey:
     load_kind: str  # concurrency or request_rate
     load_value: float
     client_version: str  # orch major.minor
+    # added after the first histories: they enter the id only away from these defaults, so a
+    # case recorded before keeps its id
+    burstiness: float = 1.0  # the arrivals' gamma shape under request_rate
+    cap: int | None = None  # the open loop's cap on requests in flight under request_rate
+    seed: int = 0  # the workload's seed: which prompts, which arrival times
 
     @functools.cached_property
     def id(self) -> str:
         """A stable short id: the first 12 hex digits of the SHA-256 of the key's fields."""
-        text = json.dumps(dataclasses.asdict(self), sort_keys=True, separators=(",", ":"))
+        fields = dataclasses.asdict(self)
+        for name, default in _LATER_FIELDS.items():
+            if fields[name] == default:
+                del fields[name]
+        text = json.dumps(fields, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(text.encode("utf-8")).hexdigest()[:12]
 
     @property
@@ -93,6 +102,9 @@ class CaseKey:
             workload += f" T={self.temperature:g}"
         tp = f"TP{self.tensor_parallel}" if self.tensor_parallel is not None else "TP?"
         return " · ".join((config, self.model, tp, gpus, workload, load))
+
+
+_LATER_FIELDS: dict[str, object] = {"burstiness": 1.0, "cap": None, "seed": 0}
 
 
 def client_version(version: str | None) -> str:
@@ -133,6 +145,9 @@ def case_of(result: RunResult) -> CaseKey:
         load_kind=point.kind,
         load_value=float(point.value),
         client_version=client_version(result.provenance.orch_version),
+        burstiness=float(workload.burstiness) if point.kind == "request_rate" else 1.0,
+        cap=workload.concurrency if point.kind == "request_rate" else None,
+        seed=workload.seed,
     )
 
 

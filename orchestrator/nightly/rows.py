@@ -21,6 +21,10 @@ from orchestrator.nightly.cases import CaseKey, NightAttributes
 from orchestrator.nightly.terms import Direction, Status, Verdict
 
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(CaseKey))
+# what a line written before a field was added to the key means by its absence
+_CASE_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(CaseKey) if f.default is not dataclasses.MISSING
+}
 ATTRIBUTE_FIELDS = tuple(f.name for f in dataclasses.fields(NightAttributes))
 
 
@@ -123,7 +127,7 @@ class RowReader:
         self._times: dict[str, datetime] = {}
 
     def _case(self, obj: dict[str, object]) -> CaseKey:
-        key = tuple(obj.get(k) for k in CASE_FIELDS)
+        key = tuple(obj.get(k, _CASE_DEFAULTS.get(k)) for k in CASE_FIELDS)
         if key not in self._cases:
             self._cases[key] = _CASE.validate_python(dict(zip(CASE_FIELDS, key, strict=True)))
         return self._cases[key]

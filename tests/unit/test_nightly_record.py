@@ -206,3 +206,33 @@ def test_one_night_end_to_end(tmp_path: Path) -> None:
     with pytest.raises(OrchError, match="is already in"):
         judge_results(folder, find=lambda values: None)
     assert not math.isnan(out.p_value or math.nan)
+
+
+def test_workload_fields_added_to_the_key_keep_old_ids_and_split_new_cases() -> None:
+    import dataclasses
+    import hashlib
+    import json
+
+    from tests.fixtures.nightly_histories import CASE
+
+    old = {
+        k: v for k, v in dataclasses.asdict(CASE).items() if k not in ("burstiness", "cap", "seed")
+    }
+    text = json.dumps(old, sort_keys=True, separators=(",", ":"))
+    assert CASE.id == hashlib.sha256(text.encode()).hexdigest()[:12]  # as recorded before
+    others = {
+        dataclasses.replace(CASE, seed=1).id,
+        dataclasses.replace(CASE, burstiness=0.5).id,
+        dataclasses.replace(CASE, cap=32).id,
+    }
+    assert len(others) == 3 and CASE.id not in others
+
+
+def test_a_history_line_without_the_later_key_fields_reads_as_their_defaults() -> None:
+    from orchestrator.nightly.rows import HistoryRow
+    from tests.fixtures.nightly_histories import row
+
+    line = row(0, "output_tok_s", [1.0, 2.0]).to_json()
+    for later in ("burstiness", "cap", "seed"):
+        del line[later]
+    assert HistoryRow.from_json(line).case_id == row(0, "output_tok_s", [1.0]).case_id
