@@ -4,18 +4,22 @@ command line (the work is in ``commands/nightly.py``, the rules in ``nightly/``)
 `orch nightly`'s exit status is the night's verdict, so a scheduler or a CI job can act on it:
 0 no regression, 1 regression (or an acceptance collapse), 2 suspicious only, 3 could not
 measure (a bad playbook or hosts file, hosts down, runs failed, too few nights or repeats). Any
-failure to measure is 3, never 1: an infrastructure crash is not a performance regression.
+failure to measure is 3, never 1: an infrastructure crash is not a performance regression, and
+neither is a usage error (click's 2) nor an exception orch did not expect (Python's 1).
 """
 
 from __future__ import annotations
 
+import os
+import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperCommand
 
 from orchestrator.cli.common import (
     DEFAULT_HOSTS_FILE,
@@ -35,8 +39,11 @@ from orchestrator.nightly.terms import Decision
 
 if TYPE_CHECKING:  # pandas and scipy take seconds to import: only the nightly pays for them
     from orchestrator.commands.nightly import NightListing, NightOutcome
+    from orchestrator.commands.run import PlaybookOutcome
+    from orchestrator.config.playbook import Playbook
 
 EXIT_COULD_NOT_MEASURE = 3
+DEBUG_ENV = "ORCH_DEBUG"  # set: an unexpected error prints its traceback too
 ResultsOpt = Annotated[
     Path, typer.Option("--results", help="Results root: the nights' folders and history/.")
 ]
@@ -74,9 +81,56 @@ def nightly_command(
     results folder and appends the night to results/history/.
 
     Exit status: 0 no regression; 1 regression or acceptance collapse; 2 suspicious (one
-    violating night); 3 could not measure (bad playbook, hosts down, runs failed, too few
-    nights or repeats); 128+N stopped by signal N (nothing recorded).
+    violating night); 3 could not measure (bad playbook or usage, hosts down, runs failed, too
+    few nights or repeats, a night not recorded in the history, an error in orch itself:
+    ORCH_DEBUG=1 shows its traceback); 128+N stopped by signal N (nothing recorded).
     """
+    ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
+    try:
+        night = _nightly(
+            playbook_file,
+            hosts_file,
+            only,
+            results,
+            force=force,
+            report=report,
+            ssh=ssh,
+            as_json=as_json,
+        )
+    except typer.Exit:
+        raise
+    except Exception as exc:  # a bug: said in one message, and never mistaken for a verdict
+        report_error(bug(exc))
+        err.print("[bold red]nightly:[/] could not measure (exit 3)")
+        raise typer.Exit(EXIT_COULD_NOT_MEASURE) from None
+    if night.exit_code:
+        raise typer.Exit(night.exit_code)
+
+
+def bug(exc: Exception) -> OrchError:
+    """An exception orch did not expect as one message; its traceback only under ORCH_DEBUG
+    (a traceback buries the one line a scheduler's mail should show)."""
+    if os.environ.get(DEBUG_ENV):
+        trace = "".join(traceback.format_exception(exc)).rstrip("\n")
+        err.print(trace, markup=False, highlight=False)
+    return OrchError(
+        f"orch failed: {type(exc).__name__}: {exc}",
+        hint=f"this is a bug in orch: please report it; {DEBUG_ENV}=1 shows the traceback",
+    )
+
+
+def _nightly(
+    playbook_file: Path,
+    hosts_file: Path,
+    only: list[str] | None,
+    results: Path,
+    *,
+    force: bool,
+    report: bool,
+    ssh: SshOptions,
+    as_json: bool,
+) -> NightOutcome:
+    """Plan, run, judge and show one night; OrchError and a failure to write are exit 3."""
     from orchestrator.commands import nightly
     from orchestrator.commands.run import plan_run, prompt_notes
 
@@ -89,7 +143,6 @@ def nightly_command(
     playbook = run_plan.playbook
     for note in [*prompt_notes(run_plan.plans, run_plan.prompts), *nightly.repeat_notes(playbook)]:
         err.print(f"[yellow]note:[/] {escape(note)}")
-    ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
     try:
         try:
             outcome = launch(run_plan, ssh=ssh, results=results, force=force, hosts_file=hosts_file)
@@ -99,7 +152,7 @@ def nightly_command(
         else:
             if not as_json:
                 render_outcome(outcome)
-            night = nightly.judge(outcome, results_root=results, playbook=playbook, report=report)
+            night = _judge(outcome, playbook, results, report=report)
     except OrchError as exc:  # the verdict itself could not be written (disk full ...)
         report_error(exc)
         raise typer.Exit(EXIT_COULD_NOT_MEASURE) from None
@@ -108,8 +161,25 @@ def nightly_command(
     except OrchError as exc:
         err.print(f"[yellow]warning:[/] {escape(str(exc))}")
     show_night(night, as_json=as_json)
-    if night.exit_code:
-        raise typer.Exit(night.exit_code)
+    return night
+
+
+def _judge(
+    outcome: PlaybookOutcome, playbook: Playbook, results: Path, *, report: bool
+) -> NightOutcome:
+    """The night judged; when orch itself fails at it, the night's folder still gets a
+    could_not_measure verdict saying so, so the morning's answer is never a missing file."""
+    from orchestrator.commands import nightly
+
+    try:
+        return nightly.judge(outcome, results_root=results, playbook=playbook, report=report)
+    except OrchError:
+        raise
+    except Exception as exc:
+        error = bug(exc)
+        report_error(error)
+        reason = f"{error} ({error.hint})"
+        return nightly.could_not_judge(playbook, outcome.results_dir, reason)
 
 
 def show_night(night: NightOutcome, *, as_json: bool) -> None:
@@ -295,7 +365,19 @@ def _decide(night: str, decision: Decision, results: Path, note: str | None) -> 
     out.print(f"recorded in {escape(str(history.decisions_path))}", highlight=False)
 
 
+class NightlyCommand(TyperCommand):
+    """`orch nightly`, whose usage errors exit 3 (could not measure) after the usual usage
+    text: a scheduler reads 1 and 2 as verdicts, and a typo in a crontab is neither."""
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        try:
+            return super().parse_args(ctx, args)
+        except typer.TyperException as exc:  # click's UsageError, BadParameter ...
+            exc.exit_code = EXIT_COULD_NOT_MEASURE
+            raise
+
+
 def register(app: typer.Typer) -> None:
-    app.command("nightly")(nightly_command)
+    app.command("nightly", cls=NightlyCommand)(nightly_command)
     app.command("history")(history_command)
     app.add_typer(baseline_app, name="baseline")

@@ -24,7 +24,7 @@ from orchestrator.commands.run import PlaybookOutcome
 from orchestrator.config.playbook import NightlySpec, Playbook, load_playbook
 from orchestrator.errors import ConfigError, OrchError
 from orchestrator.nightly.history import History, NightSummary
-from orchestrator.nightly.night import judge_results
+from orchestrator.nightly.night import judge_and_record
 from orchestrator.nightly.record import STAMP
 from orchestrator.nightly.report import (
     JSON_FILE,
@@ -90,10 +90,11 @@ def repeat_notes(playbook: Playbook) -> list[str]:
 def judge(
     outcome: PlaybookOutcome, *, results_root: Path, playbook: Playbook, report: bool = True
 ) -> NightOutcome:
-    """Judge a finished playbook run, append it to the history, write its verdict files."""
+    """Judge a finished playbook run, append it to the history, write its verdict files (a
+    history that cannot be appended to is a note in them, see ``judge_and_record``)."""
     folder = outcome.results_dir
     try:
-        verdict = judge_results(
+        verdict = judge_and_record(
             folder,
             results_root=results_root,
             policy=policy_of(playbook.nightly),
@@ -115,13 +116,20 @@ def measured_nothing(
     return write_outcome(verdict, folder, report=False)
 
 
+def could_not_judge(playbook: Playbook, folder: Path, reason: str) -> NightOutcome:
+    """The verdict of a night that ran but could not be judged (orch itself failed): the
+    folder it ran into still answers the morning's question, could_not_measure, saying why."""
+    verdict = could_not_measure(playbook.name, folder.name, reason, results_dir=str(folder))
+    return write_outcome(verdict, folder, report=False)
+
+
 def _reason(exc: OrchError) -> str:
     return f"{exc} ({exc.hint})" if exc.hint else str(exc)
 
 
 def write_outcome(verdict: NightlyVerdict, folder: Path, *, report: bool) -> NightOutcome:
-    """nightly.md and nightly.json, then the report (a report that fails is said, not fatal:
-    the verdict is what the night is for)."""
+    """nightly.md and nightly.json, then the report (a report that fails, however it fails, is
+    said, not fatal: the verdict is what the night is for)."""
     files = write_nightly(verdict, folder)
     if not report:
         return NightOutcome(verdict, folder, files)
@@ -131,6 +139,9 @@ def write_outcome(verdict: NightlyVerdict, folder: Path, *, report: bool) -> Nig
         done = write_report([folder])
     except OrchError as exc:
         return NightOutcome(verdict, folder, files, report_problem=str(exc))
+    except Exception as exc:  # a plotting library's own error, say: still not the verdict's
+        problem = f"{type(exc).__name__}: {exc}"
+        return NightOutcome(verdict, folder, files, report_problem=problem)
     return NightOutcome(verdict, folder, files, report=done.written.html)
 
 

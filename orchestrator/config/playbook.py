@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal, get_origin
 
 from pydantic import (
     AfterValidator,
+    BeforeValidator,
     ConfigDict,
     Field,
     PrivateAttr,
@@ -150,6 +151,59 @@ def _fraction(name: str, value: object) -> float:
     return number
 
 
+def _metric_name(name: str) -> str:
+    """A threshold's key: a metric the nightly watches, or ``acceptance_pos`` (every position)."""
+    from orchestrator.nightly.terms import POSITION_PREFIX, metric
+
+    if name != POSITION_PREFIX.rstrip("_"):
+        metric(name)  # ValueError naming the metrics it knows
+    return name
+
+
+def _threshold(entry: object) -> object:
+    """One threshold, ``(metric, as written)`` (see ``NightlySpec._named``), as a number.
+
+    Each rule here stops a threshold that would silently never alarm: a bare 5 is 500%, not
+    5%; a figure that is better higher cannot fall by 100% (an alarm it can never reach),
+    while a latency may well grow by 300% (4x); a failure rate's threshold is a rise in the
+    share of failed requests, so it lies strictly between 0 and 1.
+    """
+    from orchestrator.nightly.terms import POSITION, metric
+
+    if not isinstance(entry, tuple):
+        return entry  # not through _named: the float check says what is wrong
+    name, value = entry
+    number = _fraction(name, value)
+    if not isinstance(value, str) and number >= 1:
+        raise ValueError(
+            f"threshold of {name}: {value!r} as a fraction is {number * 100:g}%: "
+            f"write '{number:g}%' or {number / 100:g}"
+        )
+    try:
+        watched = metric(name)
+    except ValueError:
+        watched = POSITION  # acceptance_pos, or an unknown name its key's error tells
+    if watched.absolute and not 0 < number < 1:
+        raise ValueError(
+            f"threshold of {name}: {value!r} must be above 0 and below 1 (100%): it is the "
+            "rise in the share of failed requests, e.g. '1%' or 0.01"
+        )
+    if watched.direction == "higher" and number >= 1:
+        raise ValueError(
+            f"threshold of {name}: {value!r} can never be exceeded: {name} is better higher "
+            "and cannot fall by 100% or more, so it would never alarm; give less than 100%"
+        )
+    return number
+
+
+MetricName = Annotated[str, AfterValidator(_metric_name)]
+Threshold = Annotated[
+    float,
+    BeforeValidator(_threshold),
+    WithJsonSchema({"type": ["string", "number"]}),
+]
+
+
 class NightlySpec(StrictModel):
     """How `orch nightly` judges a night of this playbook (defaults: the nightly's own)."""
 
@@ -165,24 +219,23 @@ class NightlySpec(StrictModel):
     alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
         0.01, description="p-value below which a one-sided Welch t-test calls a change significant."
     )
-    thresholds: dict[str, Any] = Field(
+    thresholds: dict[MetricName, Threshold] = Field(
         default_factory=dict,
         description="Practical threshold per metric, as '5%' or 0.05 (failure_rate: an absolute"
         " rise, e.g. 0.01); acceptance_pos sets every draft position. Defaults: 5% throughput"
-        " and acceptance, 10% latency, 0.01 failure rate.",
+        " and acceptance, 10% latency, 0.01 failure rate. Below 100% for throughput and"
+        " acceptance; a latency's may be more ('300%' = 4x).",
     )
 
-    @field_validator("thresholds")
+    @field_validator("thresholds", mode="before")
     @classmethod
-    def _thresholds(cls, value: dict[str, Any]) -> dict[str, Any]:
-        from orchestrator.nightly.terms import POSITION_PREFIX, metric
-
-        out: dict[str, Any] = {}
-        for name, raw in value.items():
-            if name != POSITION_PREFIX.rstrip("_"):
-                metric(str(name))  # ValueError naming the metrics it knows
-            out[str(name)] = _fraction(str(name), raw)
-        return out
+    def _named(cls, value: object) -> object:
+        """Each value with its metric's name: a value's rules depend on its metric, and an
+        error raised for the value is told at the value's own line (one raised for the whole
+        mapping would point at the mapping)."""
+        if not isinstance(value, dict):
+            return value
+        return {name: (str(name), raw) for name, raw in value.items()}
 
     @model_validator(mode="after")
     def _enough(self) -> NightlySpec:

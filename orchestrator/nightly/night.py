@@ -1,19 +1,25 @@
 """One night end to end: its results folder's rows, judged against the playbook's history,
 appended to it, as a ``NightlyVerdict`` (``report.write_nightly`` writes it out).
 
-This is what ``orch nightly`` calls once the playbook has run; a night already in the history
-is judged again with ``append=False`` (its own rows are never part of its baseline).
+``judge_and_record`` is what ``orch nightly`` calls once the playbook has run: a history that
+cannot be appended to (disk full, the night already there) does not hide the verdict, which is
+returned as judged, not recorded, with the reason first in its notes. ``judge_results`` raises
+instead; with ``append=False`` it judges a night already in the history again (its own rows are
+never part of its baseline).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.errors import OrchError
 from orchestrator.nightly.changepoint import INSTALL_HINT, NOT_INSTALLED, Locate, change_points
-from orchestrator.nightly.history import History
+from orchestrator.nightly.history import History, HistoryRow
 from orchestrator.nightly.record import record_night
 from orchestrator.nightly.report import NightlyVerdict
-from orchestrator.nightly.verdict import Policy, judge_night, settle
+from orchestrator.nightly.verdict import CaseVerdict, Policy, judge_night, settle
+
+NOT_RECORDED = "measured, but not recorded in the history"
 
 
 def judge_results(
@@ -28,14 +34,57 @@ def judge_results(
     """Judge the night ``results_dir`` holds against the history under ``results_root`` (the
     folder holding ``results_dir`` by default), and append its rows (``append``)."""
     results_dir = Path(results_dir)
+    history, rows, cases = _judge(results_dir, results_root, policy, playbook, find)
+    if append:
+        history.append(settle(rows, cases))
+    return _verdict(results_dir, history, rows, cases)
+
+
+def judge_and_record(
+    results_dir: Path | str,
+    *,
+    results_root: Path | str | None = None,
+    policy: Policy | None = None,
+    playbook: str | None = None,
+    find: Locate = change_points,
+) -> NightlyVerdict:
+    """``judge_results`` for a new night, where the verdict outranks its history row: an
+    append that fails leaves it as judged, ``recorded`` False, the reason its first note."""
+    results_dir = Path(results_dir)
+    history, rows, cases = _judge(results_dir, results_root, policy, playbook, find)
+    try:
+        history.append(settle(rows, cases))
+    except OrchError as exc:
+        reason = f"{exc} ({exc.hint})" if exc.hint else str(exc)
+        return _verdict(results_dir, history, rows, cases, unrecorded=reason)
+    return _verdict(results_dir, history, rows, cases)
+
+
+def _judge(
+    results_dir: Path,
+    results_root: Path | str | None,
+    policy: Policy | None,
+    playbook: str | None,
+    find: Locate,
+) -> tuple[History, list[HistoryRow], list[CaseVerdict]]:
     rows = record_night(results_dir, playbook=playbook)
     history = History(
         results_root if results_root is not None else results_dir.parent, rows[0].playbook
     )
     cases = judge_night(history.rows(), history.decisions(), rows, policy or Policy(), find)
-    if append:
-        history.append(settle(rows, cases))
-    notes = list(dict.fromkeys(history.problems))
+    return history, rows, cases
+
+
+def _verdict(
+    results_dir: Path,
+    history: History,
+    rows: list[HistoryRow],
+    cases: list[CaseVerdict],
+    *,
+    unrecorded: str | None = None,
+) -> NightlyVerdict:
+    notes = [f"{NOT_RECORDED}: {unrecorded}"] if unrecorded is not None else []
+    notes += dict.fromkeys(history.problems)
     if any(m.change_point_note == NOT_INSTALLED for c in cases for m in c.metrics):
         notes.append(INSTALL_HINT)
     return NightlyVerdict(
@@ -45,4 +94,5 @@ def judge_results(
         night_time=rows[0].night_time,
         results_dir=str(results_dir),
         notes=tuple(notes),
+        recorded=unrecorded is None,
     )

@@ -45,7 +45,12 @@ HEADINGS: dict[Verdict, str] = {
 @dataclass(frozen=True)
 class NightlyVerdict:
     """One night of a playbook, judged: the worst verdict and its exit status, every case's
-    verdicts, and notes (why nothing was measured, a change point that could not be looked for)."""
+    verdicts, and notes (why nothing was measured, a change point that could not be looked for).
+
+    ``recorded`` False: judged but not appended to the history (a write error). A regression or
+    a suspicious night keeps its exit status; anything else exits 3, since later nights will be
+    judged without this one and someone has to know.
+    """
 
     playbook: str
     night: str
@@ -53,13 +58,17 @@ class NightlyVerdict:
     night_time: datetime | None = None
     results_dir: str | None = None
     notes: tuple[str, ...] = ()
+    recorded: bool = True
     verdict: Verdict = field(init=False)
     exit_code: int = field(init=False)
 
     def __post_init__(self) -> None:
         verdict = worst([c.verdict for c in self.cases])
+        code = EXIT_CODES[verdict]
+        if not self.recorded and code not in (1, 2):
+            code = EXIT_CODES["could_not_measure"]
         object.__setattr__(self, "verdict", verdict)
-        object.__setattr__(self, "exit_code", EXIT_CODES[verdict])
+        object.__setattr__(self, "exit_code", code)
 
     def metrics(self, verdict: Verdict) -> list[tuple[CaseVerdict, MetricVerdict]]:
         return [(c, m) for c in self.cases for m in c.metrics if m.verdict == verdict]

@@ -12,20 +12,26 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
 
 from orchestrator.commands import nightly
+from orchestrator.commands.run import PlaybookOutcome
 from orchestrator.config import load_playbook
 from orchestrator.errors import ConfigError, OrchError
+from orchestrator.metrics.summary import Stats
 from orchestrator.nightly.history import History, HistoryRow
+from orchestrator.nightly.night import judge_results
 from orchestrator.nightly.report import could_not_measure, render_markdown
 from orchestrator.nightly.verdict import Policy, Thresholds, replay
-from tests.fixtures.cli import orch_in_process
+from orchestrator.results.model import RunResult
+from tests.fixtures.cli import CliResult, orch_in_process
 from tests.fixtures.nightly_histories import Scenario, history, night_id
 from tests.fixtures.sshd import free_port
+from tests.fixtures.sweep_results import measurement, write_sweep
 
 UTC = timezone.utc
 NO_HISTORY_HINT = (
@@ -525,3 +531,210 @@ def test_orch_nightly_against_a_host_refusing_connections(tmp_path: Path) -> Non
     assert [(n["night"], n["verdict"]) for n in json.loads(listed.stdout)["nights"]] == [
         (folder.name, "could_not_measure")
     ]
+
+
+# -- orch nightly: an exit of 1 or 2 is a verdict, never anything else -----------------------
+
+STEADY = (100.0, 101.0, 99.0)
+STEP = (90.0, 91.0, 89.0)  # -10%: past the 5% threshold and significant
+BUG_HINT = "this is a bug in orch: please report it; ORCH_DEBUG=1 shows the traceback"
+
+
+def five_repeats(tmp_path: Path) -> Path:
+    """A playbook whose repeats get no note on stderr."""
+    path = tmp_path / "five.yaml"
+    path.write_text(
+        "name: nightly\nruns:\n  - {name: a, engine: vllm, model: m, workload: {repeat: 5}}\n"
+    )
+    return path
+
+
+def error_box_line(stderr: str) -> str:
+    """The message inside typer's error box."""
+    (line,) = [ln for ln in stderr.splitlines() if ln.startswith("│")]
+    return line.strip("│ ")
+
+
+@pytest.mark.parametrize(
+    ("args", "usage", "message"),
+    [
+        (
+            ("nightly",),
+            "Usage: orch nightly [OPTIONS] {playbook_file}",
+            "Missing argument 'playbook_file'.",
+        ),
+        (
+            ("nightly", "pb.yaml", "--bogus"),
+            "Usage: orch nightly [OPTIONS] {playbook_file}",
+            "No such option: --bogus",
+        ),
+        (  # another command keeps click's 2
+            ("history",),
+            "Usage: orch history [OPTIONS] {playbook}",
+            "Missing argument 'playbook'.",
+        ),
+    ],
+    ids=["nightly without a playbook", "nightly with an unknown option", "history"],
+)
+def test_a_usage_error_of_orch_nightly_exits_3_with_the_usage(
+    tmp_path: Path, args: tuple[str, ...], usage: str, message: str
+) -> None:
+    done = orch_in_process(*args, cwd=tmp_path)
+    assert (done.returncode, done.stdout) == (3 if args[0] == "nightly" else 2, "")
+    command = args[0]
+    assert done.stderr.splitlines()[:2] == [usage, f"Try 'orch {command} -h' for help."]
+    assert error_box_line(done.stderr) == message
+
+
+def crash(*args: object, **kwargs: object) -> None:
+    raise RuntimeError("boom")
+
+
+@pytest.mark.parametrize("debug", [False, True], ids=["plain", "ORCH_DEBUG"])
+def test_an_unexpected_error_is_one_message_and_exit_3(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, debug: bool
+) -> None:
+    monkeypatch.setattr("orchestrator.commands.run.plan_run", crash)
+    hosts = hosts_file(tmp_path / "hosts.yaml", free_port())
+    done = orch_in_process(
+        *("nightly", str(five_repeats(tmp_path)), "--hosts", str(hosts), "--results", "results"),
+        cwd=tmp_path,
+        env={"ORCH_DEBUG": "1"} if debug else {},
+    )
+    assert (done.returncode, done.stdout) == (3, "")
+    message = (
+        f"error: orch failed: RuntimeError: boom\n  hint: {BUG_HINT}\n"
+        "nightly: could not measure (exit 3)\n"
+    )
+    if debug:
+        trace, _, rest = done.stderr.partition("RuntimeError: boom\n")
+        assert trace.startswith("Traceback (most recent call last):\n")
+        assert 'in crash\n    raise RuntimeError("boom")\n' in trace
+        assert rest == message
+    else:
+        assert done.stderr == message
+    assert not (tmp_path / "results").exists()  # nothing ran: no night to write
+
+
+def night_results(out: tuple[float, ...]) -> list[RunResult]:
+    """A repeat per value of ``out`` (tok/s), with every figure a night judges."""
+    results = []
+    for k, value in enumerate(out):
+        base = measurement(value=8, repeat=k + 1, repeats=len(out), out=value)
+        assert base.requests is not None
+        decode = Stats(n=10, median=value * 1.5)
+        requests = base.requests.model_copy(update={"decode_tok_s": decode})
+        results.append(base.model_copy(update={"requests": requests}))
+    return results
+
+
+def night_run(root: Path, out: tuple[float, ...], *, recorded: bool) -> Path:
+    """Nights 0-2 steady, judged and appended; night 3's folder with ``out``, its rows already
+    in the history when ``recorded`` (so that appending them fails)."""
+    for i in range(3):
+        judge_results(write_sweep(root / night_id(i), night_results(STEADY)), find=no_change_point)
+    folder = write_sweep(root / night_id(3), night_results(out))
+    if recorded:
+        judge_results(folder, find=no_change_point)
+    return folder
+
+
+def no_change_point(values: object) -> None:
+    return None
+
+
+def launched(folder: Path) -> Callable[..., PlaybookOutcome]:
+    """`launch` as if the playbook had just run into ``folder``."""
+
+    def launch(*args: object, **kwargs: object) -> PlaybookOutcome:
+        return PlaybookOutcome(folder, [], folder / "results.csv", None)
+
+    return launch
+
+
+def orch_nightly_json(tmp_path: Path, root: Path) -> CliResult:
+    hosts = hosts_file(tmp_path / "hosts.yaml", free_port())
+    return orch_in_process(
+        *("nightly", str(five_repeats(tmp_path)), "--hosts", str(hosts)),
+        *("--results", str(root), "--no-report", "--json"),
+        cwd=tmp_path,
+    )
+
+
+def test_an_error_judging_a_night_that_ran_leaves_could_not_measure_in_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "results"
+    folder = night_run(root, STEADY, recorded=False)
+    monkeypatch.setattr("orchestrator.cli.nightly.launch", launched(folder))
+    monkeypatch.setattr("orchestrator.commands.nightly.judge_and_record", crash)
+    done = orch_nightly_json(tmp_path, root)
+    assert done.returncode == 3
+    assert done.stderr == f"error: orch failed: RuntimeError: boom\n  hint: {BUG_HINT}\n"
+    reason = f"orch failed: RuntimeError: boom ({BUG_HINT})"
+    doc = json.loads(done.stdout)
+    written = json.loads((folder / "nightly.json").read_text())
+    for found in (doc, written):
+        assert (found["verdict"], found["exit_code"], found["notes"], found["cases"]) == (
+            "could_not_measure",
+            3,
+            [reason],
+            [],
+        )
+    assert (folder / "nightly.md").read_text().startswith("# Nightly: COULD NOT MEASURE (exit 3)\n")
+
+
+def test_a_report_that_fails_in_any_way_is_a_warning_not_the_verdict(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def plotting_fails(*args: object, **kwargs: object) -> None:
+        raise ValueError("matplotlib says no")
+
+    monkeypatch.setattr("orchestrator.commands.report.report", plotting_fails)
+    verdict = could_not_measure("nightly", night_id(0), "hosts down")
+    folder = tmp_path / night_id(0)
+    folder.mkdir()
+    night = nightly.write_outcome(verdict, folder, report=True)
+    assert (night.files, night.report, night.report_problem) == (
+        (folder / "nightly.md", folder / "nightly.json"),
+        None,
+        "ValueError: matplotlib says no",
+    )
+
+
+@pytest.mark.parametrize(
+    ("out", "verdict", "exit_code"),
+    [(STEP, "suspicious", 2), (STEADY, "ok", 3)],
+    ids=["a suspicious night keeps its exit", "an ok night not recorded is 3"],
+)
+def test_a_history_that_cannot_be_appended_to_hides_no_verdict(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    out: tuple[float, ...],
+    verdict: str,
+    exit_code: int,
+) -> None:
+    root = tmp_path / "results"
+    folder = night_run(root, out, recorded=True)
+    rows = History(root, "nightly").path.read_bytes()
+    monkeypatch.setattr("orchestrator.cli.nightly.launch", launched(folder))
+    done = orch_nightly_json(tmp_path, root)
+    assert (done.returncode, done.stderr) == (exit_code, "")
+    note = (
+        f"measured, but not recorded in the history: night {folder.name} is already in "
+        f"{root}/history/nightly.jsonl (each night is recorded once; `orch history` lists the "
+        "nights)"
+    )
+    doc = json.loads(done.stdout)
+    written = json.loads((folder / "nightly.json").read_text())
+    for found in (doc, written):
+        assert (found["verdict"], found["exit_code"], found["notes"]) == (
+            verdict,
+            exit_code,
+            [note],
+        )
+        assert len(found["cases"]) == 1
+    md = (folder / "nightly.md").read_text().splitlines()
+    assert md[0] == f"# Nightly: {verdict.upper()} (exit {exit_code})"
+    assert md[3] == f"> {note}"
+    assert History(root, "nightly").path.read_bytes() == rows  # nothing appended twice
