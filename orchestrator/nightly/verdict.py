@@ -188,6 +188,27 @@ def welch_p(night: Sequence[float], base: Sequence[float], worse_when: str) -> f
     return below if worse_when == "less" else float(scipy_special.stdtr(df, -t))
 
 
+def new_night_p(value: float, nights: Sequence[float], worse_when: str) -> float:
+    """One-sided p that a night's mean ``value`` is a new draw from the baseline nights' own
+    spread (a Student-t prediction interval: t = (value - mean) / (s * sqrt(1 + 1/k)), k - 1
+    degrees of freedom); 0.0 (no objection) with fewer than 3 nights to estimate it.
+
+    Welch's test over tonight's repeats sees only the spread within a night: when whole nights
+    move together (a restart, the neighbours, clocks), a night off by its share of that is
+    'significant' to it. A violation must also stand out from how far nights ordinarily move,
+    so the reported p is the larger of the two."""
+    k = len(nights)
+    if k < 3:
+        return 0.0
+    mean, sd = statistics.fmean(nights), statistics.stdev(nights)
+    diff = value - mean
+    if sd == 0:
+        return 0.0 if (diff < 0 if worse_when == "less" else diff > 0) else 1.0
+    t = diff / (sd * math.sqrt(1 + 1 / k))
+    below = float(scipy_special.stdtr(k - 1, t))
+    return below if worse_when == "less" else float(scipy_special.stdtr(k - 1, -t))
+
+
 def _decision(decisions: Mapping[str, DecisionRecord | Decision], night: str) -> Decision | None:
     found = decisions.get(night)
     return found.decision if isinstance(found, DecisionRecord) else found
@@ -246,11 +267,14 @@ def _compare(row: HistoryRow, base: Sequence[HistoryRow], policy: Policy) -> Met
     worse_when, better_when = (
         ("greater", "less") if info.direction == "lower" else ("less", "greater")
     )
+    nights = [r.value for r in base if r.value is not None]
     if worse_by > 0:
-        p = welch_p(row.values, pooled, worse_when)
+        p = max(welch_p(row.values, pooled, worse_when), new_night_p(row.value, nights, worse_when))
         verdict: Verdict = "suspicious" if worse_by > threshold and p < policy.alpha else "ok"
     else:
-        p = welch_p(row.values, pooled, better_when)
+        p = max(
+            welch_p(row.values, pooled, better_when), new_night_p(row.value, nights, better_when)
+        )
         verdict = "improvement" if -worse_by > threshold and p < policy.alpha else "ok"
     reason = (
         f"{_pct(change, info.absolute)} vs baseline {baseline:.6g} (median of {len(base)} "

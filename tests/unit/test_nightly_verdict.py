@@ -97,6 +97,7 @@ def test_the_baseline_is_the_median_of_the_last_7_counted_nights() -> None:
     assert wide.baseline == pytest.approx(102.0)
 
 
+@pytest.mark.filterwarnings("ignore:Precision loss:RuntimeWarning")  # scipy, identical means
 def test_a_violation_carries_its_figures() -> None:
     verdicts = judged([NORMAL] * 3 + [scaled(0.9)] * 2)
     first, second = verdicts[3], verdicts[4]
@@ -407,3 +408,25 @@ def test_otava_sees_the_measured_nights_a_person_did_not_reject() -> None:
     verdict = replay(nights, decisions=decisions, find=find)[7][0].metrics[0]  # type: ignore[arg-type]
     assert calls == [[100.0, 100.0, 100.0, 100.0, 90.0, 90.0]]  # nights 0, 2, 3, 5, 6, 7
     assert (verdict.verdict, verdict.change_point) == ("regression", night_id(6))
+
+
+def test_the_new_night_p_is_a_student_t_prediction_interval() -> None:
+    from orchestrator.nightly.verdict import new_night_p
+
+    nights = [100.0, 103.0, 97.0, 101.0]
+    mean, sd, k = statistics.fmean(nights), statistics.stdev(nights), len(nights)
+    t = (92.0 - mean) / (sd * (1 + 1 / k) ** 0.5)
+    assert new_night_p(92.0, nights, "less") == pytest.approx(stats.t.cdf(t, k - 1), rel=1e-9)
+    assert new_night_p(92.0, nights, "greater") == pytest.approx(stats.t.sf(t, k - 1), rel=1e-9)
+    assert new_night_p(92.0, nights[:2], "less") == 0.0  # too few nights: no objection
+    assert new_night_p(92.0, [100.0] * 3, "less") == 0.0
+
+
+def test_a_night_within_the_ordinary_night_to_night_spread_is_not_a_violation() -> None:
+    # nights move by +-4% as a whole, each with tight repeats; tonight 6% down, tight too:
+    # Welch over the repeats alone calls that significant, the nights' own spread does not
+    moves = [1.0, 1.04, 0.96, 1.03, 0.97, 1.04, 0.96]
+    nights = [[100.0 * m, 100.2 * m, 99.8 * m] for m in moves] + [[94.0, 94.2, 93.8]]
+    last = judged(nights)[-1]
+    assert last.verdict == "ok"
+    assert "past the threshold, not significant" in last.reason
