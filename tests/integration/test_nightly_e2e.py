@@ -101,8 +101,11 @@ def playbook(
         },
         # at 20x speed a TTFT is a few ms and a p99 of 8 requests is their maximum: a busy CI
         # machine's scheduling moves them by tens of percent, which says nothing about orch
+        # two baseline nights are a small sample for a t-test (3 values a side at most): a
+        # busy machine's spread between repeats must not hide a 30% step at p < 0.01
         "nightly": {
             "min_baseline_nights": 1,
+            "alpha": 0.05,
             "thresholds": {m: "300%" for m in ("ttft_ms_median", "ttft_ms_p99", "tpot_ms_p99")},
         },
         "runs": [
