@@ -31,9 +31,10 @@ from orchestrator.cli.common import (
 from orchestrator.commands import clean as clean_command
 from orchestrator.commands import servers as command
 from orchestrator.commands.clean import CleanReport, parse_age
-from orchestrator.commands.servers import HostServers
+from orchestrator.commands.servers import ClusterJobs, HostServers
 from orchestrator.commands.session import load_hosts
 from orchestrator.remote.wire import ServerState
+from orchestrator.slurm.jobs import JobState
 
 # -- rendering --------------------------------------------------------------------------------
 
@@ -96,19 +97,61 @@ def ps_table(results: list[HostServers], *, all_runs: bool = False) -> Table:
     return table
 
 
-def host_errors(results: list[HostServers]) -> list[dict[str, Any]]:
-    return [{"host": r.host, "error": r.error, "hint": r.hint} for r in results if r.error]
+def jobs_table(clusters: list[ClusterJobs]) -> Table:
+    """orch's Slurm jobs, one row per job, a cluster whose login node failed in red."""
+    table = Table(title="Slurm jobs started by orch", title_justify="left")
+    for col in ("cluster", "job", "name", "state", "reason", "node", "time"):
+        table.add_column(col)
+    for c in clusters:
+        if c.error:
+            table.add_row(escape(c.cluster), "-", f"[red]{escape(c.error)}[/]", "", "", "", "")
+        for job in c.jobs:
+            color = "green" if job.running else "yellow"
+            table.add_row(
+                escape(c.cluster),
+                str(job.job_id),
+                escape(job.name),
+                f"[{color}]{escape(job.state)}[/]",
+                escape(job.reason or "-"),
+                escape(",".join(job.nodes) or "-"),
+                escape(job.time),
+            )
+    return table
 
 
-def print_host_errors(results: list[HostServers]) -> None:
-    for r in results:
-        if r.error:
-            out.print(f"[red]{escape(r.host)}: {escape(r.error)}[/]")
-            if r.hint:
-                out.print(f"  hint: {escape(r.hint)}")
+def job_json(cluster: str, job: JobState) -> dict[str, Any]:
+    return {
+        "cluster": cluster,
+        "job_id": job.job_id,
+        "name": job.name,
+        "state": job.state,
+        "reason": job.reason,
+        "nodes": list(job.nodes),
+        "time": job.time,
+    }
 
 
-def ps_json(results: list[HostServers]) -> dict[str, Any]:
+def host_errors(
+    results: list[HostServers], clusters: list[ClusterJobs] | None = None
+) -> list[dict[str, Any]]:
+    """Hosts, then clusters, that could not be asked; a cluster as a host named like it."""
+    failed = [(r.host, r.error, r.hint) for r in results if r.error]
+    failed += [(c.cluster, c.error, c.hint) for c in clusters or [] if c.error]
+    return [{"host": name, "error": error, "hint": hint} for name, error, hint in failed]
+
+
+def print_host_errors(
+    results: list[HostServers], clusters: list[ClusterJobs] | None = None
+) -> None:
+    for error in host_errors(results, clusters):
+        out.print(f"[red]{escape(error['host'])}: {escape(error['error'])}[/]")
+        if error["hint"]:
+            out.print(f"  hint: {escape(error['hint'])}")
+
+
+def ps_json(
+    results: list[HostServers], clusters: list[ClusterJobs] | None = None
+) -> dict[str, Any]:
     now = time.time()
     servers = [
         {
@@ -128,7 +171,10 @@ def ps_json(results: list[HostServers]) -> dict[str, Any]:
         for r in results
         for s in r.servers
     ]
-    return {"servers": servers, "errors": host_errors(results)}
+    report: dict[str, Any] = {"servers": servers, "errors": host_errors(results, clusters)}
+    if clusters is not None:
+        report["jobs"] = [job_json(c.cluster, job) for c in clusters for job in c.jobs]
+    return report
 
 
 # -- commands ---------------------------------------------------------------------------------
@@ -145,19 +191,26 @@ def ps(
     known_hosts: KnownHostsOpt = None,
 ) -> None:
     """List the engine servers orch started on the hosts that are running (--all: every run's),
-    with their start time and uptime. Host entries reaching one workdir are shown once."""
+    with their start time and uptime. Host entries reaching one workdir are shown once.
+    On Slurm clusters, orch's jobs in the queue (pending or running)."""
     inventory, hosts = load_hosts(hosts_file, only)
+    clusters = inventory.select_clusters(only or None)
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
 
-    results = asyncio.run(command.ps(inventory, hosts, ssh, all_runs=all_runs))
+    report = asyncio.run(command.ps(inventory, hosts, ssh, all_runs=all_runs, clusters=clusters))
+    results, jobs = report.hosts, report.clusters
     if as_json:
-        print_json(ps_json(results))
+        print_json(ps_json(results, jobs if clusters else None))
     else:
         out.print(ps_table(results, all_runs=all_runs))
-        for r in results:
-            if r.error and r.hint:
-                out.print(f"[bold]{escape(r.host)}[/]: {escape(r.hint)}")
-    if any(r.error for r in results):
+        if clusters:
+            out.print(jobs_table(jobs))
+        for name, error, hint in [(r.host, r.error, r.hint) for r in results] + [
+            (c.cluster, c.error, c.hint) for c in jobs
+        ]:
+            if error and hint:
+                out.print(f"[bold]{escape(name)}[/]: {escape(hint)}")
+    if report.failed:
         raise typer.Exit(1)
 
 
@@ -177,21 +230,26 @@ def stop(
     accept_new_host_keys: AcceptNewOpt = False,
     known_hosts: KnownHostsOpt = None,
 ) -> None:
-    """Stop engine servers: SIGTERM, then SIGKILL, and wait until their GPU memory is free."""
+    """Stop engine servers: SIGTERM, then SIGKILL, and wait until their GPU memory is free.
+    With --all, also cancel (scancel) every orch job on the Slurm clusters."""
     if bool(run_id) == all_servers:
         raise typer.BadParameter("give either a RUN_ID or --all")
     inventory, hosts = load_hosts(hosts_file, only)
+    clusters = inventory.select_clusters(only or None) if all_servers else []
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
 
-    report = asyncio.run(command.stop(inventory, hosts, ssh, run_id=run_id, timeout_s=timeout))
-    results, stopped = report.hosts, report.stopped
+    report = asyncio.run(
+        command.stop(inventory, hosts, ssh, run_id=run_id, timeout_s=timeout, clusters=clusters)
+    )
+    results, stopped, cancelled = report.hosts, report.stopped, report.cancelled
     if as_json:
-        print_json(
-            {
-                "stopped": [dict(s.to_json(), host=h) for h, s in stopped],
-                "errors": host_errors(results),
-            }
-        )
+        stop_json: dict[str, Any] = {
+            "stopped": [dict(s.to_json(), host=h) for h, s in stopped],
+            "errors": host_errors(results, report.clusters),
+        }
+        if clusters:
+            stop_json["cancelled"] = [job_json(c, job) for c, job in cancelled]
+        print_json(stop_json)
     else:
         for host, s in stopped:
             gpu = {
@@ -203,13 +261,19 @@ def stop(
                 f"{escape(host)}: stopped {escape(str(s.run_id))} "
                 f"(pid {s.pid}, {'+'.join(s.signals)}; {gpu})"
             )
-        if not stopped:
+        for cluster, job in cancelled:
+            where = f" on {escape(','.join(job.nodes))}" if job.nodes else ""
+            out.print(
+                f"{escape(cluster)}: cancelled job {job.job_id} {escape(job.name)} "
+                f"({escape(job.describe())}{where})"
+            )
+        if not stopped and not cancelled:
             out.print(
                 "nothing was running"
                 + (f" for run {escape(run_id)}" if run_id else "")
                 + (" on the hosts that answered" if report.failed else "")
             )
-        print_host_errors(results)
+        print_host_errors(results, report.clusters)
     if report.unknown_run:
         err.print(
             f"[red]no server was launched for run {escape(str(run_id))} on "

@@ -7,20 +7,27 @@ Two host entries may reach one machine and one workdir (another address, port or
 home is the same): the agent says which machine (``/etc/machine-id``) and which real workdir it
 answered for, and entries with both equal are asked once and shown once, naming every entry
 (``HostServers.also``). `orch ps` shows live servers unless asked for every run (``all_runs``).
+
+Slurm clusters are asked alongside the hosts, through their login nodes: there orch's servers
+are its batch jobs (named ``orch-...``), which `orch ps` lists and `orch stop --all` cancels.
+A login node that cannot be reached is a cluster's failure, as an unreachable host is a host's.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from orchestrator.agent.client import Agent
-from orchestrator.commands.fanout import HostOutcome, each_host
+from orchestrator.commands.fanout import HostOutcome, each_host, each_of
 from orchestrator.commands.session import SshOptions, open_pool
 from orchestrator.config import HostConfig, Inventory
+from orchestrator.config.cluster import ClusterConfig
 from orchestrator.errors import AgentError
 from orchestrator.remote.wire import ErrorKind, ServerState, StatusSpec, StopOutcome, StopSpec
+from orchestrator.slurm.allocation import JobState, cancel, orch_jobs
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
@@ -74,12 +81,37 @@ def same_place(entries: Sequence[HostServers]) -> list[HostServers]:
     return out
 
 
+@dataclass
+class ClusterJobs:
+    """One cluster's answer: orch's jobs in its queue (``ps``) or those cancelled (``stop``),
+    or why its login node could not be asked."""
+
+    cluster: str
+    jobs: list[JobState] = field(default_factory=list)
+    error: str | None = None  # without the cluster's name, as HostServers.error
+    hint: str | None = None
+
+
+@dataclass(frozen=True)
+class PsReport:
+    """What `orch ps` found: servers on the hosts, orch's jobs on the clusters."""
+
+    hosts: list[HostServers]
+    clusters: list[ClusterJobs] = field(default_factory=list)
+
+    @property
+    def failed(self) -> bool:
+        """Some host or cluster could not be asked."""
+        return any(r.error for r in self.hosts) or any(c.error for c in self.clusters)
+
+
 @dataclass(frozen=True)
 class StopReport:
-    """What `orch stop` did on every host it asked."""
+    """What `orch stop` did on every host and cluster it asked."""
 
     hosts: list[HostServers]
     run_id: str | None
+    clusters: list[ClusterJobs] = field(default_factory=list)
 
     @property
     def stopped(self) -> list[tuple[str, StopOutcome]]:
@@ -87,9 +119,14 @@ class StopReport:
         return [(r.host, s) for r in self.hosts for s in r.stopped if s.was_running]
 
     @property
+    def cancelled(self) -> list[tuple[str, JobState]]:
+        """(cluster, job) of every orch job that was in a queue and is now cancelled."""
+        return [(c.cluster, job) for c in self.clusters for job in c.jobs]
+
+    @property
     def failed(self) -> bool:
-        """Some host could not be asked."""
-        return any(r.error for r in self.hosts)
+        """Some host or cluster could not be asked."""
+        return any(r.error for r in self.hosts) or any(c.error for c in self.clusters)
 
     @property
     def unknown_run(self) -> bool:
@@ -159,13 +196,49 @@ async def stop_servers(
     return StopReport(_entries(await each_host(chosen, job)), run_id)
 
 
+async def _each_cluster(
+    pool: ConnectionPool, clusters: Sequence[ClusterConfig], cancelling: bool
+) -> list[ClusterJobs]:
+    """Every cluster's orch jobs at once, through its login node; cancelled when
+    ``cancelling`` (those listed just before: a job submitted meanwhile is not orch's to
+    guess at, and the next `orch stop --all` gets it)."""
+
+    async def job(cluster: ClusterConfig) -> ClusterJobs:
+        conn = await pool.get(cluster.login)
+        jobs = sorted(await orch_jobs(conn), key=_job_id)  # squeue puts pending ones first
+        if cancelling:
+            await cancel(conn, [j.job_id for j in jobs])
+        return ClusterJobs(cluster.name, jobs=jobs)
+
+    outcomes = await each_of(clusters, job, host=_cluster_name)
+    return [
+        o.unwrap() if o.ok else ClusterJobs(o.host, error=o.message, hint=o.hint) for o in outcomes
+    ]
+
+
+def _cluster_name(cluster: ClusterConfig) -> str:
+    return cluster.name
+
+
+def _job_id(job: JobState) -> int:
+    return job.job_id
+
+
 async def ps(
-    inventory: Inventory, hosts: list[HostConfig], ssh: SshOptions, *, all_runs: bool = False
-) -> list[HostServers]:
+    inventory: Inventory,
+    hosts: list[HostConfig],
+    ssh: SshOptions,
+    *,
+    all_runs: bool = False,
+    clusters: Sequence[ClusterConfig] = (),
+) -> PsReport:
     """`orch ps`: the live servers on ``hosts`` (every run's with ``all_runs``), one entry per
-    machine and workdir."""
+    machine and workdir, and orch's jobs queued on ``clusters``."""
     async with open_pool(inventory, ssh) as pool:
-        return await list_servers(pool, hosts, all_runs=all_runs)
+        servers, jobs = await asyncio.gather(
+            list_servers(pool, hosts, all_runs=all_runs), _each_cluster(pool, clusters, False)
+        )
+        return PsReport(servers, jobs)
 
 
 async def stop(
@@ -175,7 +248,13 @@ async def stop(
     *,
     run_id: str | None,
     timeout_s: float,
+    clusters: Sequence[ClusterConfig] = (),
 ) -> StopReport:
-    """`orch stop`: ``run_id`` (or every server when None) on ``hosts``."""
+    """`orch stop`: ``run_id`` (or every server when None) on ``hosts``; with no ``run_id``
+    also every orch job on ``clusters`` is cancelled."""
     async with open_pool(inventory, ssh) as pool:
-        return await stop_servers(pool, hosts, run_id=run_id, timeout_s=timeout_s)
+        report, jobs = await asyncio.gather(
+            stop_servers(pool, hosts, run_id=run_id, timeout_s=timeout_s),
+            _each_cluster(pool, clusters if run_id is None else (), True),
+        )
+        return replace(report, clusters=jobs)

@@ -8,39 +8,16 @@ from __future__ import annotations
 
 import json
 import re
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.fixtures.cli import orch_in_process
 from tests.fixtures.slurm import SlurmCluster
+from tests.fixtures.slurm_login import cluster_entry, write_cluster_inventory
 from tests.fixtures.sshd import SshdFactory, SshdHost
 
 GPU_PARTITION = {"name": "gpu", "default": True, "state": "up", "nodes": 1, "gres": ["gpu:a6000:2"]}
-
-
-def cluster_entry(login: SshdHost, **overrides: object) -> dict[str, object]:
-    """A hosts.yaml cluster reached through ``login``, asking for the test cluster's GPUs."""
-    entry: dict[str, object] = {
-        "login": {
-            "address": login.address,
-            "port": login.port,
-            "user": login.user,
-            "identity_file": str(login.client_key),
-            "connect_timeout": 5,
-        },
-        "partition": "gpu",
-        "gres": "a6000",
-        "gpus_per_node": 2,
-        "time_limit": "00:10:00",
-        "sbatch_options": ["--exclusive"],
-        "python": sys.executable,
-        "workdir": str(login.workdir),
-    }
-    entry.update(overrides)
-    return entry
 
 
 @pytest.fixture
@@ -52,14 +29,7 @@ def write_inventory(
     tmp_path: Path, factory: SshdFactory, clusters: dict[str, dict[str, object]]
 ) -> list[str]:
     """The hosts.yaml (clusters only) and the arguments of `orch hosts check` that use it."""
-    path = tmp_path / "hosts.yaml"
-    path.write_text(
-        yaml.safe_dump(
-            {"ssh_config": str(factory.ssh_config_path), "clusters": clusters}, sort_keys=False
-        )
-    )
-    known = factory.write_known_hosts()
-    return ["hosts", "check", "--hosts", str(path), "--known-hosts", str(known)]
+    return ["hosts", "check", *write_cluster_inventory(tmp_path, factory, clusters)]
 
 
 def test_a_cluster_reports_its_slurm_partitions_and_that_it_can_submit(
