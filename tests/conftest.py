@@ -17,7 +17,12 @@ import pytest
 from _pytest.fixtures import FixtureDef
 
 # `tests.fixtures...` is importable because pyproject sets pytest's pythonpath to the repo root.
-pytest_plugins = ["tests.fixtures.sshd", "tests.fixtures.embedded", "tests.fixtures.slurm"]
+pytest_plugins = [
+    "tests.fixtures.sshd",
+    "tests.fixtures.embedded",
+    "tests.fixtures.slurm",
+    "tests.fixtures.slurm_login",
+]
 
 # The CLI honours COLUMNS as the user's terminal width. pytest-xdist workers inherit a COLUMNS
 # of 80 from somewhere in their start-up, a developer's shell may export any; tests that read

@@ -11,7 +11,7 @@ import asyncio
 import itertools
 import os
 import stat
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -40,20 +40,6 @@ WAIT_S = 90.0  # bounds a wait for an event; generous for a loaded 2-core machin
 POLL_S = 0.2
 # What an allocated job runs: note its GPUs and job id, then hold the GPUs until told to stop
 HOLD = 'echo "$CUDA_VISIBLE_DEVICES $SLURM_JOB_ID" > "$1"; while [ ! -e "$2" ]; do sleep 0.1; done'
-
-
-@pytest.fixture
-def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
-    """The session's cluster with an empty queue before and after each test."""
-    slurm_cluster.cancel_all()
-    yield slurm_cluster
-    slurm_cluster.cancel_all()
-
-
-@pytest.fixture
-def login(sshd_factory: SshdFactory, slurm: SlurmCluster) -> SshdHost:
-    """The login node: an sshd whose sessions reach the cluster (SLURM_CONF in their env)."""
-    return sshd_factory.start("login", env=slurm.env)
 
 
 def cluster_config(

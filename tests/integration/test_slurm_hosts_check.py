@@ -10,19 +10,12 @@ import json
 import re
 from pathlib import Path
 
-import pytest
-
 from tests.fixtures.cli import orch_in_process
 from tests.fixtures.slurm import SlurmCluster
 from tests.fixtures.slurm_login import cluster_entry, write_cluster_inventory
 from tests.fixtures.sshd import SshdFactory, SshdHost
 
 GPU_PARTITION = {"name": "gpu", "default": True, "state": "up", "nodes": 1, "gres": ["gpu:a6000:2"]}
-
-
-@pytest.fixture
-def login(slurm_cluster: SlurmCluster, sshd_factory: SshdFactory) -> SshdHost:
-    return sshd_factory.start("login", env=slurm_cluster.env)
 
 
 def write_inventory(

@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import posixpath
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -24,19 +23,6 @@ from tests.fixtures.sshd import SshdFactory, SshdHost
 pytestmark = pytest.mark.integration
 
 SLEEP = ("sleep", "600")  # outlives the test; the test cancels every job it submits
-
-
-@pytest.fixture
-def slurm(slurm_cluster: SlurmCluster) -> Iterator[SlurmCluster]:
-    """The session's cluster with an empty queue before and after the test."""
-    slurm_cluster.cancel_all()
-    yield slurm_cluster
-    slurm_cluster.cancel_all()
-
-
-@pytest.fixture
-def login(slurm: SlurmCluster, sshd_factory: SshdFactory) -> SshdHost:
-    return sshd_factory.start("login", env=slurm.env)
 
 
 def submit_jobs(
