@@ -121,6 +121,22 @@ class DoctorRefused(OrchError):
 # -- planning (no host touched) ---------------------------------------------------------------
 
 
+def refuse_clusters(playbook: Playbook, inventory: Inventory) -> None:
+    """A run that names a Slurm cluster would otherwise be planned on no host and reported as
+    "matches no host": say what is true, that runs on clusters are not built yet."""
+    for run in playbook.runs:
+        selectors = [s for s in (run.hosts if run.hosts is not None else playbook.hosts) or ()]
+        named = [s for s in selectors if s != "all"]
+        clusters = inventory.select_clusters(named) if named and inventory.clusters else []
+        if clusters:
+            raise OrchError(
+                f"run {run.name} selects the Slurm cluster {clusters[0].name!r}: orch cannot run"
+                " playbooks on clusters yet",
+                hint="orch hosts check, orch ps and orch stop --all work on clusters; "
+                "run the playbook on named hosts meanwhile",
+            )
+
+
 def plan_run(
     playbook_file: Path,
     hosts_file: Path,
@@ -136,6 +152,7 @@ def plan_run(
     """
     playbook = load_playbook(playbook_file)
     inventory, _ = load_hosts(hosts_file, None)
+    refuse_clusters(playbook, inventory)
     host_sel, run_pats = split_only(only or [], inventory, playbook)
     plans = plan_launches(playbook, inventory, host_filter=host_sel or None)
     if run_pats:

@@ -375,3 +375,24 @@ def test_the_readme_cluster_example_loads(tmp_path: Path) -> None:
         "02:00:00",
         ("--constraint=a6000", "--exclusive"),
     )
+
+
+def test_a_playbook_that_selects_a_cluster_is_refused_before_planning(tmp_path: Path) -> None:
+    from orchestrator.commands.run import plan_run
+    from orchestrator.errors import OrchError
+
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        "clusters:\n  hpc:\n    login: {address: 127.0.0.1}\n    partition: gpu\n"
+        "    gpus_per_node: 2\n    time_limit: '01:00:00'\n    python: /usr/bin/python3\n"
+        "    workdir: /tmp/x\n"
+    )
+    book = tmp_path / "pb.yaml"
+    book.write_text(
+        "name: pb\nhosts: [hpc]\nruns:\n  - {name: plain, engine: vllm, model: Qwen/Qwen3-8B}\n"
+    )
+    with pytest.raises(OrchError) as caught:
+        plan_run(book, hosts, None)
+    assert caught.value.message == (
+        "run plain selects the Slurm cluster 'hpc': orch cannot run playbooks on clusters yet"
+    )
