@@ -521,6 +521,10 @@ def supervise() -> None:
     ).to_json()
     atomic_write_json(os.path.join(config["dir"], SERVER_JSON), record)
     _report({"ok": True, "record": record}, devnull)
+    # A SIGTERM meant for everything (a Slurm job cancelled) is passed on to the engine, and
+    # the supervisor stays its parent until it exits: process trackers that follow parents
+    # (Slurm's proctrack/linuxproc) then still find the engine when their SIGKILL comes.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: _forward(engine.pid, signal.SIGTERM))
     returncode = engine.wait()
     ended = ExitRecord(
         pid=engine.pid,
@@ -531,6 +535,11 @@ def supervise() -> None:
     atomic_write_json(os.path.join(config["dir"], EXIT_JSON), ended.to_json())
     if config.get("lock"):
         release_port_lock(config["lock"], config["run_id"])
+
+
+def _forward(pgid: int, sig: int) -> None:
+    with contextlib.suppress(OSError):
+        os.killpg(pgid, sig)
 
 
 def open_log(path: str) -> int:

@@ -54,6 +54,7 @@ VERBS: Dict[str, Union[str, Handler]] = {
     "echo": "echo:run",
     "probe": "probe:run",
     "launch": "lifecycle:launch",
+    "hold": "hold:run",
     "tail": "lifecycle:tail",
     "stop": "lifecycle:stop",
     "prune": "prune:run",

@@ -269,6 +269,36 @@ class LaunchResult(ServerRecord):
 
 
 @dataclass(frozen=True)
+class HoldSpec(Wire):
+    """``hold``: the batch step of a Slurm job. It waits for the launch spec the controller
+    writes at ``launch_spec`` once the job runs, launches the engine from it (as ``launch``
+    does), and stays until the engine exits, so the engine lives in the job's own step."""
+
+    launch_spec: str
+    wait_s: float = 600.0  # no launch spec by then: the controller is gone, give the GPUs back
+    # after the engine exits the job stays (its steps would be killed with it: the controller's
+    # stop, the tail reading the last log lines) until the controller cancels it, or this long
+    linger_s: float = 300.0
+
+
+@dataclass(frozen=True)
+class HoldLaunched(Wire):
+    """The engine is up: what ``launch`` would have answered."""
+
+    EVENT: ClassVar[str] = "launched"
+    launch: LaunchResult
+
+
+@dataclass(frozen=True)
+class HoldResult(Wire):
+    """How the hold ended: the engine's exit (``exit``), or why it never launched one."""
+
+    launched: bool
+    reason: str  # "engine exited" | "no launch spec" | "signalled"
+    exit: Optional[ExitRecord] = None
+
+
+@dataclass(frozen=True)
 class PortHolder(Wire):
     """A process listening on the server's port (its command line's secret values masked)."""
 
@@ -642,6 +672,7 @@ CONTRACT: Dict[str, VerbContract] = {
     "echo": VerbContract(EchoSpec, EchoResult),
     "probe": VerbContract(ProbeSpec, ProbeResult),
     "launch": VerbContract(LaunchSpec, LaunchResult),
+    "hold": VerbContract(HoldSpec, HoldResult, (HoldLaunched,)),
     "status": VerbContract(StatusSpec, StatusResult),
     "tail": VerbContract(TailSpec, TailResult, (TailLine, TailHeartbeat)),
     "stop": VerbContract(StopSpec, StopResult),

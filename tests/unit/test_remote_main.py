@@ -400,6 +400,7 @@ def test_preregistered_verbs() -> None:
         "echo": "echo:run",
         "probe": "probe:run",
         "launch": "lifecycle:launch",
+        "hold": "hold:run",
         "tail": "lifecycle:tail",
         "stop": "lifecycle:stop",
         "prune": "prune:run",
