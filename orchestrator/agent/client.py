@@ -269,15 +269,35 @@ class Agent:
         *,
         bundle: AgentBundle | None = None,
         connect: Connect | None = None,
+        prefix: Sequence[str] = (),
     ) -> None:
         self.conn = conn
         self.host = host
+        # argv run before the agent's own: ``srun --jobid=J --overlap ... --`` runs every verb
+        # inside a Slurm allocation, from its login node (``slurm/node.py``)
+        self.prefix = tuple(prefix)
         self.bundle = bundle or build_bundle()
         self.bytes_pushed = 0
         self._connect = connect
         self._workdir: str | None = None
         self._ready = False
         self._lock = asyncio.Lock()
+
+    def with_prefix(self, prefix: Sequence[str], host: HostConfig) -> Agent:
+        """This agent's files and connection, its verbs run behind ``prefix`` as ``host`` says
+        (its Python): the agent inside a Slurm allocation, pushed and checked already."""
+        other = Agent(self.conn, host, bundle=self.bundle, connect=self._connect, prefix=prefix)
+        other._workdir = self._workdir
+        other._ready = self._ready
+        return other
+
+    def read_event(self, verb: str, obj: dict[str, Any]) -> Wire:
+        """One decoded line of ``verb``'s output as its typed value; an error event raised as
+        this agent raises it (a job's output file is read this way, not streamed)."""
+        _name, value = self._decode(verb, obj)
+        if isinstance(value, ErrorEvent):
+            raise self._agent_error(verb, value)
+        return value
 
     @property
     def reconnects(self) -> bool:
@@ -391,8 +411,10 @@ class Agent:
         try:
             await conn.put_bytes(text.encode("ascii"), spec_path, mode=0o600)
         except RemoteDiskFull:
-            return [self.host.python, await self.pyz_path(), verb, STDIN_SPEC], text + "\n"
-        return [self.host.python, await self.pyz_path(), verb, spec_path], None
+            return [*self.prefix, self.host.python, await self.pyz_path(), verb, STDIN_SPEC], (
+                text + "\n"
+            )
+        return [*self.prefix, self.host.python, await self.pyz_path(), verb, spec_path], None
 
     # -- the verbs ---------------------------------------------------------------------------
     async def echo(

@@ -269,6 +269,13 @@ def parse_stdout_path(text: str) -> str | None:
     return found.group(1) if found and found.group(1) not in _NO_VALUE else None
 
 
+def srun_argv(job_id: int) -> list[str]:
+    """What goes before a command to run it inside job ``job_id``: one task on the job's node,
+    sharing the resources its batch step holds (``--overlap``; without it the step would wait
+    for GPUs and CPUs the engine already has), with srun's own notes kept off stderr."""
+    return ["srun", f"--jobid={job_id}", "--overlap", "--nodes=1", "--ntasks=1", "--quiet", "--"]
+
+
 def scancel_argv(job_ids: Sequence[int]) -> list[str]:
     if not job_ids:
         raise ValueError("scancel needs at least one job id")

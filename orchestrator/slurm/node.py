@@ -1,0 +1,276 @@
+"""One run's Slurm allocation, seen by the runner as a host with an agent.
+
+``AllocationAgent`` implements the same ``AgentClient`` interface as the agent on a named host,
+so the runner launches, follows, measures and stops a server on a cluster with the code it uses
+everywhere else. What differs is where each verb runs:
+
+- the engine lives in the job's batch step: the job runs the agent's ``hold`` verb, which waits
+  for the launch spec ``launch`` writes into the run's job folder, starts the engine and stays
+  until it exits (``remote/hold.py``); its answer is read from the job's output file;
+- every other verb (status, tail, http, loadgen, stop, probe) runs in an ``srun --overlap`` step
+  of the job, on the job's node, through the login node's SSH connection: the load generator
+  drives the engine from next to it, as on a host.
+
+Files go through the login node over SFTP, so the cluster's workdir must be shared by login and
+compute nodes. Each run gets a folder of its own under ``<workdir>/jobs/<run id>``: its agent
+workdir (server.log, server.json, the port lock) and the job's output, so runs on different
+nodes never share a lock file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import posixpath
+from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+
+from orchestrator.agent.bundle import AgentBundle
+from orchestrator.agent.client import VERB_TIMEOUT_S, Agent, decode_output
+from orchestrator.config.cluster import ClusterConfig
+from orchestrator.config.hostconfig import HostConfig
+from orchestrator.errors import AgentError, HostTimeout, OrchError
+from orchestrator.remote.wire import (
+    EchoResult,
+    EchoSpec,
+    ErrorKind,
+    HoldLaunched,
+    HoldResult,
+    HoldSpec,
+    HttpResult,
+    HttpSpec,
+    LaunchResult,
+    LaunchSpec,
+    LoadgenEvent,
+    LoadgenSpec,
+    ProbeResult,
+    ReadModelConfigsResult,
+    ReadModelConfigsSpec,
+    StatusResult,
+    StatusSpec,
+    StopResult,
+    StopSpec,
+    TailEvent,
+    TailSpec,
+    spec_file,
+)
+from orchestrator.slurm.allocation import (
+    Allocation,
+    JobState,
+    cancel,
+    job_state,
+    submit,
+    wait_running,
+)
+from orchestrator.slurm.jobs import JOB_NAME_PREFIX, AllocationRequest, squeue_argv, srun_argv
+from orchestrator.transport import Connection
+
+Connect = Callable[[], Awaitable[Connection]]
+JOBS_DIR = "jobs"
+HOLD_WAIT_S = 600.0  # the job gives its GPUs back when no launch spec came by then
+OUTPUT_POLL_S = 0.25
+STATE_EVERY = 8  # polls of the output file between two looks at the job's state
+RELEASE_TIMEOUT_S = 60.0
+
+
+class AllocationAgent:
+    """The agent of one run on one cluster: ``allocate`` first, then the ``AgentClient`` verbs,
+    ``release`` at the end whatever happened (it cancels the job, which stops what is left)."""
+
+    def __init__(
+        self, login: Agent, cluster: ClusterConfig, run_id: str, *, connect: Connect
+    ) -> None:
+        self.login = login
+        self._connect = connect  # the login node's connection, live (for Slurm's commands)
+        self.cluster = cluster
+        self.run_id = run_id
+        self._host = cluster.as_host()
+        self.job_id: int | None = None
+        self.allocation: Allocation | None = None
+        self.last_state: JobState | None = None
+        self._node: Agent | None = None
+        self._jobdir: str | None = None
+        self._output: str | None = None
+
+    @property
+    def host(self) -> HostConfig:
+        return self._host
+
+    @property
+    def bundle(self) -> AgentBundle:
+        return self.login.bundle
+
+    @property
+    def job_name(self) -> str:
+        return JOB_NAME_PREFIX + self.run_id
+
+    async def workdir(self) -> str:
+        """The run's own agent workdir on the shared filesystem (its job folder)."""
+        if self._jobdir is None:
+            self._jobdir = posixpath.join(await self.login.workdir(), JOBS_DIR, self.run_id)
+        return self._jobdir
+
+    @property
+    def launch_spec_path(self) -> str:
+        assert self._jobdir is not None
+        return posixpath.join(self._jobdir, "launch.json")
+
+    # -- the allocation ---------------------------------------------------------------------
+    async def allocate(
+        self, gpus: int, *, pending_timeout: float, on_state: Callable[[JobState], None]
+    ) -> Allocation:
+        """Submit the run's job and wait until it runs (AllocationTimeout past
+        ``pending_timeout``, the job cancelled; AllocationFailed if it ends first)."""
+        await self.login.ensure()
+        conn = await self._connect()
+        jobdir = await self.workdir()
+        await conn.makedirs(jobdir, mode=0o700)
+        hold = posixpath.join(jobdir, "hold.json")
+        spec = HoldSpec(launch_spec=self.launch_spec_path, wait_s=HOLD_WAIT_S)
+        await conn.put_bytes(json.dumps(spec_file(spec)).encode(), hold, mode=0o600)
+        request = AllocationRequest(
+            run_id=self.run_id,
+            gpus=gpus,
+            job_name=self.job_name,
+            argv=(self.cluster.python, await self.login.pyz_path(), "hold", hold),
+            output=posixpath.join(jobdir, "job-%j.out"),
+        )
+        self.job_id = await submit(conn, self.cluster, request)
+        self._output = posixpath.join(jobdir, f"job-{self.job_id}.out")
+
+        def seen(state: JobState) -> None:
+            self.last_state = state
+            on_state(state)
+
+        self.allocation = await wait_running(
+            conn, self.job_id, on_state=seen, pending_timeout=pending_timeout
+        )
+        self._node = self.login.with_prefix(srun_argv(self.job_id), self._host)
+        return self.allocation
+
+    async def release(self) -> None:
+        """Cancel the run's job (nothing to do once it ended) and delete a launch spec the
+        job never read (it holds the engine's secrets). Bounded and never raising: it runs
+        on the way out of a failure or an interrupt, whose error is the one to report."""
+        with contextlib.suppress(OrchError, asyncio.TimeoutError):
+            await asyncio.wait_for(self._release(), RELEASE_TIMEOUT_S)
+
+    async def _release(self) -> None:
+        conn = await self._connect()
+        job_ids = [self.job_id] if self.job_id is not None else await self._jobs_by_name()
+        await cancel(conn, job_ids)
+        if self._jobdir is not None:
+            await conn.remove(self.launch_spec_path)
+
+    async def _jobs_by_name(self) -> list[int]:
+        """A job submitted by an sbatch whose answer never came (interrupted): found by name."""
+        conn = await self._connect()
+        done = await conn.run(squeue_argv(names=[self.job_name]), timeout=30.0)
+        ids = [line.split("|", 1)[0] for line in done.stdout.splitlines()]
+        return [int(i) for i in ids if i.strip().isdigit()]
+
+    async def reconnected(self) -> AllocationAgent:
+        """The same agent on live connections (a ``reconnect`` for ``Server``)."""
+        await self.login.live()
+        if self._node is not None:
+            await self._node.live()
+        return self
+
+    @property
+    def node(self) -> Agent:
+        if self._node is None:
+            raise OrchError(f"run {self.run_id}: its allocation is not running yet")
+        return self._node
+
+    # -- launch: the job's batch step starts the engine ------------------------------------
+    async def launch(self, spec: LaunchSpec) -> LaunchResult:
+        """Hand the launch spec to the job's ``hold`` and read its answer from the job's
+        output; AgentError as ``launch`` raises it, or when the job ends without one."""
+        node = self.node
+        conn = await self.login.live()
+        data = json.dumps(spec_file(spec), ensure_ascii=True).encode("ascii")
+        await conn.put_bytes(data, self.launch_spec_path, mode=0o600)
+        loop = asyncio.get_running_loop()
+        limit = self.login.host.agent_timeout_s or VERB_TIMEOUT_S["launch"]
+        deadline = loop.time() + limit
+        polls = 0
+        while True:
+            answer = await self._hold_answer()
+            if isinstance(answer, LaunchResult):
+                return answer
+            if answer is not None:
+                raise AgentError(
+                    node.host.name,
+                    f"launch: job {self.job_id} ended its hold without an engine ({answer.reason})",
+                    kind=ErrorKind.LAUNCH_FAILED,
+                )
+            polls += 1
+            if polls % STATE_EVERY == 0:
+                await self._check_job()
+            if loop.time() >= deadline:
+                raise HostTimeout(
+                    node.host.name,
+                    f"launch: job {self.job_id} did not start the engine within {limit:g} s",
+                    hint=f"look at the job's output, {self._output}",
+                )
+            await asyncio.sleep(OUTPUT_POLL_S)
+
+    async def _hold_answer(self) -> LaunchResult | HoldResult | None:
+        """What the job's ``hold`` said so far: the launch, its end, or nothing yet."""
+        assert self._output is not None
+        conn = await self.login.live()
+        if not await conn.exists(self._output):
+            return None
+        text = (await conn.read_bytes(self._output)).decode("utf-8", errors="replace")
+        for obj in decode_output(text).events:
+            value = self.node.read_event("hold", obj)
+            if isinstance(value, HoldLaunched):
+                return value.launch
+            if isinstance(value, HoldResult):
+                return value
+        return None
+
+    async def _check_job(self) -> None:
+        assert self.job_id is not None
+        state = await job_state(await self._connect(), self.job_id)
+        if state is None or state.ended:
+            why = state.describe() if state else "no longer known to Slurm"
+            raise AgentError(
+                self.node.host.name,
+                f"launch: job {self.job_id} ended before its engine started: {why}",
+                kind=ErrorKind.LAUNCH_FAILED,
+                hint=f"look at the job's output, {self._output}",
+            )
+
+    # -- every other verb: an srun step beside the engine ----------------------------------
+    async def echo(
+        self, spec: EchoSpec, *, keep_spec: bool = False, timeout: float | None = None
+    ) -> EchoResult:
+        return await self.node.echo(spec, keep_spec=keep_spec, timeout=timeout)
+
+    async def probe(
+        self, *, ports: Sequence[int] = (), packages: Sequence[str] | None = None
+    ) -> ProbeResult:
+        return await self.node.probe(ports=ports, packages=packages)
+
+    async def status(self, spec: StatusSpec, *, timeout: float | None = None) -> StatusResult:
+        return await self.node.status(spec, timeout=timeout)
+
+    async def tail(self, spec: TailSpec) -> AsyncGenerator[TailEvent, None]:
+        async with contextlib.aclosing(self.node.tail(spec)) as events:
+            async for event in events:
+                yield event
+
+    async def stop(self, spec: StopSpec, *, timeout: float | None = None) -> StopResult:
+        return await self.node.stop(spec, timeout=timeout)
+
+    async def http(self, spec: HttpSpec, *, timeout: float | None = None) -> HttpResult:
+        return await self.node.http(spec, timeout=timeout)
+
+    async def loadgen(self, spec: LoadgenSpec) -> AsyncGenerator[LoadgenEvent, None]:
+        async with contextlib.aclosing(self.node.loadgen(spec)) as events:
+            async for event in events:
+                yield event
+
+    async def read_model_configs(self, spec: ReadModelConfigsSpec) -> ReadModelConfigsResult:
+        return await self.node.read_model_configs(spec)
