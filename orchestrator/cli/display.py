@@ -104,6 +104,8 @@ def phase_text(phase: RunPhase, reason: str | None) -> str:
         return f"failed: {reason[:REASON_CHARS]}"
     if phase is RunPhase.COLLAPSE:
         return "done: COLLAPSE"
+    if phase is RunPhase.QUEUED and reason:
+        return f"queued: {reason}"
     if phase is RunPhase.LOADING and reason:
         return reason
     return str(phase.value)

@@ -20,6 +20,7 @@ class RunPhase(str, Enum):
     """Where one run of a playbook is; the value is how the phase reads to people."""
 
     WAITING = "waiting"
+    QUEUED = "queued"  # waiting for its Slurm allocation; the reason is the job's queue state
     LAUNCHING = "launching"
     LOADING = "loading model"
     WARM_UP = "warm-up"

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.agent.client import AgentClient
+from orchestrator.commands.clusterrun import run_cluster
 from orchestrator.commands.hostrun import HostRun, host_slots, run_host
 from orchestrator.commands.progress import (
     Connecting,
@@ -121,19 +122,20 @@ class DoctorRefused(OrchError):
 # -- planning (no host touched) ---------------------------------------------------------------
 
 
-def refuse_clusters(playbook: Playbook, inventory: Inventory) -> None:
-    """A run that names a Slurm cluster would otherwise be planned on no host and reported as
-    "matches no host": say what is true, that runs on clusters are not built yet."""
-    for run in playbook.runs:
-        selectors = [s for s in (run.hosts if run.hosts is not None else playbook.hosts) or ()]
-        named = [s for s in selectors if s != "all"]
-        clusters = inventory.select_clusters(named) if named and inventory.clusters else []
-        if clusters:
-            raise OrchError(
-                f"run {run.name} selects the Slurm cluster {clusters[0].name!r}: orch cannot run"
-                " playbooks on clusters yet",
-                hint="orch hosts check, orch ps and orch stop --all work on clusters; "
-                "run the playbook on named hosts meanwhile",
+def refuse_unshared_clusters(plans: Sequence[PlannedLaunch]) -> None:
+    """A run on a cluster whose workdir is not shared by login and compute nodes: refused
+    before anything is submitted. orch hands the job its agent and launch spec, and reads the
+    job's answer, through the login node's files."""
+    for plan in plans:
+        cluster = plan.host.cluster
+        if cluster is not None and not cluster.shared_fs:
+            raise ConfigError(
+                f"run {plan.run_name} goes to the Slurm cluster {cluster.name!r}, whose workdir "
+                "is not shared with its compute nodes (shared_fs: false): orch runs playbooks "
+                "only on clusters with a shared workdir",
+                file=cluster.source,
+                hint="point the cluster's workdir at a filesystem both login and compute nodes "
+                "mount (home or scratch usually are) and set shared_fs: true",
             )
 
 
@@ -152,9 +154,9 @@ def plan_run(
     """
     playbook = load_playbook(playbook_file)
     inventory, _ = load_hosts(hosts_file, None)
-    refuse_clusters(playbook, inventory)
     host_sel, run_pats = split_only(only or [], inventory, playbook)
     plans = plan_launches(playbook, inventory, host_filter=host_sel or None)
+    refuse_unshared_clusters(plans)
     if run_pats:
         plans = [p for p in plans if any(run_matches(p, pat) for pat in run_pats)]
     if not plans:
@@ -187,7 +189,8 @@ def split_only(
     runs: list[str] = []
     names = [r.name for r in playbook.expand()]
     for value in only:
-        if value == "all" or value in inventory.hosts or value in inventory.tags:
+        places = (*inventory.hosts, *inventory.tags, *inventory.clusters, *inventory.cluster_tags)
+        if value == "all" or value in places:
             hosts.append(value)
         elif any(fnmatch.fnmatchcase(n, value) or _base(n) == value for n in names):
             runs.append(value)
@@ -476,17 +479,19 @@ async def run_playbook(
     todo = [j for j in jobs if j.key not in results]
     async with ServerRegistry(observer) as registry:
         observer.on_event(ExecutionStarted())
-        # each host's runs one after another, or on GPU slots with share_gpus (hostrun.py)
-        workers = [
-            asyncio.ensure_future(
-                run_host(
-                    HostRun(sessions[name], pool, registry, observer, results),
-                    [j for j in todo if j.plan.host.name == name],
-                    host_slots(playbook, sessions[name], observer),
-                )
+        # each host's runs one after another, or on GPU slots with share_gpus (hostrun.py); a
+        # cluster's in allocations of their own (clusterrun.py)
+        workers: list[asyncio.Future[None]] = []
+        for name in dict.fromkeys(j.plan.host.name for j in todo):
+            host_run = HostRun(sessions[name], pool, registry, observer, results)
+            mine = [j for j in todo if j.plan.host.name == name]
+            cluster = mine[0].plan.host.cluster
+            work = (
+                run_cluster(host_run, cluster, mine, playbook.slurm)
+                if cluster is not None
+                else run_host(host_run, mine, host_slots(playbook, sessions[name], observer))
             )
-            for name in dict.fromkeys(j.plan.host.name for j in todo)
-        ]
+            workers.append(asyncio.ensure_future(work))
         try:
             await asyncio.gather(*workers)
         except ResultsWriteError as exc:

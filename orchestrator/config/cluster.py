@@ -19,6 +19,7 @@ from orchestrator.config.fields import EnvDict, StrictModel
 from orchestrator.config.hostconfig import (
     DEFAULT_PYTHON,
     DEFAULT_WORKDIR,
+    GpuSpec,
     HostConfig,
     expand_env,
     secret_values,
@@ -216,6 +217,30 @@ class ClusterConfig:
         """The ``--gres`` value for one node: ``gpu:a6000:2``, or ``gpu:2`` without a type."""
         kind = f"gpu:{self.gres}" if self.gres else "gpu"
         return f"{kind}:{self.gpus_per_node}"
+
+    def as_host(self) -> HostConfig:
+        """Where a playbook's runs on this cluster go: the login node's connection, with the
+        compute nodes' Python and the engines' environment (each run then asks for an
+        allocation of its own; ``runner/cluster.py``)."""
+        login = self.login
+        return HostConfig(
+            name=self.name,
+            address=login.address,
+            port=login.port,
+            user=login.user,
+            identity_file=login.identity_file,
+            proxy_jump=login.proxy_jump,
+            python=self.python,
+            workdir=self.workdir,
+            env=dict(self.env),
+            gpus=GpuSpec(self.gpus_per_node),  # the gres type is a site's name, not a model
+            tags=self.tags,
+            connect_timeout=login.connect_timeout,
+            agent_timeout_s=login.agent_timeout_s,
+            source=self.source,
+            env_marks=self.env_marks,
+            cluster=self,
+        )
 
     def resolved_env(self, environ: dict[str, str] | None = None) -> dict[str, str]:
         """Expand ``${VAR}`` from the controller's environment, as for hosts."""

@@ -11,9 +11,13 @@ import os
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from orchestrator.config.yamlload import Mark
 from orchestrator.errors import ConfigError
+
+if TYPE_CHECKING:
+    from orchestrator.config.cluster import ClusterConfig
 
 DEFAULT_WORKDIR = "~/.cache/orch"
 DEFAULT_PYTHON = "python3"
@@ -58,6 +62,9 @@ class HostConfig:
     source: str | None = None  # "hosts.yaml:12" where the host was declared, for messages
     # where each env value was written (defaults, a group or the host), for ${VAR} errors
     env_marks: dict[str, Mark] = field(default_factory=dict, compare=False, repr=False)
+    # a Slurm cluster's runs: reached through its login node, each run in an allocation of its
+    # own (``ClusterConfig.as_host``); None for a host
+    cluster: ClusterConfig | None = field(default=None, compare=False, repr=False)
 
     @property
     def target(self) -> str:

@@ -204,6 +204,29 @@ Threshold = Annotated[
 ]
 
 
+def cluster_hosts(inventory: Inventory, selectors: Sequence[str] | None) -> list[HostConfig]:
+    """The clusters ``selectors`` name (by name or tag), as the hosts runs go to. ``all`` and
+    no selector mean every host, never a cluster: a playbook submits jobs only where told."""
+    if not selectors or "all" in selectors:
+        return []
+    return [cluster.as_host() for cluster in inventory.select_clusters(list(selectors))]
+
+
+class SlurmSpec(StrictModel):
+    """How this playbook's runs use Slurm clusters (ignored on hosts)."""
+
+    max_allocations: Annotated[int, Field(ge=1, le=64)] = Field(
+        4,
+        description="Runs under way on one cluster at once, each in an allocation of its own "
+        "(Slurm serialises them further when the GPUs are not free).",
+    )
+    pending_timeout_s: Annotated[float, Field(gt=0)] = Field(
+        3600.0,
+        description="Seconds a run's allocation may wait in the queue; then it is cancelled and"
+        " the run recorded as not run, with Slurm's reason (Resources, Priority ...).",
+    )
+
+
 class NightlySpec(StrictModel):
     """How `orch nightly` judges a night of this playbook (defaults: the nightly's own)."""
 
@@ -522,6 +545,9 @@ class Playbook(StrictModel):
     nightly: NightlySpec = Field(
         default_factory=NightlySpec, description="How `orch nightly` judges this playbook's nights."
     )
+    slurm: SlurmSpec = Field(
+        default_factory=SlurmSpec, description="How runs on Slurm clusters are submitted."
+    )
 
     _source_path: Path | None = PrivateAttr(None)
     _doc: Document | None = PrivateAttr(None)
@@ -593,7 +619,7 @@ class Playbook(StrictModel):
         own = run.hosts is not None
         selectors = run.hosts if own else self.hosts
         origin = self._marks_of(("runs", index, "hosts") if own else ("hosts",), selectors)
-        return inventory.select(selectors, origin=origin)
+        return inventory.select(selectors, origin=origin) + cluster_hosts(inventory, selectors)
 
     def _marks_of(self, loc: tuple[Any, ...], selectors: list[str] | None) -> list[Mark] | None:
         """Where each selector was written, when this playbook came from a file."""
@@ -814,6 +840,7 @@ def load_playbook(path: str | Path) -> Playbook:
         runs=runs,
         share_gpus=head.share_gpus,
         nightly=head.nightly,
+        slurm=head.slurm,
     )
     playbook._source_path = Path(path)
     playbook._doc = doc
@@ -833,3 +860,4 @@ class _PlaybookHead(StrictModel):
     runs: Annotated[list[dict[str, Any]], Field(min_length=1)]
     share_gpus: bool = False
     nightly: NightlySpec = Field(default_factory=NightlySpec)
+    slurm: SlurmSpec = Field(default_factory=SlurmSpec)

@@ -18,7 +18,7 @@ from typing import Any
 
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.config.inventory import Inventory
-from orchestrator.config.playbook import Playbook, RunSpec
+from orchestrator.config.playbook import Playbook, RunSpec, cluster_hosts
 from orchestrator.engines import engine_for
 from orchestrator.errors import SpecError
 
@@ -49,7 +49,10 @@ def hosts_for(
     """The hosts ``run`` goes to: its own selector, else the playbook's, narrowed by the filter."""
     chosen = playbook.hosts_for(run, inventory)
     if host_filter:
-        allowed = {h.name for h in inventory.select(list(host_filter))}
+        selectors = list(host_filter)
+        allowed = {
+            h.name for h in inventory.select(selectors) + cluster_hosts(inventory, selectors)
+        }
         chosen = [h for h in chosen if h.name in allowed]
     return chosen
 

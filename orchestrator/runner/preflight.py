@@ -51,7 +51,15 @@ class DoctorResult:
 
 
 async def open_host(pool: ConnectionPool, host: HostConfig, ports: Sequence[int]) -> HostSession:
-    """Reach ``host``, push the agent, probe it (``ports``: the ones its runs will listen on)."""
+    """Reach ``host``, push the agent, probe it (``ports``: the ones its runs will listen on).
+
+    A cluster's login node gets the agent (in the shared workdir, run there by the login's
+    Python) but no probe: the nodes its runs get are probed inside their allocations."""
+    if host.cluster is not None:
+        login = host.cluster.login
+        agent = Agent(await pool.get(login), login, connect=functools.partial(pool.get, login))
+        await agent.ensure()
+        return HostSession(host, agent=agent)
     conn = await pool.get(host)
     # every call takes a live connection: one that dropped is re-opened for the next step
     agent = Agent(conn, host, connect=functools.partial(pool.get, host))
@@ -87,7 +95,10 @@ async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
         return DoctorResult()
     draft = run.speculative.draft_model
     models = [ModelRef(id=run.model)] + ([ModelRef(id=draft)] if draft else [])
-    answer = await session.agent.read_model_configs(ReadModelConfigsSpec(models=models))
+    # where the engine will look: the HF_HOME its environment sets (a cluster's login node
+    # reads the shared cache the compute nodes' engines are given), else the agent's own
+    spec = ReadModelConfigsSpec(models=models, hf_home=plan.env.get("HF_HOME"))
+    answer = await session.agent.read_model_configs(spec)
     found = answer.models
     result = DoctorResult()
     result.target, note = model_from_agent(found, run.model, role="target")

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.commands.run import RunPlan, plan_run
 from orchestrator.config import HostConfig, json_schema, load_inventory
 from orchestrator.config.cluster import ClusterConfig, check_slurm_time
 from orchestrator.errors import ConfigError
@@ -377,22 +378,56 @@ def test_the_readme_cluster_example_loads(tmp_path: Path) -> None:
     )
 
 
-def test_a_playbook_that_selects_a_cluster_is_refused_before_planning(tmp_path: Path) -> None:
-    from orchestrator.commands.run import plan_run
-    from orchestrator.errors import OrchError
+CLUSTER_HOSTS = (
+    "hosts:\n  box: {address: 10.0.0.5}\n"
+    "clusters:\n  hpc:\n    login: {address: 127.0.0.1}\n    partition: gpu\n"
+    "    gpus_per_node: 2\n    time_limit: '01:00:00'\n    python: /opt/venv/bin/python\n"
+    "    workdir: /shared/orch\n    tags: [slurm]\n"
+)
 
-    hosts = tmp_path / "hosts.yaml"
-    hosts.write_text(
-        "clusters:\n  hpc:\n    login: {address: 127.0.0.1}\n    partition: gpu\n"
-        "    gpus_per_node: 2\n    time_limit: '01:00:00'\n    python: /usr/bin/python3\n"
-        "    workdir: /tmp/x\n"
-    )
+
+def plan_on(
+    tmp_path: Path, selector: str, *, hosts: str = CLUSTER_HOSTS, only: list[str] | None = None
+) -> RunPlan:
+
+    hosts_file = tmp_path / "hosts.yaml"
+    hosts_file.write_text(hosts)
     book = tmp_path / "pb.yaml"
     book.write_text(
-        "name: pb\nhosts: [hpc]\nruns:\n  - {name: plain, engine: vllm, model: Qwen/Qwen3-8B}\n"
+        f"name: pb\nhosts: [{selector}]\nruns:\n"
+        "  - {name: plain, engine: vllm, model: Qwen/Qwen3-8B}\n"
     )
-    with pytest.raises(OrchError) as caught:
-        plan_run(book, hosts, None)
-    assert caught.value.message == (
-        "run plain selects the Slurm cluster 'hpc': orch cannot run playbooks on clusters yet"
-    )
+    return plan_run(book, hosts_file, only)
+
+
+@pytest.mark.parametrize(
+    ("selector", "only", "placed"),
+    [
+        ("hpc", None, ["hpc"]),
+        ("slurm", None, ["hpc"]),  # a cluster's tag
+        ("all", None, ["box"]),  # `all` is every host, never a cluster
+        ("box, hpc", None, ["box", "hpc"]),
+        ("box, hpc", ["hpc"], ["hpc"]),  # --only names a cluster like a host
+    ],
+)
+def test_a_playbook_places_runs_on_the_clusters_it_names(
+    tmp_path: Path, selector: str, only: list[str] | None, placed: list[str]
+) -> None:
+    plans = plan_on(tmp_path, selector, only=only).plans
+    assert [p.host.name for p in plans] == placed
+    for plan in plans:
+        cluster = plan.host.cluster
+        assert (cluster is not None) == (plan.host.name == "hpc")
+        if cluster is not None:  # the compute nodes' Python and the shared workdir
+            assert (plan.host.python, plan.host.workdir) == (
+                "/opt/venv/bin/python",
+                "/shared/orch",
+            )
+            assert plan.host.gpus is not None and plan.host.gpus.count == 2
+
+
+def test_a_cluster_without_a_shared_workdir_is_refused_at_its_line(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError) as caught:
+        plan_on(tmp_path, "hpc", hosts=CLUSTER_HOSTS + "    shared_fs: false\n")
+    assert "shared_fs: false" in caught.value.message
+    assert caught.value.location == f"{tmp_path / 'hosts.yaml'}:4"

@@ -109,3 +109,18 @@ def test_phase_lines_say_why_a_run_failed_and_name_a_collapse() -> None:
         "h s: done: COLLAPSE",
     ]
     assert [row.phase.under_way for row in display.rows.values()] == [False, False]
+
+
+def test_a_queued_run_shows_its_jobs_queue_state() -> None:
+    display, buf, _clock = plain_display()
+    display.on_event(RunAdded("a", run="r", host="hpc", total=4))
+    display.on_event(PhaseChanged("a", RunPhase.QUEUED, reason="submitting"))
+    display.on_event(PhaseChanged("a", RunPhase.QUEUED, reason="job 12 PENDING (Priority)"))
+    display.on_event(PhaseChanged("a", RunPhase.QUEUED, reason="job 12 PENDING (Resources)"))
+    display.on_event(PhaseChanged("a", RunPhase.QUEUED))
+    assert buf.getvalue().splitlines() == [
+        "hpc r: queued: submitting",
+        "hpc r: queued: job 12 PENDING (Priority)",
+        "hpc r: queued: job 12 PENDING (Resources)",
+        "hpc r: queued",
+    ]

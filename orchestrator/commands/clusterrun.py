@@ -1,0 +1,138 @@
+"""One Slurm cluster's runs during `orch run`: each in an allocation of its own.
+
+A run asks Slurm for a single-node job with the GPUs it needs, waits while telling its queue
+state and reason (``PENDING (Resources)``), probes the node it was given, records the job, node
+and GPUs in its manifest, then runs exactly as on a host (``execute_run`` with an
+``AllocationAgent``). Whatever happens (the run ends, fails, is interrupted by Ctrl-C or
+SIGTERM), its job is cancelled on the way out.
+
+Up to ``slurm.max_allocations`` runs of the playbook are under way on a cluster at once; Slurm
+decides when each starts. Two runs on one port never go at once: orch cannot know before the
+allocation whether they will share a node, where the second engine could not listen.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from orchestrator.agent.client import Agent
+from orchestrator.agent.facts import HostFacts
+from orchestrator.commands.hostrun import HostRun
+from orchestrator.commands.progress import PhaseChanged, RunPhase
+from orchestrator.config.cluster import ClusterConfig
+from orchestrator.config.playbook import SlurmSpec
+from orchestrator.errors import OrchError
+from orchestrator.runner.execute import RunJob, execute_run, not_run_results
+from orchestrator.runner.manifest import with_slurm
+from orchestrator.runner.preflight import HostNotReady, host_requirements
+from orchestrator.runner.server import live_agent, shielded
+from orchestrator.slurm.allocation import AllocationTimeout, JobState
+from orchestrator.slurm.node import AllocationAgent
+
+
+@dataclass
+class ClusterRun:
+    """What one cluster's runs share: the host run (login session, results, observer) and
+    the playbook's Slurm settings."""
+
+    host: HostRun
+    cluster: ClusterConfig
+    spec: SlurmSpec
+
+    async def run(self, job: RunJob) -> None:
+        """``job`` in an allocation of its own, its results recorded whatever happens."""
+        host = self.host
+        if host.gone is not None:
+            host.not_run(job)
+            return
+        if host.session.agent is None:
+            error = host.session.error or OrchError("login node not reachable")
+            host.failed(job, error)
+            host.gone = (
+                f"not run: the login node of {self.cluster.name} could not be reached "
+                f"({error.message})"
+            )
+            return
+        login = await live_agent(host.pool, self.cluster.login, host.session.agent)
+        assert isinstance(login, Agent)
+        connect = functools.partial(host.pool.get, self.cluster.login)
+        agent = AllocationAgent(login, self.cluster, job.run_id, connect=connect)
+        try:
+            await self._in_allocation(job, agent)
+        finally:
+            await shielded(agent.release())
+
+    async def _in_allocation(self, job: RunJob, agent: AllocationAgent) -> None:
+        host = self.host
+
+        def queued(state: JobState) -> None:
+            if state.running:  # launching comes next; the manifest names the node
+                return
+            why = f"job {state.job_id} {state.describe()}"
+            host.observer.on_event(PhaseChanged(job.key, RunPhase.QUEUED, reason=why))
+
+        host.observer.on_event(PhaseChanged(job.key, RunPhase.QUEUED, reason="submitting"))
+        try:
+            allocation = await agent.allocate(
+                job.plan.gpus, pending_timeout=self.spec.pending_timeout_s, on_state=queued
+            )
+            job.manifest = with_slurm(
+                job.manifest, self.cluster, job_id=agent.job_id, allocation=allocation
+            )
+            facts = HostFacts.from_probe(await agent.probe(ports=[job.plan.port]))
+        except AllocationTimeout as exc:
+            job.manifest = with_slurm(
+                job.manifest, self.cluster, job_id=exc.job_id, allocation=None
+            )
+            why = f"not run: {exc.message}"
+            host.results[job.key] = not_run_results(job, why, host.observer)
+            host.observer.on_event(PhaseChanged(job.key, RunPhase.FAILED, reason=why))
+            return
+        except OrchError as exc:
+            job.manifest = with_slurm(
+                job.manifest, self.cluster, job_id=agent.job_id, allocation=agent.allocation
+            )
+            host.failed(job, exc)
+            return
+        job.manifest = with_slurm(
+            job.manifest, self.cluster, job_id=agent.job_id, allocation=allocation, facts=facts
+        )
+        missing = host_requirements(self.cluster.python, facts, engine=job.plan.run.engine)
+        if missing:
+            names = {self.cluster.name: [job.plan.run_name]}
+            host.failed(job, HostNotReady({self.cluster.name: missing}, names))
+            return
+        host.results[job.key] = await execute_run(
+            job,
+            agent=agent,
+            reconnect=agent.reconnected,
+            registry=host.registry,
+            observer=host.observer,
+        )
+
+
+async def run_cluster(
+    host: HostRun, cluster: ClusterConfig, jobs: Sequence[RunJob], spec: SlurmSpec
+) -> None:
+    """``jobs`` (one cluster's, in playbook order), up to ``spec.max_allocations`` at once, one
+    at a time per port. An exception in one (a results folder that cannot be written) cancels
+    the others, whose jobs are then cancelled by their own clean-up."""
+    runner = ClusterRun(host, cluster, spec)
+    limit = asyncio.Semaphore(spec.max_allocations)
+    ports: dict[int, asyncio.Lock] = {}
+
+    async def one(job: RunJob) -> None:
+        async with ports.setdefault(job.plan.port, asyncio.Lock()), limit:
+            await runner.run(job)
+
+    tasks = [asyncio.ensure_future(one(job)) for job in jobs]
+    try:
+        await asyncio.gather(*tasks)
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
