@@ -231,11 +231,12 @@ def stop(
     known_hosts: KnownHostsOpt = None,
 ) -> None:
     """Stop engine servers: SIGTERM, then SIGKILL, and wait until their GPU memory is free.
-    With --all, also cancel (scancel) every orch job on the Slurm clusters."""
+    On Slurm clusters, cancel (scancel) the run's job, or with --all every orch job: the job
+    holds the engine, which stops with it."""
     if bool(run_id) == all_servers:
         raise typer.BadParameter("give either a RUN_ID or --all")
     inventory, hosts = load_hosts(hosts_file, only)
-    clusters = inventory.select_clusters(only or None) if all_servers else []
+    clusters = inventory.select_clusters(only or None)
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
 
     report = asyncio.run(
@@ -277,7 +278,7 @@ def stop(
     if report.unknown_run:
         err.print(
             f"[red]no server was launched for run {escape(str(run_id))} on "
-            f"{', '.join(h.name for h in hosts)}[/] (see `orch ps`)"
+            f"{', '.join([h.name for h in hosts] + [c.name for c in clusters])}[/] (see `orch ps`)"
         )
         raise typer.Exit(1)
     if report.failed:

@@ -28,6 +28,7 @@ from orchestrator.config.cluster import ClusterConfig
 from orchestrator.errors import AgentError
 from orchestrator.remote.wire import ErrorKind, ServerState, StatusSpec, StopOutcome, StopSpec
 from orchestrator.slurm.allocation import JobState, cancel, orch_jobs
+from orchestrator.slurm.jobs import JOB_NAME_PREFIX
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
@@ -131,7 +132,12 @@ class StopReport:
     @property
     def unknown_run(self) -> bool:
         """A run id was given, every host answered, and none of them ever launched it."""
-        return bool(self.run_id) and not self.failed and not any(r.stopped for r in self.hosts)
+        return (
+            bool(self.run_id)
+            and not self.failed
+            and not any(r.stopped for r in self.hosts)
+            and not self.cancelled
+        )
 
 
 def _entries(outcomes: list[HostOutcome[HostServers]]) -> list[HostServers]:
@@ -197,15 +203,21 @@ async def stop_servers(
 
 
 async def _each_cluster(
-    pool: ConnectionPool, clusters: Sequence[ClusterConfig], cancelling: bool
+    pool: ConnectionPool,
+    clusters: Sequence[ClusterConfig],
+    cancelling: bool,
+    run_id: str | None = None,
 ) -> list[ClusterJobs]:
-    """Every cluster's orch jobs at once, through its login node; cancelled when
-    ``cancelling`` (those listed just before: a job submitted meanwhile is not orch's to
-    guess at, and the next `orch stop --all` gets it)."""
+    """Every cluster's orch jobs at once (``run_id``'s alone, when given: its job is named
+    after it), through its login node; cancelled when ``cancelling`` (those listed just
+    before: a job submitted meanwhile is not orch's to guess at, and the next `orch stop
+    --all` gets it). Cancelling a run's job stops its engine: the job's batch step holds it."""
 
     async def job(cluster: ClusterConfig) -> ClusterJobs:
         conn = await pool.get(cluster.login)
         jobs = sorted(await orch_jobs(conn), key=_job_id)  # squeue puts pending ones first
+        if run_id is not None:
+            jobs = [j for j in jobs if j.name == JOB_NAME_PREFIX + run_id]
         if cancelling:
             await cancel(conn, [j.job_id for j in jobs])
         return ClusterJobs(cluster.name, jobs=jobs)
@@ -250,11 +262,11 @@ async def stop(
     timeout_s: float,
     clusters: Sequence[ClusterConfig] = (),
 ) -> StopReport:
-    """`orch stop`: ``run_id`` (or every server when None) on ``hosts``; with no ``run_id``
-    also every orch job on ``clusters`` is cancelled."""
+    """`orch stop`: ``run_id`` (or every server when None) on ``hosts``, and its job (or
+    every orch job) on ``clusters``, cancelled."""
     async with open_pool(inventory, ssh) as pool:
         report, jobs = await asyncio.gather(
             stop_servers(pool, hosts, run_id=run_id, timeout_s=timeout_s),
-            _each_cluster(pool, clusters if run_id is None else (), True),
+            _each_cluster(pool, clusters, True, run_id),
         )
         return replace(report, clusters=jobs)
