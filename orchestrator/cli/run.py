@@ -365,7 +365,8 @@ def render_plan(plans: Sequence[PlannedLaunch], schedule: PlaybookPlan, results_
     by_key = {f"{p.run_name}@{p.host.name}": p for p in plans}
     for host in schedule.hosts:
         out.print(
-            f"[bold]host {escape(host.host)}[/]: {escape(host_line(host, schedule.share_gpus))}"
+            f"[bold]{'cluster' if host.cluster else 'host'} {escape(host.host)}[/]: "
+            f"{escape(host_line(host, schedule.share_gpus))}"
             f", about {duration_text(host.total_s)}"
         )
         for server in host.servers:
@@ -394,6 +395,11 @@ def config_label(server: ServerPlan) -> str:
 
 def host_line(host: HostPlan, share_gpus: bool) -> str:
     gpus = "GPU count not in hosts.yaml" if host.gpu_count is None else f"{host.gpu_count} GPUs"
+    if host.cluster:
+        return (
+            f"Slurm, {gpus} per node, each run in an allocation of its own (times below leave "
+            "out the queue and assume one run at a time)"
+        )
     if host.shared:
         return f"{gpus}, runs share them at once (share_gpus)"
     if share_gpus:

@@ -170,6 +170,7 @@ class HostPlan:
     gpu_count: int | None  # as hosts.yaml declares it (no host is touched by a dry run)
     shared: bool  # share_gpus, with a known GPU count
     servers: list[ServerPlan]
+    cluster: bool = False  # a Slurm cluster: each run in an allocation of its own
 
     @property
     def total_s(self) -> float:
@@ -254,7 +255,8 @@ def estimate(
             _placed(s, begins=p.start, ids=p.gpu_ids, beside=beside[s.key], waits=p.waited_for)
             for s, p in zip(servers, placed, strict=True)
         ]
-        hosts.append(HostPlan(name, host_gpu_count(mine[0].host), bool(count), servers))
+        cluster = mine[0].host.cluster is not None
+        hosts.append(HostPlan(name, host_gpu_count(mine[0].host), bool(count), servers, cluster))
     return PlaybookPlan(share_gpus, hosts)
 
 
