@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import posixpath
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Annotated
 
 from pydantic import AfterValidator, ConfigDict, Field, WithJsonSchema
@@ -221,24 +221,14 @@ class ClusterConfig:
     def as_host(self) -> HostConfig:
         """Where a playbook's runs on this cluster go: the login node's connection, with the
         compute nodes' Python and the engines' environment (each run then asks for an
-        allocation of its own; ``runner/cluster.py``)."""
-        login = self.login
-        return HostConfig(
-            name=self.name,
-            address=login.address,
-            port=login.port,
-            user=login.user,
-            identity_file=login.identity_file,
-            proxy_jump=login.proxy_jump,
+        allocation of its own; ``commands/clusterrun.py``)."""
+        return replace(
+            self.login,
             python=self.python,
-            workdir=self.workdir,
             env=dict(self.env),
+            env_marks=self.env_marks,
             gpus=GpuSpec(self.gpus_per_node),  # the gres type is a site's name, not a model
             tags=self.tags,
-            connect_timeout=login.connect_timeout,
-            agent_timeout_s=login.agent_timeout_s,
-            source=self.source,
-            env_marks=self.env_marks,
             cluster=self,
         )
 

@@ -15,6 +15,7 @@ test that would otherwise hang.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -339,6 +340,24 @@ def test_ctrl_c_while_pending_leaves_no_job(
     queue_ends_as(slurm, [holder])
 
 
+@contextlib.contextmanager
+def measuring(
+    tmp_path: Path, factory: SshdFactory, login: SshdHost
+) -> Iterator[tuple[subprocess.Popen[str], list[str], Path]]:
+    """`orch run` of a long run on the cluster, once it measures: (process, the inventory
+    options, its stderr file); killed on the way out if the test did not end it."""
+    opts = inventory(tmp_path, factory, login, embedded=False)
+    book = small_playbook(tmp_path / "p.yaml", duration_s=120)
+    stderr = tmp_path / "stderr"
+    proc = start_orch(["run", str(book), *opts, "--results", "r"], tmp_path, stderr)
+    try:
+        wait_for_line(proc, stderr, f"{CLUSTER} plain: measuring")
+        yield proc, opts, stderr
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupted_while_measuring_leaves_no_job_and_no_engine(
     tmp_path: Path,
@@ -347,18 +366,10 @@ def test_interrupted_while_measuring_leaves_no_job_and_no_engine(
     sshd_factory: SshdFactory,
     sig: signal.Signals,
 ) -> None:
-    opts = inventory(tmp_path, sshd_factory, login, embedded=False)
-    book = small_playbook(tmp_path / "p.yaml", duration_s=120)
-    stderr = tmp_path / "stderr"
-    proc = start_orch(["run", str(book), *opts, "--results", "r"], tmp_path, stderr)
-    try:
-        wait_for_line(proc, stderr, f"{CLUSTER} plain: measuring")
+    with measuring(tmp_path, sshd_factory, login) as (proc, _opts, stderr):
         assert [j.state for j in slurm.squeue_jobs()] == ["RUNNING"]
         proc.send_signal(sig)
         code, _ = finish(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert code == 128 + sig, stderr.read_text()
     queue_ends_as(slurm, [])
     assert wait_no_processes(login) == []
@@ -367,12 +378,7 @@ def test_interrupted_while_measuring_leaves_no_job_and_no_engine(
 def test_orch_stop_run_id_cancels_that_runs_job_and_the_run_says_so(
     tmp_path: Path, slurm: SlurmCluster, login: SshdHost, sshd_factory: SshdFactory
 ) -> None:
-    opts = inventory(tmp_path, sshd_factory, login, embedded=False)
-    book = small_playbook(tmp_path / "p.yaml", duration_s=120)
-    stderr = tmp_path / "stderr"
-    proc = start_orch(["run", str(book), *opts, "--results", "r"], tmp_path, stderr)
-    try:
-        wait_for_line(proc, stderr, f"{CLUSTER} plain: measuring")
+    with measuring(tmp_path, sshd_factory, login) as (proc, opts, stderr):
         (folder,) = (tmp_path / "r").iterdir()
         run_id = manifest_of(folder, "plain")["run_id"]
         stop = subprocess.run(
@@ -383,9 +389,6 @@ def test_orch_stop_run_id_cancels_that_runs_job_and_the_run_says_so(
             timeout=CLI_TIMEOUT_S,
         )
         code, _ = finish(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert stop.returncode == 0, stop.stdout + stop.stderr
     assert f"{CLUSTER}: cancelled job " in stop.stdout and f"orch-{run_id}" in stop.stdout
     assert code == 1, stderr.read_text()  # the run failed: its engine went away mid-measure
