@@ -280,15 +280,21 @@ class Agent:
         self.bytes_pushed = 0
         self._connect = connect
         self._workdir: str | None = None
+        self._pyz: str | None = None  # elsewhere than the workdir this agent pushes to
         self._ready = False
         self._lock = asyncio.Lock()
 
-    def with_prefix(self, prefix: Sequence[str], host: HostConfig) -> Agent:
-        """This agent's files and connection, its verbs run behind ``prefix`` as ``host`` says
-        (its Python): the agent inside a Slurm allocation, pushed and checked already."""
+    def with_prefix(
+        self, prefix: Sequence[str], host: HostConfig, *, pyz: str | None = None
+    ) -> Agent:
+        """This agent's connection, its verbs run behind ``prefix`` as ``host`` says (its
+        Python): the agent inside a Slurm allocation, pushed and checked already. ``pyz``: the
+        agent's own copy where the files this agent writes are not seen (a compute node
+        without the login's filesystem); its specs then go on stdin."""
         other = Agent(self.conn, host, bundle=self.bundle, connect=self._connect, prefix=prefix)
-        other._workdir = self._workdir
+        other._workdir = self._workdir if pyz is None else posixpath.normpath(host.workdir)
         other._ready = self._ready
+        other._pyz = pyz
         return other
 
     def read_event(self, verb: str, obj: dict[str, Any]) -> Wire:
@@ -347,6 +353,8 @@ class Agent:
         return posixpath.normpath(raw)
 
     async def pyz_path(self) -> str:
+        if self._pyz is not None:
+            return self._pyz
         return posixpath.join(await self.workdir(), self.bundle.filename)
 
     async def ensure(self) -> int:
@@ -406,6 +414,8 @@ class Agent:
         if not self._ready:
             await self.ensure()
         text = json.dumps(spec_file(spec, keep_spec=keep_spec), ensure_ascii=True)
+        if self._pyz is not None:  # where it runs, the files we write are not seen
+            return [*self.prefix, self.host.python, self._pyz, verb, STDIN_SPEC], text + "\n"
         spec_path = posixpath.join(await self.workdir(), "specs", f"{verb}-{uuid.uuid4().hex}.json")
         conn = await self.live()
         try:

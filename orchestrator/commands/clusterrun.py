@@ -3,7 +3,7 @@
 A run asks Slurm for a single-node job with the GPUs it needs, waits while telling its queue
 state and reason (``PENDING (Resources)``), probes the node it was given, records the job, node
 and GPUs in its manifest, then runs exactly as on a host (``execute_run`` with an
-``AllocationAgent``). Whatever happens (the run ends, fails, is interrupted by Ctrl-C or
+``AllocationAgent``), after the doctor has looked again from that node. Whatever happens (the run ends, fails, is interrupted by Ctrl-C or
 SIGTERM), its job is cancelled on the way out.
 
 Up to ``slurm.max_allocations`` runs of the playbook are under way on a cluster at once; Slurm
@@ -24,10 +24,11 @@ from orchestrator.commands.hostrun import HostRun
 from orchestrator.commands.progress import PhaseChanged, RunPhase
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.playbook import SlurmSpec
+from orchestrator.doctor.findings import Finding
 from orchestrator.errors import OrchError
 from orchestrator.runner.execute import RunJob, execute_run, not_run_results
 from orchestrator.runner.manifest import with_slurm
-from orchestrator.runner.preflight import HostNotReady, host_requirements
+from orchestrator.runner.preflight import HostSession, doctor_run
 from orchestrator.runner.server import live_agent, shielded
 from orchestrator.slurm.allocation import AllocationTimeout, JobState
 from orchestrator.slurm.node import AllocationAgent
@@ -41,6 +42,7 @@ class ClusterRun:
     host: HostRun
     cluster: ClusterConfig
     spec: SlurmSpec
+    force: bool = False  # --force: the doctor's errors do not refuse a launch
 
     async def run(self, job: RunJob) -> None:
         """``job`` in an allocation of its own, its results recorded whatever happens."""
@@ -100,10 +102,11 @@ class ClusterRun:
         job.manifest = with_slurm(
             job.manifest, self.cluster, job_id=agent.job_id, allocation=allocation, facts=facts
         )
-        missing = host_requirements(self.cluster.python, facts, engine=job.plan.run.engine)
-        if missing:
-            names = {self.cluster.name: [job.plan.run_name]}
-            host.failed(job, HostNotReady({self.cluster.name: missing}, names))
+        refused = await self._doctor(job, agent, facts)
+        if refused:
+            node = ", ".join(agent.allocation.nodes) if agent.allocation else "?"
+            lines = "; ".join(f"[{f.check}] {f.message}" for f in refused)
+            host.failed(job, OrchError(f"the doctor refused to launch on node {node}: {lines}"))
             return
         host.results[job.key] = await execute_run(
             job,
@@ -113,14 +116,33 @@ class ClusterRun:
             observer=host.observer,
         )
 
+    async def _doctor(self, job: RunJob, agent: AllocationAgent, facts: HostFacts) -> list[Finding]:
+        """The doctor again, on the node the run was given (its Python, its GPUs, the model
+        files it sees): the errors that refuse the launch, unless forced or ``doctor: warn``.
+        Its findings join the run's in the manifest."""
+        session = HostSession(job.plan.host, agent=agent, facts=facts)
+        result = await doctor_run(session, job.plan)
+        job.drafter = result.drafter or job.drafter
+        seen = {(f.check, f.message) for f in job.doctor}
+        job.doctor += [f for f in result.findings if (f.check, f.message) not in seen]
+        job.manifest = {**job.manifest, "doctor": [f.to_json() for f in job.doctor]}
+        if self.force or str(job.plan.run.doctor) != "error":
+            return []
+        return result.errors
+
 
 async def run_cluster(
-    host: HostRun, cluster: ClusterConfig, jobs: Sequence[RunJob], spec: SlurmSpec
+    host: HostRun,
+    cluster: ClusterConfig,
+    jobs: Sequence[RunJob],
+    spec: SlurmSpec,
+    *,
+    force: bool = False,
 ) -> None:
     """``jobs`` (one cluster's, in playbook order), up to ``spec.max_allocations`` at once, one
     at a time per port. An exception in one (a results folder that cannot be written) cancels
     the others, whose jobs are then cancelled by their own clean-up."""
-    runner = ClusterRun(host, cluster, spec)
+    runner = ClusterRun(host, cluster, spec, force)
     limit = asyncio.Semaphore(spec.max_allocations)
     ports: dict[int, asyncio.Lock] = {}
 

@@ -8,7 +8,7 @@ through their login nodes (ordinary SSH hosts): no agent, only Slurm's own clien
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from orchestrator.agent import Agent
@@ -20,6 +20,7 @@ from orchestrator.config.cluster import ClusterConfig
 from orchestrator.engines import ENGINES
 from orchestrator.errors import OrchError
 from orchestrator.runner.preflight import host_requirements
+from orchestrator.slurm.allocation import login_workdir, push_job_script
 from orchestrator.slurm.facts import (
     CanSubmit,
     Partition,
@@ -28,7 +29,6 @@ from orchestrator.slurm.facts import (
     SubmitCheck,
     run_fact,
 )
-from orchestrator.slurm.jobs import JOB_SCRIPT, job_script_path
 
 if TYPE_CHECKING:
     from orchestrator.transport import Connection, ConnectionPool
@@ -168,10 +168,12 @@ def partition_problems(cluster: ClusterConfig, partitions: list[Partition]) -> l
     return problems
 
 
-async def _push_job_script(conn: Connection, cluster: ClusterConfig) -> None:
-    """The fixed job script must exist for ``sbatch --test-only`` to read it, as for a job."""
-    await conn.makedirs(cluster.workdir)
-    await conn.put_bytes(JOB_SCRIPT.encode(), job_script_path(cluster.workdir), mode=0o755)
+async def _push_job_script(conn: Connection, cluster: ClusterConfig) -> ClusterConfig:
+    """The fixed job script must exist for ``sbatch --test-only`` to read it, as for a job: in
+    the login node's workdir (the cluster's, when it is shared). The cluster as submitted."""
+    workdir = await login_workdir(conn, cluster)
+    await push_job_script(conn, workdir)
+    return replace(cluster, workdir=workdir)
 
 
 async def _check_cluster(
@@ -185,8 +187,8 @@ async def _check_cluster(
     timeout = SLURM_COMMAND_TIMEOUT_S
     report.version = await run_fact(conn, SlurmVersion(), timeout=timeout)
     report.partitions = partitions = await run_fact(conn, Partitions(), timeout=timeout)
-    await _push_job_script(conn, cluster)
-    report.submit = submitted = await run_fact(conn, CanSubmit(cluster), timeout=timeout)
+    submitting = await _push_job_script(conn, cluster)
+    report.submit = submitted = await run_fact(conn, CanSubmit(submitting), timeout=timeout)
     report.problems = partition_problems(cluster, partitions)
     if not submitted.ok:
         report.problems.append(f"cannot submit: {submitted.message}")

@@ -122,23 +122,6 @@ class DoctorRefused(OrchError):
 # -- planning (no host touched) ---------------------------------------------------------------
 
 
-def refuse_unshared_clusters(plans: Sequence[PlannedLaunch]) -> None:
-    """A run on a cluster whose workdir is not shared by login and compute nodes: refused
-    before anything is submitted. orch hands the job its agent and launch spec, and reads the
-    job's answer, through the login node's files."""
-    for plan in plans:
-        cluster = plan.host.cluster
-        if cluster is not None and not cluster.shared_fs:
-            raise ConfigError(
-                f"run {plan.run_name} goes to the Slurm cluster {cluster.name!r}, whose workdir "
-                "is not shared with its compute nodes (shared_fs: false): orch runs playbooks "
-                "only on clusters with a shared workdir",
-                file=cluster.source,
-                hint="point the cluster's workdir at a filesystem both login and compute nodes "
-                "mount (home or scratch usually are) and set shared_fs: true",
-            )
-
-
 def plan_run(
     playbook_file: Path,
     hosts_file: Path,
@@ -156,7 +139,6 @@ def plan_run(
     inventory, _ = load_hosts(hosts_file, None)
     host_sel, run_pats = split_only(only or [], inventory, playbook)
     plans = plan_launches(playbook, inventory, host_filter=host_sel or None)
-    refuse_unshared_clusters(plans)
     if run_pats:
         plans = [p for p in plans if any(run_matches(p, pat) for pat in run_pats)]
     if not plans:
@@ -487,7 +469,7 @@ async def run_playbook(
             mine = [j for j in todo if j.plan.host.name == name]
             cluster = mine[0].plan.host.cluster
             work = (
-                run_cluster(host_run, cluster, mine, playbook.slurm)
+                run_cluster(host_run, cluster, mine, playbook.slurm, force=force)
                 if cluster is not None
                 else run_host(host_run, mine, host_slots(playbook, sessions[name], observer))
             )

@@ -177,11 +177,14 @@ class ClusterFields(StrictModel):
         description="The engine's Python on the compute nodes, e.g. /shared/venvs/vllm/bin/python."
     )
     workdir: AbsPath = Field(
-        description="orch's directory on the cluster, e.g. /shared/scratch/orch (the login "
-        "node's workdir too)."
+        description="orch's directory on the compute nodes, e.g. /shared/scratch/orch (the "
+        "login node's workdir too when shared_fs)."
     )
     shared_fs: bool = Field(
-        True, description="Whether workdir is on a filesystem shared by login and compute nodes."
+        True,
+        description="Whether workdir is on a filesystem shared by login and compute nodes; "
+        "false: orch copies its files through the job, and the login keeps its own in "
+        "~/.cache/orch.",
     )
     env: EnvDict | None = Field(
         None,
@@ -225,6 +228,7 @@ class ClusterConfig:
         return replace(
             self.login,
             python=self.python,
+            workdir=self.workdir,
             env=dict(self.env),
             env_marks=self.env_marks,
             gpus=GpuSpec(self.gpus_per_node),  # the gres type is a site's name, not a model
@@ -267,7 +271,9 @@ def cluster_config(
             identity_file=login.identity_file,
             proxy_jump=login.proxy_jump,
             python=login.python or DEFAULT_PYTHON,
-            workdir=spec.workdir,
+            # the login node's own files (the job script, orch's agent) go in the cluster's
+            # workdir when compute nodes see it, else in the login's default workdir
+            workdir=spec.workdir if spec.shared_fs else DEFAULT_WORKDIR,
             env=dict(login.env or {}),
             connect_timeout=login.connect_timeout,
             agent_timeout_s=login.agent_timeout_s,

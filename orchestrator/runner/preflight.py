@@ -7,6 +7,7 @@ loading, and a host without the GPUs or free memory a run needs is caught before
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -113,7 +114,7 @@ async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
         else []
     )
     result.findings = [finding_error("host_requirements", m) for m in needs]
-    result.findings += [n for n in notes if n is not None] + check_run(
+    result.findings += [from_login(n, plan) for n in notes if n is not None] + check_run(
         run,
         target=result.target,
         drafter=result.drafter,
@@ -123,6 +124,19 @@ async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
         env=plan.env,  # host env + run env: what the engine will really see
     )
     return result
+
+
+def from_login(finding: Finding, plan: PlannedLaunch) -> Finding:
+    """A model's files not found from a cluster's login node may still be on the node the run
+    is given (its own disk): a warning here, checked again inside the allocation."""
+    if plan.host.cluster is None or finding.severity != "error":
+        return finding
+    return dataclasses.replace(
+        finding,
+        severity="warning",
+        message=f"{finding.message} (read from the login node of {plan.host.name}; checked "
+        "again on the node the run is given)",
+    )
 
 
 async def doctor_plans(

@@ -48,6 +48,7 @@ __all__ = [
     "SubmitRejected",
     "cancel",
     "job_state",
+    "login_workdir",
     "orch_jobs",
     "push_job_script",
     "submit",
@@ -185,6 +186,12 @@ async def _absolute(conn: Connection, path: str) -> str:
     if path == "~" or path.startswith("~/"):
         return await conn.home() + path[1:]
     return path
+
+
+async def login_workdir(conn: Connection, cluster: ClusterConfig) -> str:
+    """Where the job script lives on the login node, absolute: the cluster's workdir when it
+    is shared with the compute nodes, else the login node's own (``login.workdir``)."""
+    return await _absolute(conn, cluster.login.workdir)
 
 
 async def push_job_script(conn: Connection, workdir: str) -> bool:

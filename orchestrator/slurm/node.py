@@ -11,25 +11,32 @@ everywhere else. What differs is where each verb runs:
   of the job, on the job's node, through the login node's SSH connection: the load generator
   drives the engine from next to it, as on a host.
 
-Files go through the login node over SFTP, so the cluster's workdir must be shared by login and
-compute nodes. Each run gets a folder of its own under ``<workdir>/jobs/<run id>``: its agent
-workdir (server.log, server.json, the port lock) and the job's output, so runs on different
-nodes never share a lock file.
+Each run gets a folder of its own under ``<workdir>/jobs/<run id>``: its agent workdir
+(server.log, server.json, the port lock), so runs on different nodes never share a lock file.
+On a shared filesystem (``shared_fs``) files go through the login node over SFTP and the job's
+output is in that folder too. Without one, everything travels through the job: the agent and
+its specs are written on the node by ``srun`` steps (``PUT``, data on stdin, renamed into place
+in a directory only the user may write), the job waits for its agent to arrive (``WAIT``),
+every verb's spec goes on the agent's stdin, and the job's output (under /tmp on the node) is
+read back by an ``srun`` step. ``PUT`` and ``WAIT`` are orch's own fixed programs, handed to
+the node's Python as ``-c``; paths and data are argv items and stdin, never code.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import json
 import posixpath
 from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
+from dataclasses import replace
 
 from orchestrator.agent.bundle import AgentBundle
 from orchestrator.agent.client import VERB_TIMEOUT_S, Agent, decode_output
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.hostconfig import HostConfig
-from orchestrator.errors import AgentError, HostTimeout, OrchError
+from orchestrator.errors import AgentError, HostTimeout, OrchError, RemoteCommandError
 from orchestrator.remote.wire import (
     EchoResult,
     EchoSpec,
@@ -67,6 +74,32 @@ from orchestrator.transport import Connection
 
 Connect = Callable[[], Awaitable[Connection]]
 JOBS_DIR = "jobs"
+# WAIT: the job's first program where the workdir is not shared: wait for the agent (argv[1],
+# put there whole by PUT), then become the rest of argv
+WAIT = (
+    "import os,sys,time\n"
+    "end=time.time()+float(sys.argv[2])\n"
+    "while not os.path.exists(sys.argv[1]):\n"
+    "    if time.time()>end: sys.exit('orch: the agent never arrived at '+sys.argv[1])\n"
+    "    time.sleep(0.2)\n"
+    "os.execv(sys.argv[3],sys.argv[3:])\n"
+)
+# PUT: write stdin (base64) to argv[1] with mode argv[2] (octal): whole or not at all, in a
+# directory of the user's that nobody else may write to
+PUT = (
+    "import base64,os,sys,tempfile\n"
+    "path,mode=sys.argv[1],int(sys.argv[2],8)\n"
+    "d=os.path.dirname(path)\n"
+    "os.makedirs(d,mode=0o700,exist_ok=True)\n"
+    "st=os.stat(d)\n"
+    "if st.st_uid!=os.getuid() or st.st_mode&0o022: sys.exit('orch: refusing '+d+': others may write to it')\n"
+    "data=base64.b64decode(sys.stdin.buffer.read())\n"
+    "fd,tmp=tempfile.mkstemp(dir=d)\n"
+    "os.write(fd,data);os.fchmod(fd,mode);os.close(fd)\n"
+    "os.replace(tmp,path)\n"
+)
+PUT_TIMEOUT_S = 120.0
+NODE_OUTPUT = "/tmp/orch-job-%j.out"  # where no workdir is shared: a directory every node has
 HOLD_WAIT_S = 600.0  # the job gives its GPUs back when no launch spec came by then
 OUTPUT_POLL_S = 0.25
 STATE_EVERY = 8  # polls of the output file between two looks at the job's state
@@ -89,7 +122,6 @@ class AllocationAgent:
         self.allocation: Allocation | None = None
         self.last_state: JobState | None = None
         self._node: Agent | None = None
-        self._jobdir: str | None = None
         self._output: str | None = None
 
     @property
@@ -104,16 +136,30 @@ class AllocationAgent:
     def job_name(self) -> str:
         return JOB_NAME_PREFIX + self.run_id
 
+    @property
+    def shared(self) -> bool:
+        return self.cluster.shared_fs
+
     async def workdir(self) -> str:
-        """The run's own agent workdir on the shared filesystem (its job folder)."""
-        if self._jobdir is None:
-            self._jobdir = posixpath.join(await self.login.workdir(), JOBS_DIR, self.run_id)
-        return self._jobdir
+        """The run's own agent workdir on the compute node (its job folder)."""
+        return self.jobdir
+
+    @property
+    def jobdir(self) -> str:
+        return posixpath.join(self.cluster.workdir, JOBS_DIR, self.run_id)
 
     @property
     def launch_spec_path(self) -> str:
-        assert self._jobdir is not None
-        return posixpath.join(self._jobdir, "launch.json")
+        return posixpath.join(self.jobdir, "launch.json")
+
+    @property
+    def hold_spec_path(self) -> str:
+        return posixpath.join(self.jobdir, "hold.json")
+
+    @property
+    def own_pyz(self) -> str:
+        """The job's own copy of the agent, where the node does not see the login's."""
+        return posixpath.join(self.jobdir, self.bundle.filename)
 
     # -- the allocation ---------------------------------------------------------------------
     async def allocate(
@@ -123,20 +169,25 @@ class AllocationAgent:
         ``pending_timeout``, the job cancelled; AllocationFailed if it ends first)."""
         await self.login.ensure()
         conn = await self._connect()
-        jobdir = await self.workdir()
-        await conn.makedirs(jobdir, mode=0o700)
-        hold = posixpath.join(jobdir, "hold.json")
-        spec = HoldSpec(launch_spec=self.launch_spec_path, wait_s=HOLD_WAIT_S)
-        await conn.put_bytes(json.dumps(spec_file(spec)).encode(), hold, mode=0o600)
+        python, hold = self.cluster.python, self.hold_spec_path
+        hold_spec = json.dumps(
+            spec_file(HoldSpec(launch_spec=self.launch_spec_path, wait_s=HOLD_WAIT_S))
+        ).encode()
+        pyz = await self.login.pyz_path() if self.shared else self.own_pyz
+        agent: tuple[str, ...] = (python, pyz, "hold", hold)
+        if self.shared:
+            await conn.makedirs(self.jobdir, mode=0o700)
+            await conn.put_bytes(hold_spec, hold, mode=0o600)
+            output = posixpath.join(self.jobdir, "job-%j.out")
+        else:  # the job waits for its agent, put on the node once the job runs
+            agent = (python, "-c", WAIT, pyz, str(HOLD_WAIT_S), *agent)
+            output = NODE_OUTPUT
         request = AllocationRequest(
-            run_id=self.run_id,
-            gpus=gpus,
-            job_name=self.job_name,
-            argv=(self.cluster.python, await self.login.pyz_path(), "hold", hold),
-            output=posixpath.join(jobdir, "job-%j.out"),
+            run_id=self.run_id, gpus=gpus, job_name=self.job_name, argv=agent, output=output
         )
-        self.job_id = await submit(conn, self.cluster, request)
-        self._output = posixpath.join(jobdir, f"job-{self.job_id}.out")
+        submitting = replace(self.cluster, workdir=await self.login.workdir())  # its job script
+        self.job_id = await submit(conn, submitting, request)
+        self._output = output.replace("%j", str(self.job_id))
 
         def seen(state: JobState) -> None:
             self.last_state = state
@@ -145,8 +196,29 @@ class AllocationAgent:
         self.allocation = await wait_running(
             conn, self.job_id, on_state=seen, pending_timeout=pending_timeout
         )
-        self._node = self.login.with_prefix(srun_argv(self.job_id), self._host)
+        own = None if self.shared else pyz
+        self._node = self.login.with_prefix(srun_argv(self.job_id), self._host, pyz=own)
+        if not self.shared:  # the spec first: the agent's arrival starts the job's hold
+            await self._put(hold, hold_spec, 0o600)
+            await self._put(pyz, self.bundle.data, 0o644)
         return self.allocation
+
+    async def _put(self, path: str, data: bytes, mode: int) -> None:
+        """Write ``data`` at ``path`` on the job's node (no shared filesystem), whole."""
+        assert self.job_id is not None
+        argv = [*srun_argv(self.job_id), self.cluster.python, "-c", PUT, path, f"{mode:o}"]
+        conn = await self._connect()
+        done = await conn.run(
+            argv, timeout=PUT_TIMEOUT_S, input=base64.b64encode(data).decode("ascii")
+        )
+        if done.returncode != 0:
+            raise RemoteCommandError(
+                self.cluster.name,
+                f"cannot write {path} on the node of job {self.job_id} (exit "
+                f"{done.returncode}): {done.stderr.strip()[-500:] or '(nothing on stderr)'}",
+                hint="is the cluster's `python` a Python 3 on the compute nodes, and its "
+                "`workdir` a directory you may create there?",
+            )
 
     async def release(self) -> None:
         """Cancel the run's job (nothing to do once it ended) and delete a launch spec the
@@ -157,9 +229,13 @@ class AllocationAgent:
 
     async def _release(self) -> None:
         conn = await self._connect()
+        if not self.shared and self._node is not None:  # before the job ends: through it
+            with contextlib.suppress(OrchError):
+                argv = [*srun_argv(self.node_job), "rm", "-f", "--", self.launch_spec_path]
+                await conn.run(argv, timeout=PUT_TIMEOUT_S)
         job_ids = [self.job_id] if self.job_id is not None else await self._jobs_by_name()
         await cancel(conn, job_ids)
-        if self._jobdir is not None:
+        if self.shared:
             await conn.remove(self.launch_spec_path)
 
     async def _jobs_by_name(self) -> list[int]:
@@ -187,9 +263,11 @@ class AllocationAgent:
         """Hand the launch spec to the job's ``hold`` and read its answer from the job's
         output; AgentError as ``launch`` raises it, or when the job ends without one."""
         node = self.node
-        conn = await self.login.live()
         data = json.dumps(spec_file(spec), ensure_ascii=True).encode("ascii")
-        await conn.put_bytes(data, self.launch_spec_path, mode=0o600)
+        if self.shared:
+            await (await self.login.live()).put_bytes(data, self.launch_spec_path, mode=0o600)
+        else:
+            await self._put(self.launch_spec_path, data, 0o600)
         loop = asyncio.get_running_loop()
         limit = self.login.host.agent_timeout_s or VERB_TIMEOUT_S["launch"]
         deadline = loop.time() + limit
@@ -217,11 +295,9 @@ class AllocationAgent:
 
     async def _hold_answer(self) -> LaunchResult | HoldResult | None:
         """What the job's ``hold`` said so far: the launch, its end, or nothing yet."""
-        assert self._output is not None
-        conn = await self.login.live()
-        if not await conn.exists(self._output):
+        text = await self._job_output()
+        if text is None:
             return None
-        text = (await conn.read_bytes(self._output)).decode("utf-8", errors="replace")
         for obj in decode_output(text).events:
             value = self.node.read_event("hold", obj)
             if isinstance(value, HoldLaunched):
@@ -229,6 +305,24 @@ class AllocationAgent:
             if isinstance(value, HoldResult):
                 return value
         return None
+
+    async def _job_output(self) -> str | None:
+        """The job's output so far (None before it has any): read on the login node over
+        SFTP, or through the job on its node where nothing is shared."""
+        assert self._output is not None
+        if self.shared:
+            conn = await self.login.live()
+            if not await conn.exists(self._output):
+                return None
+            return (await conn.read_bytes(self._output)).decode("utf-8", errors="replace")
+        argv = [*srun_argv(self.node_job), "cat", "--", self._output]
+        done = await (await self._connect()).run(argv, timeout=PUT_TIMEOUT_S)
+        return done.stdout if done.returncode == 0 else None
+
+    @property
+    def node_job(self) -> int:
+        assert self.job_id is not None
+        return self.job_id
 
     async def _check_job(self) -> None:
         assert self.job_id is not None

@@ -396,3 +396,40 @@ def test_orch_stop_run_id_cancels_that_runs_job_and_the_run_says_so(
     assert result.error is not None and not result.not_run
     queue_ends_as(slurm, [])
     assert wait_no_processes(login) == []
+
+
+def test_without_a_shared_workdir_everything_travels_through_the_job(
+    tmp_path: Path, slurm: SlurmCluster, login: SshdHost, sshd_factory: SshdFactory
+) -> None:
+    """``shared_fs: false``: the compute node's workdir is a directory the login node's files
+    never go to; the agent, the specs and the job's answer travel through srun steps."""
+    node_workdir = tmp_path / "node-local"
+    entry = cluster_entry(login, env=SIM_ENV, shared_fs=False, workdir=str(node_workdir))
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        yaml.safe_dump(
+            {"ssh_config": str(sshd_factory.ssh_config_path), "clusters": {CLUSTER: entry}}
+        )
+    )
+    opts = ["--hosts", str(hosts), "--known-hosts", str(sshd_factory.write_known_hosts())]
+    book = small_playbook(tmp_path / "p.yaml")
+    stderr = tmp_path / "stderr"
+    code, _ = finish(start_orch(["run", str(book), *opts, "--results", "r"], tmp_path, stderr))
+    assert code == 0, stderr.read_text()
+    (folder,) = (tmp_path / "r").iterdir()
+    (result,) = results_of(folder).values()
+    assert result.error is None and result.requests is not None
+    assert result.requests.completed == 6 and result.requests.failed == 0
+    manifest = manifest_of(folder, "plain")
+    run_id, job_id = manifest["run_id"], manifest["slurm"]["job_id"]
+    jobdir = node_workdir / "jobs" / run_id
+    assert (jobdir / "runs" / run_id / "server.log").stat().st_size > 0
+    assert [p.name for p in jobdir.glob("agent-*.pyz")]  # the job's own copy
+    assert not (jobdir / "launch.json").exists() and not (jobdir / "hold.json").exists()
+    assert not (login.workdir / "jobs").exists()  # nothing of the run on the login's side
+    output = Path(f"/tmp/orch-job-{job_id}.out")
+    try:
+        assert '"event":"launched"' in output.read_text()
+    finally:
+        output.unlink(missing_ok=True)
+    queue_ends_as(slurm, [])

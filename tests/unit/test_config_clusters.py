@@ -9,7 +9,9 @@ import pytest
 from orchestrator.commands.run import RunPlan, plan_run
 from orchestrator.config import HostConfig, json_schema, load_inventory
 from orchestrator.config.cluster import ClusterConfig, check_slurm_time
+from orchestrator.doctor.findings import error, warning
 from orchestrator.errors import ConfigError
+from orchestrator.runner.preflight import from_login
 
 EXAMPLE = """\
 hosts:
@@ -426,8 +428,30 @@ def test_a_playbook_places_runs_on_the_clusters_it_names(
             assert plan.host.gpus is not None and plan.host.gpus.count == 2
 
 
-def test_a_cluster_without_a_shared_workdir_is_refused_at_its_line(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError) as caught:
-        plan_on(tmp_path, "hpc", hosts=CLUSTER_HOSTS + "    shared_fs: false\n")
-    assert "shared_fs: false" in caught.value.message
-    assert caught.value.location == f"{tmp_path / 'hosts.yaml'}:4"
+@pytest.mark.parametrize(
+    ("shared", "login_workdir"), [("true", "/shared/orch"), ("false", "~/.cache/orch")]
+)
+def test_the_login_keeps_its_files_in_the_shared_workdir_or_its_own(
+    tmp_path: Path, shared: str, login_workdir: str
+) -> None:
+    """Without a shared workdir the login node's files (job script, agent) stay in its own;
+    the runs' workdir is the cluster's, on the compute nodes."""
+    (plan,) = plan_on(tmp_path, "hpc", hosts=CLUSTER_HOSTS + f"    shared_fs: {shared}\n").plans
+    assert plan.host.cluster is not None
+    assert plan.host.cluster.login.workdir == login_workdir
+    assert plan.host.workdir == "/shared/orch"
+
+
+@pytest.mark.parametrize(("selector", "severity"), [("hpc", "warning"), ("box", "error")])
+def test_model_files_missing_from_a_login_node_are_checked_again_on_the_node(
+    tmp_path: Path, selector: str, severity: str
+) -> None:
+    """A cluster's node may have the model on its own disk: not found from the login node is a
+    warning there (the doctor looks again inside the allocation); on a host it is an error."""
+    (plan,) = plan_on(tmp_path, selector).plans
+    found = from_login(error("model_files", "the target 'm' was not found on the host"), plan)
+    assert (found.check, found.severity) == ("model_files", severity)
+    assert found.message.startswith("the target 'm' was not found on the host")
+    assert ("checked again on the node" in found.message) == (selector == "hpc")
+    kept = warning("model_files", "w")
+    assert from_login(kept, plan) == kept
