@@ -21,16 +21,16 @@ from dataclasses import dataclass
 from orchestrator.agent.client import Agent
 from orchestrator.agent.facts import HostFacts
 from orchestrator.commands.hostrun import HostRun
-from orchestrator.commands.progress import PhaseChanged, RunPhase
+from orchestrator.commands.progress import DoctorNotice, PhaseChanged, RunPhase
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.playbook import SlurmSpec
-from orchestrator.doctor.findings import Finding
+from orchestrator.doctor.findings import Finding, warning
 from orchestrator.errors import OrchError
 from orchestrator.runner.execute import RunJob, execute_run, not_run_results
 from orchestrator.runner.manifest import with_slurm
 from orchestrator.runner.preflight import HostSession, doctor_run
 from orchestrator.runner.server import live_agent, shielded
-from orchestrator.slurm.allocation import AllocationTimeout, JobState
+from orchestrator.slurm.allocation import Allocation, AllocationTimeout, JobState
 from orchestrator.slurm.node import AllocationAgent
 
 
@@ -65,7 +65,13 @@ class ClusterRun:
         try:
             await self._in_allocation(job, agent)
         finally:
-            await shielded(agent.release())
+            problem = await shielded(agent.release())
+            if problem is not None:
+                advice = f"; cancel it with `orch stop --all --only {self.cluster.name}`"
+                finding = warning("slurm_release", problem + advice)
+                host.observer.on_event(
+                    DoctorNotice(job.plan.run_name, host.session.host.name, finding)
+                )
 
     async def _in_allocation(self, job: RunJob, agent: AllocationAgent) -> None:
         host = self.host
@@ -99,6 +105,10 @@ class ClusterRun:
             )
             host.failed(job, exc)
             return
+        few = few_cpus(allocation, job.plan.gpus)
+        if few is not None:
+            job.doctor.append(few)
+            host.observer.on_event(DoctorNotice(job.plan.run_name, self.cluster.name, few))
         job.manifest = with_slurm(
             job.manifest, self.cluster, job_id=agent.job_id, allocation=allocation, facts=facts
         )
@@ -129,6 +139,22 @@ class ClusterRun:
         if self.force or str(job.plan.run.doctor) != "error":
             return []
         return result.errors
+
+
+def few_cpus(allocation: Allocation, gpus: int) -> Finding | None:
+    """A warning when the job's CPUs cannot give each GPU worker, the engine's API server and
+    the load generator one of their own: the figures would then measure CPU contention."""
+    need = gpus + 2
+    if allocation.cpus is None or allocation.cpus >= need:
+        return None
+    return warning(
+        "slurm_cpus",
+        f"job {allocation.job_id} has {allocation.cpus} CPU{'s' * (allocation.cpus != 1)} for "
+        f"{gpus} GPU worker{'s' * (gpus != 1)}, the engine's API server and the load generator: "
+        f"the figures may measure CPU contention. Fix: ask for at least {need} in the "
+        "cluster's sbatch_options (e.g. '--cpus-per-gpu=8')",
+        cpus=allocation.cpus,
+    )
 
 
 async def run_cluster(

@@ -147,8 +147,10 @@ def plan_run(
             hint="check the playbook's `hosts` and --only against hosts.yaml",
         )
     refuse_port_collisions(playbook, plans)
-    if playbook.share_gpus:
-        refuse_gpu_shortfalls(playbook, plans)
+    # a shared host's runs wait for its GPUs, a cluster's get one node each: never more
+    refuse_gpu_shortfalls(
+        playbook, [p for p in plans if playbook.share_gpus or p.host.cluster is not None]
+    )
     data = playbook_file.read_bytes()
     record = PlanRecord(
         playbook=str(playbook_file.resolve()),

@@ -54,6 +54,25 @@ _MANAGED = {
     "-N": None,
     "--ntasks": None,
     "-n": None,
+    # the GPUs a job gets are the run's (--gres); these would change them
+    "--gpus": "gres and gpus_per_node",
+    "-G": "gres and gpus_per_node",
+    "--gpus-per-node": "gres and gpus_per_node",
+    "--gpus-per-task": "gres and gpus_per_node",
+    # orch follows each job from submission to its end itself
+    "--array": None,
+    "-a": None,
+    "--wait": None,
+    "-W": None,
+    "--hold": None,
+    "-H": None,
+    "--test-only": None,
+    "--chdir": None,
+    "-D": None,
+    "--error": None,
+    "-e": None,
+    "--input": None,
+    "-i": None,
 }
 
 
@@ -96,9 +115,13 @@ def _sbatch_option(value: str) -> str:
             f"found {value!r}"
         )
     name = value.split("=", 1)[0] if value.startswith("--") else value[:2]
-    if name in _MANAGED:
-        key = _MANAGED[name]
-        where = f"set `{key}:` instead" if key else "orch sets it for every job"
+    # sbatch takes any unambiguous start of a long option (--part=gpu is --partition=gpu)
+    managed = next(
+        (m for m in _MANAGED if m == name or (len(name) > 3 and m.startswith(name))), None
+    )
+    if managed is not None:
+        key = _MANAGED[managed]
+        where = f"set `{key}:` instead" if key else "orch manages it for every job"
         raise ValueError(f"sbatch option {value!r} is not allowed here: {where}")
     return value
 

@@ -174,6 +174,12 @@ class GpuShortfall:
 
     def message(self) -> str:
         p = self.plan
+        if p.host.cluster is not None:
+            return (
+                f"run {p.run_name!r} needs {p.gpus} GPUs (tensor_parallel {p.gpus}) but the "
+                f"Slurm cluster {p.host.name} gives {self.host_gpus} per node (hosts.yaml: "
+                "gpus_per_node), and orch asks for one node per run"
+            )
         return (
             f"run {p.run_name!r} needs {p.gpus} GPUs (tensor_parallel {p.gpus}) but host "
             f"{p.host.name} has {self.host_gpus} (hosts.yaml: gpus: {p.host.gpus}): with "

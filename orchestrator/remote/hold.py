@@ -5,8 +5,8 @@ the step (proctrack/cgroup kills the step's cgroup; linuxproc its process tree),
 launched from a short ``srun`` call would die with the call. The job's batch step lives as long
 as the allocation, so it is the one place the engine may live.
 
-The job is submitted before the engine's launch spec exists (the run's manifest records the
-allocation first): ``hold`` waits for the controller to write that spec (``launch_spec``), reads
+The job is submitted before the engine's launch spec exists (the run's node is probed and the
+doctor looks again from it before the launch): ``hold`` waits for the controller to write that spec (``launch_spec``), reads
 it like any spec (deleted once read: it may hold secrets), launches the engine exactly as
 ``launch`` does (supervisor, server.json, port lock, GPU check against the job's
 ``CUDA_VISIBLE_DEVICES``), prints ``launched`` with the launch's answer on its stdout (the job's
@@ -42,13 +42,32 @@ class _Signalled(Exception):
     pass
 
 
-def _on_term(signum: int, frame: Any) -> None:
-    raise _Signalled
+class _Term:
+    """SIGTERM: raised at once, except while the engine is being launched (a supervisor just
+    started, no server.json yet, would escape the stop): then noted, and raised right after."""
+
+    def __init__(self) -> None:
+        self.seen = False
+        self.deferred = False
+
+    def __call__(self, signum: int, frame: Any) -> None:
+        self.seen = True
+        if not self.deferred:
+            raise _Signalled
+
+    def launching(self) -> None:
+        self.deferred = True
+
+    def launched(self) -> None:
+        self.deferred = False
+        if self.seen:
+            raise _Signalled
 
 
 def run(raw: Dict[str, Any], emit: Emit) -> HoldResult:
     spec = parse_spec(HoldSpec, raw)
-    previous = signal.signal(signal.SIGTERM, _on_term)
+    term = _Term()
+    previous = signal.signal(signal.SIGTERM, term)
     directory: Optional[str] = None
     try:
         launch_raw = _wait_for_spec(spec)
@@ -56,7 +75,12 @@ def run(raw: Dict[str, Any], emit: Emit) -> HoldResult:
             return HoldResult(launched=False, reason="no launch spec")
         launch_spec = parse_spec(LaunchSpec, launch_raw)
         directory = run_dir(launch_spec.workdir, launch_spec.run_id)
-        emit(HoldLaunched(launch=launch(launch_raw, emit)))
+        term.launching()
+        try:
+            launched = launch(launch_raw, emit)
+        finally:
+            term.launched()
+        emit(HoldLaunched(launch=launched))
         while not os.path.exists(os.path.join(directory, EXIT_JSON)) and _engine_alive(directory):
             time.sleep(ENGINE_POLL_S)
         time.sleep(spec.linger_s)  # for the controller's last steps; its scancel ends this

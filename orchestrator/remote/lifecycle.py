@@ -485,6 +485,19 @@ def supervise() -> None:
     os.dup2(devnull, 0)
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # A SIGTERM meant for everything (a Slurm job cancelled) is passed on to the engine, and
+    # the supervisor stays its parent until it exits: process trackers that follow parents
+    # (Slurm's proctrack/linuxproc) then still find the engine when their SIGKILL comes. One
+    # that comes before the engine exists is passed on as soon as it does.
+    engine_pid: List[int] = []
+    termed: List[bool] = []
+
+    def on_term(_signum: int, _frame: Any) -> None:
+        termed.append(True)
+        if engine_pid:
+            _forward(engine_pid[0], signal.SIGTERM)
+
+    signal.signal(signal.SIGTERM, on_term)  # reset to the default in the engine by exec
     env = dict(os.environ)
     env.update(config["env"])
     log_fd = open_log(config["log"])
@@ -504,6 +517,9 @@ def supervise() -> None:
         return  # the launcher releases the port lock
     finally:
         os.close(log_fd)
+    engine_pid.append(engine.pid)
+    if termed:
+        _forward(engine.pid, signal.SIGTERM)
     record = ServerRecord(
         run_id=config["run_id"],
         pid=engine.pid,
@@ -521,10 +537,6 @@ def supervise() -> None:
     ).to_json()
     atomic_write_json(os.path.join(config["dir"], SERVER_JSON), record)
     _report({"ok": True, "record": record}, devnull)
-    # A SIGTERM meant for everything (a Slurm job cancelled) is passed on to the engine, and
-    # the supervisor stays its parent until it exits: process trackers that follow parents
-    # (Slurm's proctrack/linuxproc) then still find the engine when their SIGKILL comes.
-    signal.signal(signal.SIGTERM, lambda _signum, _frame: _forward(engine.pid, signal.SIGTERM))
     returncode = engine.wait()
     ended = ExitRecord(
         pid=engine.pid,

@@ -87,6 +87,8 @@ def with_slurm(
         "job_id": job_id,
         "nodes": list(allocation.nodes) if allocation else [],
         "gpus": list(allocation.gpus) if allocation else [],
+        "cpus": allocation.cpus if allocation else None,
+        "memory_mib": allocation.memory_mib if allocation else None,
     }
     out = {**record, "slurm": slurm}
     if facts is not None:

@@ -55,6 +55,7 @@ __all__ = [
     "wait_running",
 ]
 
+DEVNULL = "/dev/null"  # a job whose output orch sends elsewhere itself
 COMMAND_TIMEOUT_S = 60.0  # a busy slurmctld can take seconds to answer, never minutes
 OUTPUT_TAIL_LINES = 20
 SCRIPT_MODE = 0o755
@@ -228,7 +229,8 @@ async def submit(conn: Connection, cluster: ClusterConfig, request: AllocationRe
     workdir = await _absolute(conn, cluster.workdir)
     await push_job_script(conn, workdir)
     output = await _absolute(conn, request.output)
-    await conn.makedirs(posixpath.dirname(output), mode=0o700)
+    if output != DEVNULL:
+        await conn.makedirs(posixpath.dirname(output), mode=0o700)
     argv = sbatch_argv(replace(cluster, workdir=workdir), replace(request, output=output))
     return await _slurm(
         conn, argv, lambda done: parse_sbatch(done.stdout, done.stderr), error=SubmitRejected

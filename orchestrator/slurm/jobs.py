@@ -51,6 +51,8 @@ _NO_VALUE = ("", "None", "(null)")
 _SBATCH_ID = re.compile(r"(\d+)(?:;\S+)?")
 _JOB_ID = re.compile(r"^JobId=(\d+)\b", re.MULTILINE)
 _NODE_LIST = re.compile(r"^\s*NodeList=(\S*)", re.MULTILINE)
+_NUM_CPUS = re.compile(r"\bNumCPUs=(\d+)\b")
+_TRES_MEM = re.compile(r"^\s*TRES=(?:\S*,)?mem=(\d+(?:\.\d+)?)([KMGT]?)\b", re.MULTILINE)
 _STDOUT = re.compile(r"^\s*StdOut=(.*?)\s*$", re.MULTILINE)
 # one line per node (group) in `scontrol show job -d`: GRES= since 20.11, GRES_IDX= before
 _NODE_DETAIL = re.compile(r"^\s+Nodes=\S+ .*?\bGRES(?:_IDX)?=(\S*)", re.MULTILINE)
@@ -149,6 +151,8 @@ class Allocation:
     job_id: int
     nodes: tuple[str, ...]
     gpus: tuple[int, ...]
+    cpus: int | None = None  # NumCPUs: what the engine and the load generator share
+    memory_mib: int | None = None  # the job's memory (TRES mem=), None when not tracked
 
 
 def job_script_path(workdir: str) -> str:
@@ -260,7 +264,20 @@ def parse_allocation(text: str) -> Allocation:
     gpus: list[int] = []
     for found in _GPU_IDX.finditer(detail.group(1) if detail else ""):
         gpus += _indices(found.group(1), text)
-    return Allocation(job_id=int(job.group(1)), nodes=nodes, gpus=tuple(gpus))
+    cpus = _NUM_CPUS.search(text)
+    memory = _TRES_MEM.search(text)
+    return Allocation(
+        job_id=int(job.group(1)),
+        nodes=nodes,
+        gpus=tuple(gpus),
+        cpus=int(cpus.group(1)) if cpus else None,
+        memory_mib=_mib(memory.group(1), memory.group(2)) if memory else None,
+    )
+
+
+def _mib(number: str, unit: str) -> int:
+    """Slurm's ``24105M`` / ``64G`` / ``1T`` as MiB."""
+    return round(float(number) * {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024**2}[unit or "M"])
 
 
 def parse_stdout_path(text: str) -> str | None:

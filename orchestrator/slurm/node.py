@@ -17,9 +17,10 @@ On a shared filesystem (``shared_fs``) files go through the login node over SFTP
 output is in that folder too. Without one, everything travels through the job: the agent and
 its specs are written on the node by ``srun`` steps (``PUT``, data on stdin, renamed into place
 in a directory only the user may write), the job waits for its agent to arrive (``WAIT``),
-every verb's spec goes on the agent's stdin, and the job's output (under /tmp on the node) is
-read back by an ``srun`` step. ``PUT`` and ``WAIT`` are orch's own fixed programs, handed to
-the node's Python as ``-c``; paths and data are argv items and stdin, never code.
+every verb's spec goes on the agent's stdin, and the job's output (sent by ``WAIT`` into the
+run's private folder on the node) is read back by an ``srun`` step. ``PUT`` and ``WAIT`` are
+orch's own fixed programs, handed to the node's Python as ``-c``; paths and data are argv
+items and stdin, never code.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from dataclasses import replace
 
 from orchestrator.agent.bundle import AgentBundle
-from orchestrator.agent.client import VERB_TIMEOUT_S, Agent, decode_output
+from orchestrator.agent.client import Agent, decode_output
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.errors import AgentError, HostTimeout, OrchError, RemoteCommandError
@@ -61,6 +62,7 @@ from orchestrator.remote.wire import (
     TailSpec,
     spec_file,
 )
+from orchestrator.runner.server import shielded
 from orchestrator.slurm.allocation import (
     Allocation,
     JobState,
@@ -75,14 +77,17 @@ from orchestrator.transport import Connection
 Connect = Callable[[], Awaitable[Connection]]
 JOBS_DIR = "jobs"
 # WAIT: the job's first program where the workdir is not shared: wait for the agent (argv[1],
-# put there whole by PUT), then become the rest of argv
+# put there whole by PUT, which made its private folder), send the job's output to argv[3] in
+# that folder, then become the rest of argv
 WAIT = (
     "import os,sys,time\n"
     "end=time.time()+float(sys.argv[2])\n"
     "while not os.path.exists(sys.argv[1]):\n"
     "    if time.time()>end: sys.exit('orch: the agent never arrived at '+sys.argv[1])\n"
     "    time.sleep(0.2)\n"
-    "os.execv(sys.argv[3],sys.argv[3:])\n"
+    "fd=os.open(sys.argv[3],os.O_WRONLY|os.O_CREAT|os.O_APPEND,0o600)\n"
+    "os.dup2(fd,1);os.dup2(fd,2)\n"
+    "os.execv(sys.argv[4],sys.argv[4:])\n"
 )
 # PUT: write stdin (base64) to argv[1] with mode argv[2] (octal): whole or not at all, in a
 # directory of the user's that nobody else may write to
@@ -99,11 +104,13 @@ PUT = (
     "os.replace(tmp,path)\n"
 )
 PUT_TIMEOUT_S = 120.0
-NODE_OUTPUT = "/tmp/orch-job-%j.out"  # where no workdir is shared: a directory every node has
 HOLD_WAIT_S = 600.0  # the job gives its GPUs back when no launch spec came by then
 OUTPUT_POLL_S = 0.25
 STATE_EVERY = 8  # polls of the output file between two looks at the job's state
 RELEASE_TIMEOUT_S = 60.0
+NAME_LOOKUPS, NAME_LOOKUP_S = 5, 2.0
+# the job's hold answers through a file a network filesystem may show late (attribute caches)
+LAUNCH_TIMEOUT_S = 300.0
 
 
 class AllocationAgent:
@@ -180,13 +187,18 @@ class AllocationAgent:
             await conn.put_bytes(hold_spec, hold, mode=0o600)
             output = posixpath.join(self.jobdir, "job-%j.out")
         else:  # the job waits for its agent, put on the node once the job runs
-            agent = (python, "-c", WAIT, pyz, str(HOLD_WAIT_S), *agent)
-            output = NODE_OUTPUT
+            output = posixpath.join(self.jobdir, "job.out")  # the folder PUT makes private
+            agent = (python, "-c", WAIT, pyz, str(HOLD_WAIT_S), output, *agent)
         request = AllocationRequest(
-            run_id=self.run_id, gpus=gpus, job_name=self.job_name, argv=agent, output=output
+            run_id=self.run_id,
+            gpus=gpus,
+            job_name=self.job_name,
+            argv=agent,
+            output=output if self.shared else "/dev/null",
         )
         submitting = replace(self.cluster, workdir=await self.login.workdir())  # its job script
-        self.job_id = await submit(conn, submitting, request)
+        # shielded: a job that sbatch queues must have its id known, to be cancelled
+        self.job_id = await shielded(submit(conn, submitting, request))
         self._output = output.replace("%j", str(self.job_id))
 
         def seen(state: JobState) -> None:
@@ -220,23 +232,47 @@ class AllocationAgent:
                 "`workdir` a directory you may create there?",
             )
 
-    async def release(self) -> None:
+    async def release(self) -> str | None:
         """Cancel the run's job (nothing to do once it ended) and delete a launch spec the
         job never read (it holds the engine's secrets). Bounded and never raising: it runs
-        on the way out of a failure or an interrupt, whose error is the one to report."""
-        with contextlib.suppress(OrchError, asyncio.TimeoutError):
+        on the way out of a failure or an interrupt, whose error is the one to report. What
+        went wrong, when something did: the job may still hold its node, to be told."""
+        try:
             await asyncio.wait_for(self._release(), RELEASE_TIMEOUT_S)
+        except (OrchError, asyncio.TimeoutError) as exc:
+            what = (
+                exc.message
+                if isinstance(exc, OrchError)
+                else f"no answer in {RELEASE_TIMEOUT_S:g} s"
+            )
+            job = f"job {self.job_id}" if self.job_id is not None else f"job {self.job_name}"
+            return f"{job} on {self.cluster.name} may not be cancelled: {what}"
+        return None
 
     async def _release(self) -> None:
         conn = await self._connect()
-        if not self.shared and self._node is not None:  # before the job ends: through it
-            with contextlib.suppress(OrchError):
-                argv = [*srun_argv(self.node_job), "rm", "-f", "--", self.launch_spec_path]
-                await conn.run(argv, timeout=PUT_TIMEOUT_S)
-        job_ids = [self.job_id] if self.job_id is not None else await self._jobs_by_name()
-        await cancel(conn, job_ids)
-        if self.shared:
-            await conn.remove(self.launch_spec_path)
+        try:
+            if not self.shared and self._node is not None:  # before the job ends: through it
+                with contextlib.suppress(OrchError):
+                    argv = [*srun_argv(self.node_job), "rm", "-f", "--", self.launch_spec_path]
+                    await conn.run(argv, timeout=PUT_TIMEOUT_S)
+            await cancel(conn, await self._job_ids())
+        finally:
+            if self.shared:
+                with contextlib.suppress(OrchError):
+                    await conn.remove(self.launch_spec_path)
+
+    async def _job_ids(self) -> list[int]:
+        """The run's job; when sbatch was interrupted before it answered, found by its name,
+        looked for a few times (a busy slurmctld may register the job a moment later)."""
+        if self.job_id is not None:
+            return [self.job_id]
+        for _ in range(NAME_LOOKUPS):
+            found = await self._jobs_by_name()
+            if found:
+                return found
+            await asyncio.sleep(NAME_LOOKUP_S)
+        return []
 
     async def _jobs_by_name(self) -> list[int]:
         """A job submitted by an sbatch whose answer never came (interrupted): found by name."""
@@ -269,7 +305,7 @@ class AllocationAgent:
         else:
             await self._put(self.launch_spec_path, data, 0o600)
         loop = asyncio.get_running_loop()
-        limit = self.login.host.agent_timeout_s or VERB_TIMEOUT_S["launch"]
+        limit = self.login.host.agent_timeout_s or LAUNCH_TIMEOUT_S
         deadline = loop.time() + limit
         polls = 0
         while True:

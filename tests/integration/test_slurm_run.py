@@ -427,9 +427,8 @@ def test_without_a_shared_workdir_everything_travels_through_the_job(
     assert [p.name for p in jobdir.glob("agent-*.pyz")]  # the job's own copy
     assert not (jobdir / "launch.json").exists() and not (jobdir / "hold.json").exists()
     assert not (login.workdir / "jobs").exists()  # nothing of the run on the login's side
-    output = Path(f"/tmp/orch-job-{job_id}.out")
-    try:
-        assert '"event":"launched"' in output.read_text()
-    finally:
-        output.unlink(missing_ok=True)
+    output = jobdir / "job.out"  # the job's answer, in the run's private folder on the node
+    assert '"event":"launched"' in output.read_text()
+    assert output.stat().st_mode & 0o777 == 0o600 and jobdir.stat().st_mode & 0o777 == 0o700
+    assert job_id is not None
     queue_ends_as(slurm, [])

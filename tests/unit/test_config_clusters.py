@@ -207,7 +207,28 @@ def test_neither_hosts_nor_clusters_is_one_located_error(tmp_path: Path) -> None
             7,
             22,
             "clusters.hpc.sbatch_options[0]",
-            "sbatch option '-Jmine' is not allowed here: orch sets it for every job",
+            "sbatch option '-Jmine' is not allowed here: orch manages it for every job",
+        ),
+        (
+            MINIMAL + "    sbatch_options: ['--part=cpu']\n",  # sbatch reads it as --partition
+            7,
+            22,
+            "clusters.hpc.sbatch_options[0]",
+            "sbatch option '--part=cpu' is not allowed here: set `partition:` instead",
+        ),
+        (
+            MINIMAL + "    sbatch_options: ['--gpus=4']\n",
+            7,
+            22,
+            "clusters.hpc.sbatch_options[0]",
+            "sbatch option '--gpus=4' is not allowed here: set `gres and gpus_per_node:` instead",
+        ),
+        (
+            MINIMAL + "    sbatch_options: ['--array=1-3']\n",
+            7,
+            22,
+            "clusters.hpc.sbatch_options[0]",
+            "sbatch option '--array=1-3' is not allowed here: orch manages it for every job",
         ),
         (
             MINIMAL.replace("python: /shared", "python: shared"),
@@ -455,3 +476,20 @@ def test_model_files_missing_from_a_login_node_are_checked_again_on_the_node(
     assert ("checked again on the node" in found.message) == (selector == "hpc")
     kept = warning("model_files", "w")
     assert from_login(kept, plan) == kept
+
+
+def test_a_run_needing_more_gpus_than_a_node_has_is_refused_at_its_line(tmp_path: Path) -> None:
+    hosts_file = tmp_path / "hosts.yaml"
+    hosts_file.write_text(CLUSTER_HOSTS)
+    book = tmp_path / "pb.yaml"
+    book.write_text(
+        "name: pb\nhosts: [hpc]\nruns:\n"
+        "  - {name: big, engine: vllm, model: Qwen/Qwen3-8B, tensor_parallel: 4}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        plan_run(book, hosts_file, None)
+    assert caught.value.message == (
+        "run 'big' needs 4 GPUs (tensor_parallel 4) but the Slurm cluster hpc gives 2 per node "
+        "(hosts.yaml: gpus_per_node), and orch asks for one node per run"
+    )
+    assert caught.value.line == 4

@@ -35,6 +35,13 @@ def launch_spec(host: Host, run_id: str, port: int) -> dict[str, Any]:
     }
 
 
+def write_whole(path: Path, spec: dict[str, Any]) -> None:
+    """As orch writes a spec: to a temporary name, then renamed (a reader never sees half)."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(spec))
+    tmp.rename(path)
+
+
 def events(proc: subprocess.Popen[str]) -> list[dict[str, Any]]:
     out, _ = proc.communicate(timeout=WAIT_S)
     return [json.loads(line) for line in out.splitlines()]
@@ -60,14 +67,15 @@ def test_launches_from_the_spec_written_later_and_ends_when_the_engine_exits(
     path = tmp_path / "launch.json"
     proc = host.popen("hold", {"launch_spec": str(path), "wait_s": WAIT_S, "linger_s": 0})
     port = free_port()
-    path.write_text(json.dumps(launch_spec(host, "held", port)))
+    write_whole(path, launch_spec(host, "held", port))
     launched = first_line(proc)
     assert launched["event"] == "launched"
     record = launched["launch"]
     assert record["run_id"] == "held" and record["port"] == port and alive(record["pid"])
     assert not path.exists()  # read once, then deleted: it may hold secrets
     stopped = host.call("stop", {"run_id": "held", "timeout_s": 10, "gpu_timeout_s": 5})
-    assert stopped["stopped"][0]["was_running"]
+    log = (host.workdir / "runs" / "held" / "server.log").read_text()
+    assert stopped["stopped"][0]["was_running"], (stopped, log[-2000:])
     (final,) = events(proc)
     assert final["data"]["launched"] and final["data"]["reason"] == "engine exited"
     assert final["data"]["exit"]["pid"] == record["pid"]
@@ -77,7 +85,7 @@ def test_sigterm_stops_the_engine_before_the_hold_ends(host: Host, tmp_path: Pat
     """scancel: the job's processes get SIGTERM; the engine must not outlive the job."""
     path = tmp_path / "launch.json"
     proc = host.popen("hold", {"launch_spec": str(path), "wait_s": WAIT_S})
-    path.write_text(json.dumps(launch_spec(host, "cancelled", free_port())))
+    write_whole(path, launch_spec(host, "cancelled", free_port()))
     record = first_line(proc)["launch"]
     proc.send_signal(signal.SIGTERM)
     (final,) = events(proc)

@@ -86,6 +86,15 @@ JobId=1 JobName=orch-abc
    StdOut=/tmp/slurmcap/1.out
 """
 # Slurm 19.05 / 20.02: GRES_IDX=, with and without a type
+WITH_MEMORY = """\
+JobId=5 JobName=orch-m
+   JobState=RUNNING Reason=None Dependency=(null)
+   NodeList=g1
+   NumNodes=1 NumCPUs=16 NumTasks=1 CPUs/Task=1 ReqB:S:C:T=0:0:*:*
+   TRES=cpu=16,mem=64G,node=1,billing=16,gres/gpu=2
+     Nodes=g1 CPU_IDs=0-15 Mem=65536 GRES=gpu:a6000:2(IDX:0-1)
+"""
+
 OLD_TYPED = """\
 JobId=4242 JobName=orch-r1
    JobState=RUNNING Reason=None Dependency=(null)
@@ -374,8 +383,10 @@ def test_scontrol_show_job_argv() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        (CAPTURED_RUNNING, Allocation(job_id=1, nodes=("vm",), gpus=(0, 1))),
-        (CAPTURED_PENDING, Allocation(job_id=2, nodes=(), gpus=())),
+        (CAPTURED_RUNNING, Allocation(job_id=1, nodes=("vm",), gpus=(0, 1), cpus=1)),
+        (CAPTURED_PENDING, Allocation(job_id=2, nodes=(), gpus=(), cpus=1)),
+        (WITH_MEMORY, Allocation(5, ("g1",), (0, 1), cpus=16, memory_mib=65536)),
+        (WITH_MEMORY.replace("mem=64G", "mem=24105M"), Allocation(5, ("g1",), (0, 1), 16, 24105)),
         (CAPTURED_CANCELLED, Allocation(job_id=1, nodes=("vm",), gpus=())),
         (OLD_TYPED, Allocation(job_id=4242, nodes=("gpu-node07",), gpus=(2, 3))),
         (OLD_UNTYPED, Allocation(job_id=77, nodes=("n1",), gpus=(0, 2))),
