@@ -7,8 +7,8 @@ and GPUs in its manifest, then runs exactly as on a host (``execute_run`` with a
 SIGTERM), its job is cancelled on the way out.
 
 Up to ``slurm.max_allocations`` runs of the playbook are under way on a cluster at once; Slurm
-decides when each starts. Two runs on one port never go at once: orch cannot know before the
-allocation whether they will share a node, where the second engine could not listen.
+decides when each starts. Runs planned on one port may land on one node: the second then
+listens on the next free port, found by the node's probe, and its manifest says so.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from orchestrator.agent.client import Agent
 from orchestrator.agent.facts import HostFacts
@@ -25,6 +25,7 @@ from orchestrator.commands.progress import DoctorNotice, PhaseChanged, RunPhase
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.playbook import SlurmSpec
 from orchestrator.doctor.findings import Finding, warning
+from orchestrator.engines.plan import relocated
 from orchestrator.errors import OrchError
 from orchestrator.runner.execute import RunJob, execute_run, not_run_results
 from orchestrator.runner.manifest import with_slurm
@@ -32,6 +33,8 @@ from orchestrator.runner.preflight import HostSession, doctor_run
 from orchestrator.runner.server import live_agent, shielded
 from orchestrator.slurm.allocation import Allocation, AllocationTimeout, JobState
 from orchestrator.slurm.node import AllocationAgent
+
+PORT_TRIES = 16  # ports tried from the planned one on, on the node a run is given
 
 
 @dataclass
@@ -43,6 +46,8 @@ class ClusterRun:
     cluster: ClusterConfig
     spec: SlurmSpec
     force: bool = False  # --force: the doctor's errors do not refuse a launch
+    taken: dict[str, set[int]] = field(default_factory=dict)  # node -> ports of runs under way
+    held: dict[str, tuple[str, int]] = field(default_factory=dict)  # run key -> (node, port)
 
     async def run(self, job: RunJob) -> None:
         """``job`` in an allocation of its own, its results recorded whatever happens."""
@@ -65,6 +70,7 @@ class ClusterRun:
         try:
             await self._in_allocation(job, agent)
         finally:
+            self._give_port(job)
             problem = await shielded(agent.release())
             if problem is not None:
                 advice = f"; cancel it with `orch stop --all --only {self.cluster.name}`"
@@ -90,7 +96,9 @@ class ClusterRun:
             job.manifest = with_slurm(
                 job.manifest, self.cluster, job_id=agent.job_id, allocation=allocation
             )
-            facts = HostFacts.from_probe(await agent.probe(ports=[job.plan.port]))
+            wanted = job.plan.port
+            facts = HostFacts.from_probe(await agent.probe(ports=port_candidates(wanted)))
+            self._take_port(job, allocation, facts)
         except AllocationTimeout as exc:
             job.manifest = with_slurm(
                 job.manifest, self.cluster, job_id=exc.job_id, allocation=None
@@ -126,6 +134,30 @@ class ClusterRun:
             observer=host.observer,
         )
 
+    def _take_port(self, job: RunJob, allocation: Allocation, facts: HostFacts) -> None:
+        """The run's port on its node: the planned one, or the next free one when another run
+        of this playbook, or anything else, listens there (runs sharing a port may share a
+        node). The run's plan and manifest then say which."""
+        node = allocation.nodes[0] if allocation.nodes else "?"
+        mine = self.taken.setdefault(node, set())
+        port = choose_port(job.plan.port, facts.free_ports, mine)
+        if port is None:
+            raise OrchError(
+                f"no free port on node {node} from {job.plan.port} to "
+                f"{job.plan.port + PORT_TRIES - 1}",
+                hint="give the run another `port:` in the playbook",
+            )
+        mine.add(port)
+        self.held[job.key] = (node, port)
+        if port != job.plan.port:
+            moved = {"port": port, "port_planned": job.plan.port}
+            job.plan = relocated(job.plan, port)
+            job.manifest = {**job.manifest, **moved, "argv": job.plan.argv}
+
+    def _give_port(self, job: RunJob) -> None:
+        node, port = self.held.pop(job.key, ("", 0))
+        self.taken.get(node, set()).discard(port)
+
     async def _doctor(self, job: RunJob, agent: AllocationAgent, facts: HostFacts) -> list[Finding]:
         """The doctor again, on the node the run was given (its Python, its GPUs, the model
         files it sees): the errors that refuse the launch, unless forced or ``doctor: warn``.
@@ -139,6 +171,17 @@ class ClusterRun:
         if self.force or str(job.plan.run.doctor) != "error":
             return []
         return result.errors
+
+
+def port_candidates(wanted: int) -> list[int]:
+    """The ports a run may listen on, in order: its own, then the next ones."""
+    return [p for p in range(wanted, wanted + PORT_TRIES) if p < 65536]
+
+
+def choose_port(wanted: int, free: Sequence[int], taken: set[int]) -> int | None:
+    """The first of ``port_candidates(wanted)`` free on the node and not taken by a run of
+    this playbook there (the probe cannot see a port whose engine is still loading)."""
+    return next((p for p in port_candidates(wanted) if p in free and p not in taken), None)
 
 
 def few_cpus(allocation: Allocation, gpus: int) -> Finding | None:
@@ -165,15 +208,14 @@ async def run_cluster(
     *,
     force: bool = False,
 ) -> None:
-    """``jobs`` (one cluster's, in playbook order), up to ``spec.max_allocations`` at once, one
-    at a time per port. An exception in one (a results folder that cannot be written) cancels
+    """``jobs`` (one cluster's, in playbook order), up to ``spec.max_allocations`` at once. An
+    exception in one (a results folder that cannot be written) cancels
     the others, whose jobs are then cancelled by their own clean-up."""
     runner = ClusterRun(host, cluster, spec, force)
     limit = asyncio.Semaphore(spec.max_allocations)
-    ports: dict[int, asyncio.Lock] = {}
 
     async def one(job: RunJob) -> None:
-        async with ports.setdefault(job.plan.port, asyncio.Lock()), limit:
+        async with limit:
             await runner.run(job)
 
     tasks = [asyncio.ensure_future(one(job)) for job in jobs]

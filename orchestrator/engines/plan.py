@@ -12,6 +12,7 @@ host starts its runs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,6 +99,17 @@ def plan_launches(
                 )
             )
     return plans
+
+
+def relocated(plan: PlannedLaunch, port: int) -> PlannedLaunch:
+    """``plan`` listening on ``port`` instead (a cluster's run whose port was taken on the node
+    it was given): its argv rebuilt, masked as planning masks it."""
+    if port == plan.port:
+        return plan
+    engine = engine_for(plan.run)
+    argv = engine.argv(plan.run, port=port)
+    masked = engine.masked_argv(argv, engine.secrets(plan.run, plan.host))
+    return dataclasses.replace(plan, port=port, argv=masked, argv_real=argv)
 
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "ip6-localhost", "localhost6"})

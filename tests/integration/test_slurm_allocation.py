@@ -111,7 +111,7 @@ def test_an_allocation_runs_on_the_node_with_its_gpus(
             return job_id, got, states, pushed
 
     job_id, got, states, pushed = asyncio.run(scenario())
-    assert got == Allocation(job_id=job_id, nodes=(slurm.node,), gpus=(0, 1))
+    assert got == Allocation(job_id=job_id, nodes=(slurm.node,), gpus=(0, 1), cpus=1)
     assert job_env(tmp_path, "r1") == f"0,1 {job_id}\n"
     assert states[-1].state == "RUNNING" and states[-1].nodes == (slurm.node,)
     assert states[-1].name == "orch-r1"
@@ -155,7 +155,7 @@ def test_a_second_request_waits_for_resources_until_the_first_is_cancelled(
             return first, second, got, states
 
     first, second, got, states = asyncio.run(scenario())
-    assert got == Allocation(job_id=second, nodes=(slurm.node,), gpus=(0, 1))
+    assert got == Allocation(job_id=second, nodes=(slurm.node,), gpus=(0, 1), cpus=1)
     assert job_env(tmp_path, "second") == f"0,1 {second}\n"
     seen = seen_as(states)
     assert ("PENDING", "Resources") in seen and seen[-1] == ("RUNNING", None)

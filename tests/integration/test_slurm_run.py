@@ -432,3 +432,62 @@ def test_without_a_shared_workdir_everything_travels_through_the_job(
     assert output.stat().st_mode & 0o777 == 0o600 and jobdir.stat().st_mode & 0o777 == 0o700
     assert job_id is not None
     queue_ends_as(slurm, [])
+
+
+def test_runs_on_one_port_share_a_node_at_once_on_ports_of_their_own(
+    tmp_path: Path, slurm: SlurmCluster, login: SshdHost, sshd_factory: SshdFactory
+) -> None:
+    """Two 1-GPU runs planned on one port, allowed two allocations: Slurm gives both the node
+    at once (no --exclusive), and the second listens on the next free port."""
+    entry = cluster_entry(login, env=SIM_ENV, sbatch_options=[])
+    hosts = tmp_path / "hosts.yaml"
+    hosts.write_text(
+        yaml.safe_dump(
+            {"ssh_config": str(sshd_factory.ssh_config_path), "clusters": {CLUSTER: entry}}
+        )
+    )
+    opts = ["--hosts", str(hosts), "--known-hosts", str(sshd_factory.write_known_hosts())]
+    port = free_port()
+    workload = {
+        "prompts": "builtin:math",
+        "num_prompts": 1000,
+        "duration_s": 6,
+        "concurrency": 2,
+        "max_tokens": 48,
+        "warmup": 1,
+    }
+    book = tmp_path / "p.yaml"
+    book.write_text(
+        yaml.safe_dump(
+            {
+                "name": "two",
+                "hosts": [CLUSTER],
+                "slurm": {"max_allocations": 2},
+                "defaults": {
+                    "engine": "vllm",
+                    "model": "Qwen/Qwen3-8B",
+                    "port": port,
+                    "workload": workload,
+                },
+                "runs": [{"name": "left"}, {"name": "right"}],
+            },
+            sort_keys=False,
+        )
+    )
+    stderr = tmp_path / "stderr"
+    code, _ = finish(start_orch(["run", str(book), *opts, "--results", "r"], tmp_path, stderr))
+    assert code == 0, stderr.read_text()
+    (folder,) = (tmp_path / "r").iterdir()
+    results = results_of(folder)
+    left, right = manifest_of(folder, "left"), manifest_of(folder, "right")
+    assert left["slurm"]["nodes"] == right["slurm"]["nodes"]
+    assert sorted([left["port"], right["port"]]) == [port, port + 1]
+    moved = left if left["port"] == port + 1 else right
+    assert moved["port_planned"] == port and f"--port {port + 1}" in " ".join(moved["argv"])
+    a, b = results["left"].times, results["right"].times
+    assert a.measure_started_at is not None and b.measure_started_at is not None
+    assert a.measure_ended_at is not None and b.measure_ended_at is not None
+    # they measured at the same time: each window began before the other ended
+    assert a.measure_started_at < b.measure_ended_at and b.measure_started_at < a.measure_ended_at
+    assert all(r.error is None for r in results.values())
+    queue_ends_as(slurm, [])

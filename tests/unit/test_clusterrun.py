@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.commands.clusterrun import few_cpus
+from orchestrator.commands.clusterrun import choose_port, few_cpus, port_candidates
 from orchestrator.slurm.jobs import Allocation
 
 
@@ -25,3 +25,25 @@ def test_few_cpus_warns_below_one_per_worker_server_and_client(
         )
         assert found.message.startswith(f"job 7 has {cpus} CPU")
         assert f"ask for at least {gpus + 2}" in found.message
+
+
+@pytest.mark.parametrize(
+    ("free", "taken", "chosen"),
+    [
+        ([8000, 8001], set(), 8000),  # its own port
+        ([8000, 8001], {8000}, 8001),  # another run of the playbook loads there
+        ([8002, 8003], set(), 8002),  # something else listens on 8000 and 8001
+        ([8001], {8001}, None),
+        ([], set(), None),
+        ([8016], set(), None),  # past the ports tried
+    ],
+)
+def test_choose_port_takes_the_first_free_one_from_the_planned_port(
+    free: list[int], taken: set[int], chosen: int | None
+) -> None:
+    assert port_candidates(8000) == list(range(8000, 8016))
+    assert choose_port(8000, free, taken) == chosen
+
+
+def test_port_candidates_stop_at_the_last_port() -> None:
+    assert port_candidates(65530) == list(range(65530, 65536))
