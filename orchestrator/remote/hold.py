@@ -23,6 +23,7 @@ waiting for the GPUs to be released, and the ``tail`` reading the engine's last 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -81,6 +82,7 @@ def run(raw: Dict[str, Any], emit: Emit) -> HoldResult:
         finally:
             term.launched()
         emit(HoldLaunched(launch=launched))
+        _sync_output()
         while not os.path.exists(os.path.join(directory, EXIT_JSON)) and _engine_alive(directory):
             time.sleep(ENGINE_POLL_S)
         time.sleep(spec.linger_s)  # for the controller's last steps; its scancel ends this
@@ -96,6 +98,13 @@ def run(raw: Dict[str, Any], emit: Emit) -> HoldResult:
         )
     finally:
         signal.signal(signal.SIGTERM, previous)
+
+
+def _sync_output() -> None:
+    """Push the job's output file (our stdout's file, which fd 2 shares under Slurm) to the
+    server now: the controller reads it from the login node, through a network filesystem."""
+    with contextlib.suppress(OSError):
+        os.fsync(2)
 
 
 def _wait_for_spec(spec: HoldSpec) -> Optional[Dict[str, Any]]:
