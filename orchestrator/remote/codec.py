@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import typing
-from typing import Any, Callable, Dict, List, Tuple, Type, TypeVar
+from typing import Any, Callable, Dict, List, Optional, Tuple, Type, TypeVar
 
 W = TypeVar("W", bound="Wire")
 _NONE = type(None)
@@ -114,6 +114,9 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise _fail(where, "an array", value)
         item = typing.get_args(tp)[0]
+        numbers = _number_fields(item)
+        if numbers is not None:  # a record's hundreds of [t, tokens] chunks
+            return tuple(_numbers(item, numbers, v, f"{where}[{i}]") for i, v in enumerate(value))
         return tuple(_decode(item, v, f"{where}[{i}]") for i, v in enumerate(value))
     if origin in (dict, Dict):
         if not isinstance(value, dict):
@@ -141,6 +144,34 @@ def _union(tp: Any, value: Any, where: str, step: Callable[[Any, Any, str], Any]
     if len(others) != 1:
         raise WireError(f"{where}: the contract allows only Optional[X] unions, not {tp!r}")
     return step(others[0], value, where)
+
+
+_NUMBER_FIELDS: Dict[Any, Optional[Tuple[Any, ...]]] = {}
+
+
+def _number_fields(tp: Any) -> Optional[Tuple[Any, ...]]:
+    """A NamedTuple of ints and floats alone: its field types (decoded without the general
+    walk, which costs a type dispatch and a path string per number); else None."""
+    if tp not in _NUMBER_FIELDS:
+        hints = _hints(tp) if _is_named_tuple(tp) else {}
+        kinds = tuple(hints.get(n) for n in getattr(tp, "_fields", ()))
+        _NUMBER_FIELDS[tp] = kinds if kinds and all(k in (int, float) for k in kinds) else None
+    return _NUMBER_FIELDS[tp]
+
+
+def _numbers(tp: Any, kinds: Tuple[Any, ...], value: Any, where: str) -> Any:
+    """``value`` as ``tp`` when it is an array of fitting numbers; else the general decode
+    says exactly what is wrong."""
+    if type(value) is list and len(value) == len(kinds):
+        out = []
+        for i, kind in enumerate(kinds):  # no zip(strict=): the agent runs on Python 3.9
+            x = value[i]
+            if type(x) is int or (kind is float and type(x) is float):
+                out.append(float(x) if kind is float else x)
+            else:
+                return _decode_tuple(tp, value, where)
+        return tp(*out)
+    return _decode_tuple(tp, value, where)
 
 
 def _decode_tuple(tp: Any, value: Any, where: str) -> Any:
