@@ -170,6 +170,26 @@ def draw_cdfs(
         plots.add(name, f"{words} distribution (empirical CDF) at {label}", png)
 
 
+MAX_TIMELINES = 12  # rows of the timeline figure, one per server
+
+
+def first_timelines(
+    events: dict[str, list[dict[str, object]]],
+    spans: dict[str, list[fg.Span]],
+    limit: int = MAX_TIMELINES,
+) -> tuple[dict[str, list[dict[str, object]]], dict[str, list[fg.Span]], str | None]:
+    """The first ``limit`` servers' timelines, and a note when there were more: a row per
+    server would make a report over a year of nights a figure hundreds of inches tall."""
+    if len(events) <= limit:
+        return events, spans, None
+    kept = dict(list(events.items())[:limit])
+    note = (
+        f"timeline: the first {limit} of {len(events)} servers (a report over one results "
+        "folder shows all of its own)"
+    )
+    return kept, {k: v for k, v in spans.items() if k in kept}, note
+
+
 def report_figures(frame: pd.DataFrame, *, cdf_at: LoadAt | None = None) -> Plots:
     """The report's plots: Pareto fronts (output and total throughput per GPU vs
     interactivity), figures against the load, acceptance, latency CDFs, the servers' timelines."""
@@ -191,7 +211,9 @@ def report_figures(frame: pd.DataFrame, *, cdf_at: LoadAt | None = None) -> Plot
             fg.acceptance_plot(agg, frame, colors=colors),
         )
     draw_cdfs(plots, frame, cdf_point(frame, cdf_at), keys, colors)
-    events, spans = timeline_inputs(frame, keys)
+    events, spans, cut = first_timelines(*timeline_inputs(frame, keys))
+    if cut:
+        plots.notes.append(cut)
     if events:
         png = fg.timeline_plot(events, spans=spans, setup=fg.setup_line(frame), colors=colors)
         plots.add("timeline", "Acceptance length and generation throughput over time", png)

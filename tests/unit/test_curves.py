@@ -34,7 +34,7 @@ from orchestrator.results.figures import (
     timeline_plot,
 )
 from orchestrator.results.figures.acceptance import mean_positions
-from orchestrator.results.figures.latency import ecdf
+from orchestrator.results.figures.latency import ecdf, thinned
 from orchestrator.results.figures.style import legend_columns, statistic
 from orchestrator.results.figures.timeline import log_seconds, metric_points
 from orchestrator.results.plot import PALETTE, palette
@@ -398,6 +398,17 @@ def test_a_failed_repeat_gives_no_per_position_curve(frame: pd.DataFrame) -> Non
 # -------------------------------------------------------------------------------- CDF
 
 
+def test_a_long_cdf_is_thinned_evenly_keeping_its_ends() -> None:
+    xs, ys = ecdf([float(v) for v in range(10)])
+    assert thinned(xs, ys, limit=20) == (xs, ys)  # short enough: untouched
+    tx, ty = thinned(xs, ys, limit=4)
+    assert list(tx) == [0.0, 2.0, 6.0, 9.0] and list(ty) == pytest.approx([0.0, 0.3, 0.7, 1.0])
+    big_x, big_y = ecdf([float(v) for v in range(100_000)])
+    tx, ty = thinned(big_x, big_y)
+    assert len(tx) == 4000 and tx[0] == 0.0 and tx[-1] == 99_999.0 and ty[-1] == 1.0
+    assert max(numpy.diff(ty)) < 0.0003  # no step of the CDF left out wider than 1/4000
+
+
 def test_ecdf_steps_from_zero_to_one() -> None:
     xs, ys = ecdf([30.0, 10.0, 20.0, float("nan")])
     assert xs.tolist() == [10.0, 10.0, 20.0, 30.0]
@@ -595,3 +606,21 @@ def test_every_plot_of_a_real_sweep() -> None:
     assert timeline_plot(events, spans=spans, colors=colors).startswith(b"\x89PNG")
     fronts = by_gid(pareto_figure(agg, colors=colors).axes[0].lines, "front:")
     assert len(fronts) == frame.dropna(subset=["interactivity"])["key"].nunique()
+
+
+@pytest.mark.parametrize(("servers", "kept"), [(3, 3), (12, 12), (13, 12), (40, 12)])
+def test_a_report_over_many_servers_draws_the_first_twelve_timelines(
+    servers: int, kept: int
+) -> None:
+    from orchestrator.results.report_figures import first_timelines
+
+    events = {f"s{i}": vllm_events() for i in range(servers)}
+    spans = {f"s{i}": [(0.0, 1.0, "c=1 #1")] for i in range(servers)}
+    got, got_spans, note = first_timelines(events, spans)
+    assert list(got) == [f"s{i}" for i in range(kept)] and list(got_spans) == list(got)
+    assert note == (
+        None
+        if servers <= 12
+        else f"timeline: the first 12 of {servers} servers (a report over one results folder "
+        "shows all of its own)"
+    )
