@@ -14,7 +14,7 @@ PYTEST_JOBS ?= 2
 # the report whose screenshot is docs/report.png: the newest sweep-demo results folder
 RESULTS ?= $(lastword $(sort $(wildcard results/*-sweep-demo)))
 
-.PHONY: venv install demo test pytest lint typecheck sshd chromium slurm screenshot clean
+.PHONY: venv install demo test pytest lint typecheck sshd chromium slurm screenshot bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +64,13 @@ screenshot: $(STAMP) chromium
 	fi
 	$(BIN)/python scripts/screenshot_report.py $(RESULTS) docs/report.png
 
+# orch's benchmarks of itself (benchmarks/README.md): each writes its table into
+# benchmarks/results/, then the tables are joined into benchmarks/results/README.md
+BENCHMARKS ?= reports
+bench: $(STAMP)
+	@for b in $(BENCHMARKS); do $(BIN)/python -m benchmarks.$$b || exit 1; done
+	$(BIN)/python -m benchmarks.collect
+
 # lint and typecheck first: they take seconds, the tests a couple of minutes
 test: lint typecheck pytest
 
@@ -71,11 +78,11 @@ pytest: $(STAMP) sshd chromium slurm
 	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist loadscope $(PYTEST_ARGS)
 
 lint: $(STAMP)
-	$(BIN)/ruff check orchestrator tests scripts
-	$(BIN)/ruff format --check orchestrator tests scripts
+	$(BIN)/ruff check orchestrator tests scripts benchmarks
+	$(BIN)/ruff format --check orchestrator tests scripts benchmarks
 
 typecheck: $(STAMP)
-	$(BIN)/mypy orchestrator
+	$(BIN)/mypy orchestrator benchmarks
 
 clean:
 	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -1,0 +1,1 @@
+"""orch's benchmarks of itself: one module per benchmark, `make bench` for all (see README.md)."""

@@ -1,0 +1,142 @@
+"""What every benchmark shares: the machine it ran on, its targets, and its files.
+
+A benchmark writes ``<name>.json`` (everything, for tools) and ``<name>.md`` (its table, for
+people) into ``benchmarks/results/``, with the machine and the exact command; ``python -m
+benchmarks.collect`` joins the Markdown into ``benchmarks/results/README.md``. Files are
+replaced whole (written beside, then renamed): a run that dies leaves the last good ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import shlex
+import sys
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+PACKAGES = ("orch", "pandas", "matplotlib", "asyncssh", "aiohttp", "pydantic")
+
+
+@dataclass(frozen=True)
+class Machine:
+    cores: int | None
+    cpu: str | None
+    python: str
+    system: str
+    packages: dict[str, str | None]
+
+    @classmethod
+    def here(cls) -> Machine:
+        return cls(
+            cores=os.cpu_count(),
+            cpu=_cpu_model(),
+            python=platform.python_version(),
+            system=f"{platform.system()} {platform.release()} {platform.machine()}",
+            packages={name: _version(name) for name in PACKAGES},
+        )
+
+    def line(self) -> str:
+        versions = ", ".join(f"{k} {v}" for k, v in self.packages.items() if v)
+        return (
+            f"{self.cores} cores ({self.cpu or 'unknown CPU'}), Python {self.python}, "
+            f"{self.system}; {versions}"
+        )
+
+
+@dataclass(frozen=True)
+class Target:
+    """One target of the issue: ``value`` against ``limit`` (``at_most``: lower is better)."""
+
+    name: str
+    value: float
+    limit: float
+    unit: str
+    at_most: bool = True
+
+    @property
+    def met(self) -> bool:
+        return self.value <= self.limit if self.at_most else self.value >= self.limit
+
+    def line(self) -> str:
+        sign = "≤" if self.at_most else "≥"
+        verdict = "met" if self.met else f"missed by {abs(self.value - self.limit):.3g} {self.unit}"
+        return (
+            f"- {self.name}: {self.value:.3g} {self.unit} (target {sign} {self.limit:g} "
+            f"{self.unit}): {verdict}"
+        )
+
+
+@dataclass
+class Bench:
+    """One benchmark's outcome: a table (``columns`` x ``rows``), its targets and notes."""
+
+    name: str
+    title: str
+    columns: list[str]
+    rows: list[list[str | float | int | None]] = field(default_factory=list)
+    targets: list[Target] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    smoke: bool = False
+    machine: Machine = field(default_factory=Machine.here)
+    command: str = ""  # default: `python -m benchmarks.<name>` and this run's arguments
+
+    def __post_init__(self) -> None:
+        if not self.command:
+            self.command = shlex.join(["python", "-m", f"benchmarks.{self.name}", *sys.argv[1:]])
+
+    def markdown(self) -> str:
+        head = "| " + " | ".join(self.columns) + " |"
+        rule = "|" + "|".join("---" for _ in self.columns) + "|"
+        body = ["| " + " | ".join(_cell(v) for v in row) + " |" for row in self.rows]
+        parts = [f"## {self.title}", "", head, rule, *body, ""]
+        if self.targets:
+            parts += [*(t.line() for t in self.targets), ""]
+        parts += [*(f"{note}" for note in self.notes), ""] if self.notes else []
+        parts += [f"Machine: {self.machine.line()}.", "", f"Command: `{self.command}`", ""]
+        return "\n".join(parts)
+
+    def write(self, out: Path = RESULTS) -> tuple[Path, Path]:
+        """``<name>.json`` and ``<name>.md`` in ``out``, each replaced whole."""
+        out.mkdir(parents=True, exist_ok=True)
+        data = asdict(self)
+        data["targets"] = [{**asdict(t), "met": t.met} for t in self.targets]
+        json_path = replace_file(out / f"{self.name}.json", json.dumps(data, indent=2) + "\n")
+        md_path = replace_file(out / f"{self.name}.md", self.markdown())
+        return json_path, md_path
+
+
+def _cell(value: str | float | int | None) -> str:
+    if value is None:
+        return "–"
+    if isinstance(value, float):
+        return f"{value:,.3g}" if abs(value) < 1000 else f"{value:,.0f}"
+    return str(value)
+
+
+def replace_file(path: Path, text: str) -> Path:
+    """Write ``text`` beside ``path``, then rename it over: never half a file."""
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(path)
+    return path
+
+
+def _cpu_model() -> str | None:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or None
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None

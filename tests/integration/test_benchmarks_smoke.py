@@ -1,0 +1,43 @@
+"""The benchmarks keep working: each runs in its smoke size (`--smoke`) and writes its files.
+
+Not a measurement (the figures of a smoke run are never collected into the README); the
+benchmarks themselves run with `make bench`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from benchmarks.collect import collect
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_reports_benchmark_smoke(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.reports", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    data = json.loads((tmp_path / "reports.json").read_text())
+    assert data["smoke"] is True and data["name"] == "reports"
+    (load, report) = data["rows"]
+    assert load[1] == report[1] == 4 and load[2] == 4  # 4 runs, 4 rows in the frame
+    assert load[3] > 0 and load[4] > 0 and report[3] > 0 and report[4] > 0
+    assert data["machine"]["cores"] == os.cpu_count()
+    assert "--smoke" in data["command"]
+    assert (tmp_path / "reports.md").read_text().startswith("## Reports over 4 runs")
+    # a smoke run never stands in for the benchmark in the README
+    assert "## Reports over 1,000 runs\n\nNot measured yet." in collect(tmp_path)
