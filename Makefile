@@ -66,7 +66,7 @@ screenshot: $(STAMP) chromium
 
 # orch's benchmarks of itself (benchmarks/README.md): each writes its table into
 # benchmarks/results/, then the tables are joined into benchmarks/results/README.md
-BENCHMARKS ?= reports
+BENCHMARKS ?= reports overhead
 bench: $(STAMP)
 	@for b in $(BENCHMARKS); do $(BIN)/python -m benchmarks.$$b || exit 1; done
 	$(BIN)/python -m benchmarks.collect

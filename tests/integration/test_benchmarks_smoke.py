@@ -41,3 +41,26 @@ def test_reports_benchmark_smoke(tmp_path: Path) -> None:
     assert (tmp_path / "reports.md").read_text().startswith("## Reports over 4 runs")
     # a smoke run never stands in for the benchmark in the README
     assert "## Reports over 1,000 runs\n\nNot measured yet." in collect(tmp_path)
+
+
+def test_overhead_benchmark_smoke(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.overhead", "--smoke", "--out", str(tmp_path)],
+        cwd=ROOT,
+        env={**os.environ, "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    data = json.loads((tmp_path / "overhead.json").read_text())
+    assert data["smoke"] is True
+    (single, sweep) = data["rows"]
+    assert single[1] > single[2] > 0 and sweep[1] > sweep[2] > single[2]  # wall > workload
+    names = [t["name"] for t in data["targets"]]
+    assert names == [
+        "overhead of a first run",
+        "overhead of each further load point",
+        "agent bytes re-pushed on the next command",
+    ]
+    assert data["targets"][2]["value"] == 0.0 and data["targets"][2]["met"] is True

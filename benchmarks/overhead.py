@@ -1,0 +1,143 @@
+"""The overhead of a run around its workload: what `orch run` costs beyond the requests.
+
+On an embedded host whose simulator loads at once (``ORCH_SIM_LOAD_S=0``), with no warm-up:
+
+- first run: the wall time of `orch run` (a new process: imports, connect, push, probe, doctor,
+  launch, readiness, measure, stop, results) minus the measurement's own window
+  (``summary.json``'s ``measure_s``);
+- each further load point on a running server: a five-point sweep against a one-point run, the
+  difference in overhead divided by the four extra points;
+- the agent re-pushed: `orch hosts check --json` after the runs reports the bytes it had to push
+  (the agent is already there: 0 expected).
+
+Each figure is the median of ``--repeats`` runs.
+
+    python -m benchmarks.overhead
+    python -m benchmarks.overhead --smoke   # one repeat of 1 and 2 points, for CI
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from benchmarks.common import RESULTS, Bench, Target
+
+SIM_ENV = {"ORCH_SIM_LOAD_S": "0", "ORCH_SIM_SPEED": "20"}
+POINTS = [1, 2, 3, 4, 5]
+
+
+def playbook(path: Path, concurrency: int | list[int], port: int) -> Path:
+    workload = {
+        "prompts": "builtin:math",
+        "num_prompts": 8,
+        "concurrency": concurrency,
+        "max_tokens": 32,
+        "warmup": 0,
+    }
+    book = {
+        "name": path.stem,
+        "hosts": ["sim"],
+        "defaults": {"engine": "vllm", "model": "Qwen/Qwen3-8B", "workload": workload},
+        "runs": [{"name": "plain", "port": port}],
+    }
+    path.write_text(yaml.safe_dump(book, sort_keys=False))
+    return path
+
+
+def timed_run(book: Path, hosts: Path, results: Path, env: dict[str, str]) -> tuple[float, float]:
+    """(wall seconds of `orch run`, seconds its measurements' windows took together)."""
+    argv = [sys.executable, "-m", "orchestrator", "run", str(book), "--hosts", str(hosts)]
+    started = time.perf_counter()
+    done = subprocess.run(
+        [*argv, "--results", str(results)], env=env, capture_output=True, text=True, check=False
+    )
+    wall = time.perf_counter() - started
+    if done.returncode != 0:
+        raise SystemExit(f"orch run failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    folder = max(results.iterdir())
+    windows = [
+        json.loads(p.read_text())["times"]["measure_s"] or 0.0 for p in folder.rglob("summary.json")
+    ]
+    return wall, sum(windows)
+
+
+def pushed_bytes(hosts: Path, env: dict[str, str]) -> int:
+    argv = [sys.executable, "-m", "orchestrator", "hosts", "check", "--hosts", str(hosts)]
+    done = subprocess.run([*argv, "--json"], env=env, capture_output=True, text=True, check=False)
+    return sum(int(h.get("agent_bytes_pushed", 0)) for h in json.loads(done.stdout)["hosts"])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--smoke", action="store_true", help="one repeat of 1 and 2 points")
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    args = parser.parse_args()
+    repeats = 1 if args.smoke else args.repeats
+    with tempfile.TemporaryDirectory(prefix="orch-bench-overhead-") as name:
+        tmp = Path(name)
+        env = {**os.environ, "ORCH_EMBEDDED_ROOT": str(tmp / "embedded"), "NO_COLOR": "1"}
+        hosts = tmp / "hosts.yaml"
+        hosts.write_text(
+            yaml.safe_dump({"hosts": {"sim": {"transport": "embedded", "env": SIM_ENV}}})
+        )
+        one = playbook(tmp / "one.yaml", 1, 38411)
+        points = POINTS[:2] if args.smoke else POINTS
+        sweep = playbook(tmp / "sweep.yaml", points, 38412)
+        singles, sweeps = [], []
+        for i in range(repeats):
+            singles.append(timed_run(one, hosts, tmp / f"r1-{i}", env))
+            sweeps.append(timed_run(sweep, hosts, tmp / f"r5-{i}", env))
+        again = pushed_bytes(hosts, env)
+    first = statistics.median(w - m for w, m in singles)
+    per_point = statistics.median(
+        ((w5 - m5) - (w1 - m1)) / (len(points) - 1)
+        for (w1, m1), (w5, m5) in zip(singles, sweeps, strict=True)
+    )
+    bench = Bench(
+        name="overhead",
+        title="Overhead of a run around its workload",
+        columns=["what", "wall s", "workload s", "overhead s"],
+        rows=[
+            [
+                "`orch run`, one load point (new process)",
+                statistics.median(w for w, _ in singles),
+                statistics.median(m for _, m in singles),
+                first,
+            ],
+            [
+                f"`orch run`, a {len(POINTS)}-point sweep on one server",
+                statistics.median(w for w, _ in sweeps),
+                statistics.median(m for _, m in sweeps),
+                statistics.median(w - m for w, m in sweeps),
+            ],
+        ],  # fmt: skip
+        targets=[
+            Target("overhead of a first run", first, 1.5, "s"),
+            Target("overhead of each further load point", per_point, 0.2, "s"),
+            Target("agent bytes re-pushed on the next command", float(again), 0.0, "B"),
+        ],
+        notes=[
+            f"Medians of {repeats} runs; the workload is 8 requests per point (c=1..5, 32 "
+            "tokens) on an embedded host whose simulator loads at once. The first run's "
+            "overhead includes starting Python and importing orch in a new process."
+        ],
+        smoke=args.smoke,
+    )
+    json_path, md_path = bench.write(args.out)
+    print(bench.markdown())
+    print(f"wrote {json_path} and {md_path}")
+
+
+if __name__ == "__main__":
+    main()
