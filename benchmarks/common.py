@@ -8,16 +8,22 @@ replaced whole (written beside, then renamed): a run that dies leaves the last g
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import shlex
+import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
 
+import yaml
+
 RESULTS = Path(__file__).resolve().parent / "results"
+# a simulator that loads at once and runs fast: what orch itself costs shows, not the engine's
+SIM_ENV = {"ORCH_SIM_LOAD_S": "0", "ORCH_SIM_SPEED": "20"}
 PACKAGES = ("orch", "pandas", "matplotlib", "asyncssh", "aiohttp", "pydantic")
 
 
@@ -140,3 +146,39 @@ def _version(name: str) -> str | None:
         return metadata.version(name)
     except metadata.PackageNotFoundError:
         return None
+
+
+def arguments(doc: str, smoke: str, **numbers: int) -> argparse.Namespace:
+    """A benchmark's command line: ``--smoke`` (``smoke`` says what it then does), ``--out``,
+    and one ``--name N`` per keyword (its default)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n")[0])
+    for name, default in numbers.items():
+        parser.add_argument(f"--{name}", type=int, default=default)
+    parser.add_argument("--smoke", action="store_true", help=smoke)
+    parser.add_argument("--out", type=Path, default=RESULTS)
+    return parser.parse_args()
+
+
+def embedded_host(tmp: Path) -> tuple[dict[str, str], Path]:
+    """The environment and hosts.yaml of one embedded host, ``sim``, living under ``tmp``."""
+    env = {**os.environ, "ORCH_EMBEDDED_ROOT": str(tmp / "embedded"), "NO_COLOR": "1"}
+    hosts = tmp / "hosts.yaml"
+    hosts.write_text(yaml.safe_dump({"hosts": {"sim": {"transport": "embedded", "env": SIM_ENV}}}))
+    return env, hosts
+
+
+def orch(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``python -m orchestrator ARGS``; a failure ends the benchmark, saying what orch said."""
+    done = subprocess.run(
+        [sys.executable, "-m", "orchestrator", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise SystemExit(
+            f"orch {' '.join(args[:2])} failed ({done.returncode}):\n"
+            f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
+        )
+    return done

@@ -18,21 +18,16 @@ Each figure is the median of ``--repeats`` runs.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 
 import yaml
 
-from benchmarks.common import RESULTS, Bench, Target
+from benchmarks.common import Bench, Target, arguments, embedded_host, orch
 
-SIM_ENV = {"ORCH_SIM_LOAD_S": "0", "ORCH_SIM_SPEED": "20"}
 POINTS = [1, 2, 3, 4, 5]
 
 
@@ -56,14 +51,9 @@ def playbook(path: Path, concurrency: int | list[int], port: int) -> Path:
 
 def timed_run(book: Path, hosts: Path, results: Path, env: dict[str, str]) -> tuple[float, float]:
     """(wall seconds of `orch run`, seconds its measurements' windows took together)."""
-    argv = [sys.executable, "-m", "orchestrator", "run", str(book), "--hosts", str(hosts)]
     started = time.perf_counter()
-    done = subprocess.run(
-        [*argv, "--results", str(results)], env=env, capture_output=True, text=True, check=False
-    )
+    orch(["run", str(book), "--hosts", str(hosts), "--results", str(results)], env)
     wall = time.perf_counter() - started
-    if done.returncode != 0:
-        raise SystemExit(f"orch run failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
     folder = max(results.iterdir())
     windows = [
         json.loads(p.read_text())["times"]["measure_s"] or 0.0 for p in folder.rglob("summary.json")
@@ -72,25 +62,16 @@ def timed_run(book: Path, hosts: Path, results: Path, env: dict[str, str]) -> tu
 
 
 def pushed_bytes(hosts: Path, env: dict[str, str]) -> int:
-    argv = [sys.executable, "-m", "orchestrator", "hosts", "check", "--hosts", str(hosts)]
-    done = subprocess.run([*argv, "--json"], env=env, capture_output=True, text=True, check=False)
+    done = orch(["hosts", "check", "--hosts", str(hosts), "--json"], env)
     return sum(int(h.get("agent_bytes_pushed", 0)) for h in json.loads(done.stdout)["hosts"])
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--smoke", action="store_true", help="one repeat of 1 and 2 points")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = arguments(__doc__ or "", "one repeat of 1 and 2 points", repeats=5)
     repeats = 1 if args.smoke else args.repeats
     with tempfile.TemporaryDirectory(prefix="orch-bench-overhead-") as name:
         tmp = Path(name)
-        env = {**os.environ, "ORCH_EMBEDDED_ROOT": str(tmp / "embedded"), "NO_COLOR": "1"}
-        hosts = tmp / "hosts.yaml"
-        hosts.write_text(
-            yaml.safe_dump({"hosts": {"sim": {"transport": "embedded", "env": SIM_ENV}}})
-        )
+        env, hosts = embedded_host(tmp)
         one = playbook(tmp / "one.yaml", 1, 38411)
         points = POINTS[:2] if args.smoke else POINTS
         sweep = playbook(tmp / "sweep.yaml", points, 38412)

@@ -13,7 +13,6 @@ peak memory taken from the kernel (``wait4``'s ``ru_maxrss``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -26,10 +25,9 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.common import RESULTS, Bench
+from benchmarks.common import Bench, arguments, embedded_host, orch
 
 RUNS_PER_FOLDER = 20
-SIM_ENV = {"ORCH_SIM_LOAD_S": "0", "ORCH_SIM_SPEED": "20"}
 LOAD = (
     "import json,sys,time\n"
     "t=time.perf_counter()\n"
@@ -64,10 +62,9 @@ def measure(argv: list[str], env: dict[str, str]) -> Measured:
         return Measured(seconds, usage.ru_maxrss / 1024, out.read().decode())
 
 
-def template(tmp: Path, env: dict[str, str], prompts: int = 64) -> Path:
+def template(tmp: Path, prompts: int = 64) -> Path:
     """A real results folder: two runs (vLLM with DFlash, SGLang with MTP) on one embedded host."""
-    hosts = tmp / "hosts.yaml"
-    hosts.write_text(yaml.safe_dump({"hosts": {"sim": {"transport": "embedded", "env": SIM_ENV}}}))
+    env, hosts = embedded_host(tmp)
     workload = {
         "prompts": "builtin:mixed",
         "num_prompts": prompts,
@@ -112,12 +109,7 @@ def template(tmp: Path, env: dict[str, str], prompts: int = 64) -> Path:
         )
     )
     out = tmp / "template-results"
-    argv = [sys.executable, "-m", "orchestrator", "run", str(book), "--hosts", str(hosts)]
-    done = subprocess.run(
-        [*argv, "--results", str(out)], env=env, capture_output=True, text=True, check=False
-    )
-    if done.returncode != 0:
-        raise SystemExit(f"the template run failed:\n{done.stdout[-2000:]}{done.stderr[-2000:]}")
+    orch(["run", str(book), "--hosts", str(hosts), "--results", str(out)], env)
     (folder,) = out.iterdir()
     return folder
 
@@ -142,18 +134,15 @@ def replicate(folder: Path, root: Path, runs: int) -> int:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--runs", type=int, default=1000)
-    parser.add_argument("--smoke", action="store_true", help="4 runs, to check it works")
-    parser.add_argument("--out", type=Path, default=RESULTS)
-    args = parser.parse_args()
+    args = arguments(__doc__ or "", "4 runs, to check it works", runs=1000)
     runs = 4 if args.smoke else args.runs
+    prompts = 8 if args.smoke else 64
     with tempfile.TemporaryDirectory(prefix="orch-bench-reports-") as name:
         tmp = Path(name)
-        env = {**os.environ, "ORCH_EMBEDDED_ROOT": str(tmp / "embedded"), "NO_COLOR": "1"}
+        env, _hosts = embedded_host(tmp)
         root = tmp / "results"
-        made = replicate(template(tmp, env, 8 if args.smoke else 64), root, runs)
-        rows_per_run = (8 if args.smoke else 64) + 2  # measured + warm-up
+        made = replicate(template(tmp, prompts), root, runs)
+        rows_per_run = prompts + 2  # measured + warm-up
         size_mib = sum(p.stat().st_size for p in root.rglob("*") if p.is_file()) / 2**20
         load = measure([sys.executable, "-c", LOAD, str(root)], env)
         rows = json.loads(load.output)["rows"]

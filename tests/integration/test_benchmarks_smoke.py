@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,9 +22,10 @@ pytestmark = pytest.mark.integration
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_reports_benchmark_smoke(tmp_path: Path) -> None:
+def smoke(name: str, out: Path) -> dict[str, Any]:
+    """``python -m benchmarks.<name> --smoke --out OUT``, and the JSON file it wrote."""
     done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.reports", "--smoke", "--out", str(tmp_path)],
+        [sys.executable, "-m", f"benchmarks.{name}", "--smoke", "--out", str(out)],
         cwd=ROOT,
         env={**os.environ, "NO_COLOR": "1"},
         capture_output=True,
@@ -31,7 +33,12 @@ def test_reports_benchmark_smoke(tmp_path: Path) -> None:
         timeout=300,
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    data = json.loads((tmp_path / "reports.json").read_text())
+    data: dict[str, Any] = json.loads((out / f"{name}.json").read_text())
+    return data
+
+
+def test_reports_benchmark_smoke(tmp_path: Path) -> None:
+    data = smoke("reports", tmp_path)
     assert data["smoke"] is True and data["name"] == "reports"
     (load, report) = data["rows"]
     assert load[1] == report[1] == 4 and load[2] == 4  # 4 runs, 4 rows in the frame
@@ -44,16 +51,7 @@ def test_reports_benchmark_smoke(tmp_path: Path) -> None:
 
 
 def test_overhead_benchmark_smoke(tmp_path: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.overhead", "--smoke", "--out", str(tmp_path)],
-        cwd=ROOT,
-        env={**os.environ, "NO_COLOR": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    data = json.loads((tmp_path / "overhead.json").read_text())
+    data = smoke("overhead", tmp_path)
     assert data["smoke"] is True
     (single, sweep) = data["rows"]
     assert single[1] > single[2] > 0 and sweep[1] > sweep[2] > single[2]  # wall > workload
