@@ -269,7 +269,8 @@ def refuse_gpu_shortfalls(playbook: Playbook, plans: Sequence[PlannedLaunch]) ->
         ["tensor_parallel"],
         message,
         hint=f"lower tensor_parallel to {first.host_gpus} or less, send the run to a host with "
-        "more GPUs (its `hosts:`), or correct the host's `gpus:` in hosts.yaml",
+        "more GPUs (its `hosts:`), or correct the host's `gpus:` (a cluster's "
+        "`gpus_per_node:`) in hosts.yaml",
     )
 
 
