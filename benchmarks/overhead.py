@@ -97,7 +97,7 @@ def main() -> None:
                 first,
             ],
             [
-                f"`orch run`, a {len(POINTS)}-point sweep on one server",
+                f"`orch run`, a {len(points)}-point sweep on one server",
                 statistics.median(w for w, _ in sweeps),
                 statistics.median(m for _, m in sweeps),
                 statistics.median(w - m for w, m in sweeps),
@@ -109,7 +109,7 @@ def main() -> None:
             Target("agent bytes re-pushed on the next command", float(again), 0.0, "B"),
         ],
         notes=[
-            f"Medians of {repeats} runs; the workload is 8 requests per point (c=1..5, 32 "
+            f"Medians of {repeats} runs; the workload is 8 requests per point (c=1..{len(points)}, 32 "
             "tokens) on an embedded host whose simulator loads at once. The first run's "
             "overhead includes starting Python and importing orch in a new process."
         ],
