@@ -6,35 +6,15 @@ benchmarks themselves run with `make bench`.
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from benchmarks.collect import collect
+from tests.fixtures.benchsmoke import smoke
 
 pytestmark = pytest.mark.integration
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def smoke(name: str, out: Path) -> dict[str, Any]:
-    """``python -m benchmarks.<name> --smoke --out OUT``, and the JSON file it wrote."""
-    done = subprocess.run(
-        [sys.executable, "-m", f"benchmarks.{name}", "--smoke", "--out", str(out)],
-        cwd=ROOT,
-        env={**os.environ, "NO_COLOR": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    data: dict[str, Any] = json.loads((out / f"{name}.json").read_text())
-    return data
 
 
 def test_reports_benchmark_smoke(tmp_path: Path) -> None:
