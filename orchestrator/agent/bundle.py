@@ -46,9 +46,9 @@ if sys.version_info < {MIN_PYTHON!r}:
     }}) + "\\n")
     sys.exit(1)
 
-from {PACKAGE}.main import main  # noqa: E402
+from {PACKAGE}.main import exit_now, main  # noqa: E402
 
-sys.exit(main())
+exit_now(main())
 """
 
 

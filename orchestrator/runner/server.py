@@ -65,6 +65,7 @@ STOP_NOT_FOUND_RETRIES = 15  # a launch cut off in flight may still be writing s
 STOP_RETRY_S = 0.2
 RECONNECT_BACKOFF_S = 0.2  # doubled per failed attempt, at most RECONNECT_BACKOFF_MAX_S
 RECONNECT_BACKOFF_MAX_S = 5.0
+FIRST_POLL_S = 0.1  # readiness: then 0.2, 0.4 ... up to the poll interval
 DIED_POLL_S = 0.1  # the supervisor records the exit code a moment after the death
 Reconnect = Callable[[], Awaitable[AgentClient]]  # -> a fresh agent for the same host
 Progress = Callable[[str, float], None]  # (phase, seconds waited)
@@ -227,11 +228,16 @@ class Server:
     ) -> float:
         """Poll health, then /v1/models until the served name is listed; seconds it took.
 
+        Each question is an agent call (a process on the host), so a poll asks no more than it
+        must; the first polls come quickly, then every ``poll_interval``: an engine that is
+        ready at once is seen at once, a slow one costs no more polls.
+
         A process that dies meanwhile fails at once with its exit code, the classified cause
         and the last log lines; a timeout fails with the log lines too.
         """
         started = time.monotonic()
         phase = "starting"
+        polls = 0
         while True:
             elapsed = time.monotonic() - started
             state = await self.status()
@@ -240,11 +246,13 @@ class Server:
             self.check_identity(state)
             phase = await self._probe_ready(phase)
             if phase == "ready":
-                # who answered? only the engine this run launched counts as ready
-                state = await self.status()
-                if not state.alive:
-                    raise await self._died(state)
-                self.check_identity(state)
+                # who answered? only the engine this run launched counts as ready: when it held
+                # the port before the answer, nobody else could; else look again
+                if state.port_owner != "launched":
+                    state = await self.status()
+                    if not state.alive:
+                        raise await self._died(state)
+                    self.check_identity(state)
                 if state.port_owner != "none":
                     return time.monotonic() - started
                 phase = "answering, but nothing listens on the port yet"
@@ -258,7 +266,8 @@ class Server:
                     log_tail=await self.log_tail(),
                     hint="large models take minutes to load: raise ready_timeout_s in the playbook",
                 )
-            await asyncio.sleep(poll_interval)
+            await asyncio.sleep(min(poll_interval, FIRST_POLL_S * 2**polls))
+            polls += 1
 
     async def _probe_ready(self, phase: str) -> str:
         health = await self.http("GET", self.engine.health_path, timeout_s=5.0)

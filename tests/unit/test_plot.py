@@ -203,24 +203,19 @@ def test_many_runs_have_no_overlapping_tick_labels() -> None:
         for c in range(1, 8)
     ]
     results[3] = result("broken[concurrency=4]", out=5.0, decode=5.0, accept=1.02, collapse=True)
-    fig = comparison_figure(results, title="matrix")
-    try:
-        fig.canvas.draw()
-        renderer = fig.canvas.get_renderer()
-        for ax in fig.axes:
-            boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
-            assert len(boxes) == 7
-            for left, right in zip(boxes, boxes[1:], strict=False):
-                assert left.x1 <= right.x0, f"tick labels overlap in {ax.get_title()!r}"
-            hatched = [p.get_hatch() for p in ax.patches]
-            assert hatched[3] == COLLAPSE_HATCH and hatched.count(COLLAPSE_HATCH) == 1
-        legend = fig.legends[0]
-        assert [t.get_text() for t in legend.get_texts()] == ["vLLM DFlash", "acceptance collapse"]
-        assert "workload: builtin:mixed, 10 prompts, concurrency 1" in fig._suptitle.get_text()
-    finally:
-        import matplotlib.pyplot as plt
-
-        plt.close(fig)
+    fig = comparison_figure(results, title="matrix")  # its own canvas: no pyplot to close
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        boxes = [t.get_window_extent(renderer) for t in ax.get_xticklabels()]
+        assert len(boxes) == 7
+        for left, right in zip(boxes, boxes[1:], strict=False):
+            assert left.x1 <= right.x0, f"tick labels overlap in {ax.get_title()!r}"
+        hatched = [p.get_hatch() for p in ax.patches]
+        assert hatched[3] == COLLAPSE_HATCH and hatched.count(COLLAPSE_HATCH) == 1
+    legend = fig.legends[0]
+    assert [t.get_text() for t in legend.get_texts()] == ["vLLM DFlash", "acceptance collapse"]
+    assert "workload: builtin:mixed, 10 prompts, concurrency 1" in fig._suptitle.get_text()
 
 
 def test_render_writes_a_png() -> None:

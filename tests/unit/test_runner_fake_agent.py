@@ -8,6 +8,7 @@ runs the same paths against the real agent over real SSH.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -40,6 +41,7 @@ from orchestrator.remote.wire import (
     LoadgenResult,
     PhaseEvent,
     RequestRecord,
+    StatusResult,
     StopOutcome,
     StopResult,
     StopSpec,
@@ -275,6 +277,36 @@ def test_readiness_waits_for_health_then_the_model_list() -> None:
 
     asyncio.run(scenario())
     assert phases == ["starting", "loading (health 503)", "health ok, waiting for the model list"]
+
+
+def test_readiness_polls_quickly_at_first_and_asks_once_per_poll_when_the_port_is_known(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An engine ready at once is seen at once; one already on its port is not asked again."""
+    models = json.dumps({"data": [{"id": MODEL}]})
+    on_port = status_of("r1-id", alive=True)
+    on_port = StatusResult(servers=[dataclasses.replace(on_port.servers[0], port_owner="launched")])
+    refused = http_answer(None, error="connection refused")
+    agent = (
+        started_agent()
+        .always("status", on_port)
+        .on("http", *[refused] * 5, http_answer(200), http_answer(200, models))
+    )
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    monkeypatch.setattr(server_mod.asyncio, "sleep", sleep)
+
+    async def scenario() -> None:
+        server = await start(agent, ServerRegistry())
+        agent.calls.clear()
+        await server.wait_ready(timeout=600, poll_interval=1.0)
+
+    asyncio.run(scenario())
+    assert slept == [0.1, 0.2, 0.4, 0.8, 1.0]
+    assert [c.verb for c in agent.calls] == ["status", "http"] * 5 + ["status", "http", "http"]
 
 
 def job_for(tmp_path: Path, run: RunSpec) -> RunJob:
