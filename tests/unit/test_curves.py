@@ -35,7 +35,7 @@ from orchestrator.results.figures import (
 )
 from orchestrator.results.figures.acceptance import mean_positions
 from orchestrator.results.figures.latency import ecdf, thinned
-from orchestrator.results.figures.style import legend_columns, statistic
+from orchestrator.results.figures.style import keyed_series, legend_columns, legend_key, statistic
 from orchestrator.results.figures.timeline import log_seconds, metric_points
 from orchestrator.results.plot import PALETTE, palette
 from orchestrator.results.stats import aggregate
@@ -624,3 +624,23 @@ def test_a_report_over_many_servers_draws_the_first_twelve_timelines(
         else f"timeline: the first 12 of {servers} servers (a report over one results folder "
         "shows all of its own)"
     )
+
+
+def test_a_long_legend_becomes_one_entry_per_configuration_and_per_line_style() -> None:
+    keys = [f"{config} · f{i}" for config in ("vllm dflash", "sglang mtp") for i in range(10)]
+    few = legend_key(keyed_series(keys[:16]))
+    assert [label for label, _ in few][:2] == ["vLLM DFlash · f0", "vLLM DFlash · f1"]
+    assert len(few) == 16
+    key = legend_key(keyed_series(keys))
+    assert [label for label, _ in key] == [
+        "vLLM DFlash",
+        "SGLang MTP",
+        "f0, f4, f8",
+        "f1, f5, f9",
+        "f2, f6",
+        "f3, f7",
+    ]
+    assert [h.get_linestyle() for _, h in key] == ["-", "-", "-", "--", ":", "-."]
+    assert key[0][1].get_color() != key[1][1].get_color()
+    many = legend_key(keyed_series([f"vllm dflash · f{i}" for i in range(20)]))
+    assert [label for label, _ in many][:2] == ["vLLM DFlash", "f0, f4, f8 +2 more"]

@@ -280,24 +280,54 @@ def draw_points(
 
 
 def legend(fig: Figure, series: Sequence[Series], *, extra: Sequence[tuple[str, Any]] = ()) -> None:
-    """One entry per series (colour, line style, marker), then ``extra`` (label, handle)."""
-    from matplotlib.lines import Line2D
-
-    handles = [
-        Line2D([], [], color=s.color, linestyle=s.linestyle, marker=s.marker) for s in series
-    ]
-    names = [s.label for s in series]
-    handles += [h for _, h in extra]
-    names += [n for n, _ in extra]
-    if handles:
+    """One entry per series (colour, line style, marker), then ``extra`` (label, handle); past
+    ``MAX_LEGEND_ENTRIES`` series, one per configuration and one per line style instead (a
+    report over 50 folders had 100 entries, and drawing them took half its time)."""
+    entries = legend_key(series) + list(extra)
+    if entries:
+        names = [name for name, _ in entries]
         fig.legend(
-            handles,
+            [handle for _, handle in entries],
             names,
             loc="outside lower center",
             ncols=legend_columns(names, fig.get_figwidth()),
             fontsize=8,
             frameon=False,
         )
+
+
+MAX_LEGEND_ENTRIES = 16
+MAX_FOLDERS_NAMED = 3  # per line style, in a shortened legend
+
+
+def legend_key(series: Sequence[Series]) -> list[tuple[str, Any]]:
+    """(label, handle) per series, or the shortened key: colour = configuration, line style =
+    the folders (or runs) drawn with it."""
+    from matplotlib.lines import Line2D
+
+    if len(series) <= MAX_LEGEND_ENTRIES:
+        return [
+            (s.label, Line2D([], [], color=s.color, linestyle=s.linestyle, marker=s.marker))
+            for s in series
+        ]
+    colours = {s.config: s.color for s in reversed(series)}  # first appearance wins
+    out: list[tuple[str, Any]] = [
+        (config_label(c), Line2D([], [], color=colours[c]))
+        for c in dict.fromkeys(s.config for s in series)
+    ]
+    styles: dict[LineStyle, list[str]] = {}
+    for s in series:
+        names = styles.setdefault(s.linestyle, [])
+        name = s.label.rsplit(SEPARATOR, 1)[-1] if SEPARATOR in s.label else ""
+        if name and name not in names:
+            names.append(name)
+    if len(styles) > 1:
+        for style, names in styles.items():
+            shown = ", ".join(names[:MAX_FOLDERS_NAMED])
+            more = len(names) - MAX_FOLDERS_NAMED
+            label = shown + (f" +{more} more" if more > 0 else "")
+            out.append((label, Line2D([], [], color="grey", linestyle=style)))
+    return out
 
 
 def legend_columns(names: Sequence[str], width_in: float) -> int:
