@@ -13,6 +13,7 @@ from orchestrator.cli import hosts, logs, nightly, servers
 from orchestrator.cli.common import EXIT_INTERRUPTED, err, print_json, report_error
 from orchestrator.cli.compare import compare_command
 from orchestrator.cli.doctor import doctor_command
+from orchestrator.cli.loadgen import loadgen_command
 from orchestrator.cli.report import report_command
 from orchestrator.cli.results import results_command
 from orchestrator.cli.run import run_command
@@ -32,6 +33,8 @@ Examples:
   orch doctor playbooks/demo.yaml         # catch drafter mistakes first
 
   orch logs parse server.log --json       # metrics from a saved log
+
+  orch loadgen http://127.0.0.1:8000 -m Qwen/Qwen3-8B -c 8   # any OpenAI server, no playbook
 
   orch report results/STAMP-demo         # report.html and report.md of a run
 
@@ -66,6 +69,7 @@ app.command("doctor")(doctor_command)
 app.command("report")(report_command)
 app.command("results")(results_command)
 app.command("compare")(compare_command)
+app.command("loadgen")(loadgen_command)
 servers.register(app)
 nightly.register(app)
 

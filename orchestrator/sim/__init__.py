@@ -17,6 +17,9 @@ Environment read by the simulated engines:
                             nightly history: seeded night-to-night noise on step and prefill
                             times, and injected changes (throughput:-10%@20, latency:+15%@20,
                             acceptance:-10%@20, drafter:broken@20); see ``nights.py``.
+    ORCH_SIM_STEP_MS, ORCH_SIM_CHUNK_TOKENS   a fixed timing model for measuring clients: every
+                            forward step takes this many wall ms, every decode step gives each
+                            request exactly N tokens (N > 1: a speculative launch); ``fixed.py``.
     ORCH_SIM_STATE          state directory: gpus.json, gpu-<pid>.json, ground-truth-<pid>.json
                             (default: $TMPDIR/orch-sim-<uid>; the sandbox's scripts set it).
     ORCH_SIM_GPUS, ORCH_SIM_GPU_NAME, ORCH_SIM_GPU_MEMORY_MIB   override the simulated GPUs;

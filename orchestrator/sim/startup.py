@@ -18,6 +18,7 @@ from pathlib import Path
 from orchestrator.sim import failures
 from orchestrator.sim.cli import LaunchConfig
 from orchestrator.sim.failures import GIB, StartupFailure
+from orchestrator.sim.fixed import FixedTiming, FixedTimingError, apply_fixed, read_fixed
 from orchestrator.sim.gpus import GpuFacts, held_by_others, load_gpu_facts, visible_devices
 from orchestrator.sim.models import (
     DraftModel,
@@ -265,6 +266,7 @@ def sglang_backend_changes(cfg: LaunchConfig, gpu_name: str) -> tuple[str, list[
 def plan_launch(cfg: LaunchConfig, environ: Mapping[str, str], state: Path) -> Plan:
     engine = cfg.engine
     settings = _night_settings(environ)  # a bad knob fails first, as a bad flag would
+    fixed = _fixed_timing(environ)
     target = load_target(cfg.model, _resolve(engine, cfg.model, environ))
     spec: SpecChoice | None = None
     draft: DraftModel | None = None
@@ -297,7 +299,21 @@ def plan_launch(cfg: LaunchConfig, environ: Mapping[str, str], state: Path) -> P
             plan = replace(plan, profile=replace(plan.profile, step_s=plan.profile.step_s * 1.06))
     key = night_key(engine, cfg.model, plan.spec.method if plan.spec else None)
     profile, night = play(settings, plan.profile, key)
+    if fixed.active:  # a client benchmark's known step and tokens per chunk (fixed.py)
+        speed = max(1e-6, float(environ.get("ORCH_SIM_SPEED") or 1.0))
+        try:
+            profile = apply_fixed(profile, fixed, speed)
+        except FixedTimingError as exc:
+            raise failures.config_error(f"ValueError: {exc}") from None
     return replace(plan, profile=profile, night=night)
+
+
+def _fixed_timing(environ: Mapping[str, str]) -> FixedTiming:
+    """``ORCH_SIM_STEP_MS`` / ``ORCH_SIM_CHUNK_TOKENS`` (fixed.py); malformed: a start-up error."""
+    try:
+        return read_fixed(environ)
+    except FixedTimingError as exc:
+        raise failures.config_error(f"ValueError: {exc}") from None
 
 
 def _night_settings(environ: Mapping[str, str]) -> NightSettings:

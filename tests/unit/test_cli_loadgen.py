@@ -1,0 +1,275 @@
+"""`orch loadgen URL`: the load generator on its own writes a run's files, says a failed
+measurement is failed, and refuses bad input with one message before touching anything."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from orchestrator.cli.main import run as run_cli
+from orchestrator.commands.loadgen import (
+    Failure,
+    LoadgenOptions,
+    base_url,
+    engine_of,
+    failures_of,
+    summarize,
+    workload_of,
+)
+from orchestrator.errors import ConfigError
+from orchestrator.loadgen.records import ClientLag, LagStats, LoadgenResult, RequestRecord
+from orchestrator.remote.wire import Chunk
+from orchestrator.results.model import RunResult, RunTimes
+from orchestrator.sim.sandbox import prepare_sandbox
+
+MODEL = "Qwen/Qwen3-8B"
+NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
+
+
+# ---------------------------------------------------------------- input, pure
+
+
+@pytest.mark.parametrize(
+    ("url", "base"),
+    [
+        ("http://127.0.0.1:8000", "http://127.0.0.1:8000"),
+        ("http://127.0.0.1:8000/", "http://127.0.0.1:8000"),
+        ("http://gpu-1:8000/v1", "http://gpu-1:8000"),
+        ("https://example.org/serving/v1/", "https://example.org/serving"),
+    ],
+)
+def test_base_url(url: str, base: str) -> None:
+    assert base_url(url) == base
+
+
+@pytest.mark.parametrize("url", ["127.0.0.1:8000", "ftp://host/", "http://", "http://h/?a=1"])
+def test_a_url_that_is_not_a_servers_is_refused(url: str) -> None:
+    with pytest.raises(ConfigError) as refused:
+        base_url(url)
+    assert refused.value.path == "URL"
+
+
+def test_options_become_a_playbooks_workload() -> None:
+    opts = LoadgenOptions(url="http://h:1", model="m", prompts="random:128", concurrency=8)
+    w = workload_of(opts)
+    assert (w.prompts, w.input_len, w.concurrency, w.request_rate) == ("random", 128, 8, None)
+    assert (w.num_prompts, w.max_tokens, w.warmup, w.seed) == (64, 256, 2, 0)  # its defaults
+    capped = workload_of(
+        LoadgenOptions(url="http://h:1", model="m", request_rate=5.0, concurrency=4)
+    )
+    assert capped.open_loop_cap == 4
+    free = workload_of(LoadgenOptions(url="http://h:1", model="m", request_rate=5.0))
+    assert free.open_loop_cap is None  # no --concurrency: the open loop has no cap
+
+
+def test_engine_of_a_scrape() -> None:
+    assert engine_of("# HELP vllm:num_requests_running x\nvllm:num_requests_running 0\n") == "vllm"
+    assert engine_of('sglang:num_running_reqs{model_name="m"} 0\n') == "sglang"
+    assert engine_of("process_cpu_seconds_total 1.5\n") is None
+    assert engine_of(None) is None
+
+
+def _record(index: int, tokens: int = 8) -> RequestRecord:
+    chunks = tuple(Chunk(0.1 + 0.01 * i, 1) for i in range(tokens))
+    return RequestRecord(
+        index=index, warmup=False, start=float(index), start_wall=1e9 + index, end=index + 0.2,
+        due=float(index), status=200, ttft=0.1, e2el=chunks[-1].t, chunks=chunks,
+        output_tokens=tokens, prompt_tokens=5, token_count_method="usage",
+    )  # fmt: skip
+
+
+def _lag(loop_p99: float) -> ClientLag:
+    send = LagStats(n=2, mean=0.0, p50=0.0, p99=0.0, max=0.0)
+    loop = LagStats(n=50, mean=1.0, p50=1.0, p99=loop_p99, max=loop_p99)
+    return ClientLag(send_lag_ms=send, loop_delay_ms=loop, loop_tick_ms=20.0)
+
+
+def _result(loop_p99: float, records: list[RequestRecord], failed: int = 0) -> RunResult:
+    opts = LoadgenOptions(url="http://127.0.0.1:9/v1", model="m", concurrency=2, num_prompts=2)
+    loadgen = LoadgenResult(
+        requests=len(records), completed=len(records) - failed, failed=failed, duration_s=1.2,
+        started_at=1e9, ended_at=1e9 + 1.2, output_tokens=8 * (len(records) - failed),
+        concurrency=2, client_lag=_lag(loop_p99), token_count_method="usage",
+    )  # fmt: skip
+    times = RunTimes.from_epoch(started_at=1e9 - 1, ended_at=1e9 + 2)
+    return summarize(opts, workload_of(opts), folder="x", run_id="T-x", loadgen=loadgen, records=records, times=times)  # fmt: skip
+
+
+def test_a_client_that_kept_up_is_a_right_measurement() -> None:
+    result = _result(5.0, [_record(0), _record(1)])
+    assert result.error is None and result.verdict == "ok"
+    assert result.run.host == "127.0.0.1:9" and result.run.folder == "x"
+    assert result.settings.engine == "unknown"  # no /metrics scrape to tell
+    assert result.requests is not None and result.requests.completed == 2
+    assert result.point is not None and result.point.label == "c=2"
+    assert failures_of(result, [_record(0), _record(1)], None) == []
+
+
+def test_a_lagging_client_fails_the_measurement() -> None:
+    records = [_record(0), _record(1)]
+    result = _result(45.0, records)
+    (failure,) = failures_of(result, records, None)
+    assert failure.kind == "ClientSaturated"
+    assert failure.text.startswith("client saturated: event-loop delay p99 45.0 ms > 20 ms")
+    assert result.error is not None and result.error.type == "ClientSaturated"
+    assert result.error.message == failure.text and result.verdict == "failed"
+
+
+def test_failed_requests_fail_the_measurement_and_are_counted() -> None:
+    bad = RequestRecord(index=2, warmup=False, start=2.0, start_wall=1e9 + 2, end=2.1, due=2.0,
+                        status=500, error="HTTP 500: boom")  # fmt: skip
+    records = [_record(0), _record(1), bad]
+    result = _result(5.0, records, failed=1)
+    assert failures_of(result, records, None) == [
+        Failure("RequestsFailed", "requests failed (1 of 3): 1 x HTTP 500: boom")
+    ]
+    assert result.error is not None and result.error.cause is None
+
+
+# ---------------------------------------------------------------- bad input, on the CLI
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-n", "5", "--duration", "3"], "give --num-prompts or --duration, not both"),
+        (["--prompts", "random:lots"], "--prompts: 'random:lots': random prompts need a length"),
+        (["--prompts", "notes.txt"], "--prompts: Value error, expected 'builtin:<name>'"),
+        (["--prompts", "missing.jsonl"], "prompt file"),
+        (["--request-rate", "0"], "--request-rate: Input should be greater than 0"),
+        (["--api-key-env", "ORCH_TEST_UNSET_KEY"], "ORCH_TEST_UNSET_KEY is not set"),
+        (["--tokenizer", "/nonexistent/tok"], "cannot load the tokenizer '/nonexistent/tok'"),
+    ],
+)
+def test_bad_input_is_one_message_and_nothing_written(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    os.environ.pop("ORCH_TEST_UNSET_KEY", None)
+    out = tmp_path / "results"
+    code = run_cli(["loadgen", "http://127.0.0.1:9", "-m", MODEL, "--out", str(out), *args])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in " ".join(err.split()) and "Traceback" not in err
+    assert not out.exists()
+
+
+# ---------------------------------------------------------------- against the simulator
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _start_sim(root: Path, env: dict[str, str], *args: str) -> tuple[subprocess.Popen[bytes], str]:
+    box = prepare_sandbox(root)
+    port = _free_port()
+    argv = [sys.executable, "-m", "orchestrator.sim", "vllm", "serve", MODEL, "--port", str(port)]
+    full_env = {**os.environ, **box.env(), "ORCH_SIM_LOAD_S": "0", **env}
+    with (root / "server.log").open("wb") as log:
+        proc = subprocess.Popen([*argv, *args], env=full_env, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and proc.poll() is None:
+        try:
+            with urllib.request.urlopen(url + "/health", timeout=1) as resp:
+                if resp.status == 200:
+                    return proc, url
+        except OSError:
+            time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    raise AssertionError((root / "server.log").read_text()[-2000:])
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def spec_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A speculative server: every step 1 ms and exactly 3 tokens per chunk."""
+    env = {"ORCH_SIM_STEP_MS": "1", "ORCH_SIM_CHUNK_TOKENS": "3"}
+    proc, url = _start_sim(tmp_path_factory.mktemp("sim"), env, "--speculative-config", NGRAM)
+    yield url
+    _stop(proc)
+
+
+def test_measures_any_server_and_writes_a_runs_files(
+    spec_sim: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    args = ["loadgen", spec_sim + "/v1", "-m", MODEL, "-n", "12", "-c", "3", "--warmup", "1"]
+    args += ["--max-tokens", "16", "--ignore-eos", "--prompts", "builtin:math", "--out", str(tmp_path)]  # fmt: skip
+    code = run_cli([*args, "--json"])
+    said = json.loads(capsys.readouterr().out)
+    folder = Path(said["folder"])
+    assert folder.parent.parent == tmp_path and folder.name == "loadgen"
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "manifest.json", "metrics_after.txt", "metrics_before.txt", "requests.jsonl", "summary.json",
+    ]  # fmt: skip
+    records = [json.loads(line) for line in (folder / "requests.jsonl").read_text().splitlines()]
+    assert [r["warmup"] for r in records].count(True) == 1 and len(records) == 13
+    # every chunk but the first (the prefill's token) carries exactly 3 tokens: 1 + 3 x 5 = 16
+    assert all([c[1] for c in r["chunks"]] == [1, 3, 3, 3, 3, 3] for r in records)
+    result = RunResult.load(folder / "summary.json")
+    assert result.to_json() == said["summary"]
+    assert (result.run.folder, result.run.run_id) == ("loadgen", folder.parent.name)
+    assert said["ok"] == (code == 0) == (result.error is None) == (said["failures"] == [])
+    stats = result.requests
+    assert stats is not None and (stats.completed, stats.failed) == (12, 0)
+    assert stats.total_output_tokens == 12 * 16 and stats.token_count_method == "usage"
+    assert stats.tokens_per_chunk == 3.0
+    assert (result.settings.engine, result.settings.speculative.method) == ("vllm", "unknown")
+    assert result.acceptance is not None and result.acceptance.prometheus == 3.0
+    assert result.loadgen is not None and (result.loadgen.concurrency, result.loadgen.warmup) == (
+        3,
+        1,
+    )
+    assert (
+        result.settings.workload is not None and result.settings.workload.prompts == "builtin:math"
+    )
+    manifest = json.loads((folder / "manifest.json").read_text())
+    assert manifest["url"] == spec_sim and manifest["loadgen_spec"]["api_key"] is None
+    assert manifest["loadgen_spec"]["prompts"]["items"] == "13 prompts"
+    # a second invocation never touches the first one's folder
+    assert run_cli([*args, "--name", "again"]) in (0, 1)
+    assert len(list(tmp_path.iterdir())) == 2
+    assert "results:" in capsys.readouterr().out
+
+
+def test_every_request_failing_fails_the_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc, url = _start_sim(tmp_path / "sim", {"ORCH_SIM_FAIL_REQUESTS": "1"})
+    try:
+        code = run_cli(["loadgen", url, "-m", MODEL, "-n", "4", "--warmup", "0",
+                        "--out", str(tmp_path / "results")])  # fmt: skip
+    finally:
+        _stop(proc)
+    captured = capsys.readouterr()
+    assert code == 1
+    err = " ".join(captured.err.split())
+    assert "measurement failed:" in err
+    assert "every measured request failed (4 of 4): 4 x HTTP 500:" in err
+    (summary,) = (tmp_path / "results").glob("*/loadgen/summary.json")
+    result = RunResult.load(summary)
+    assert result.error is not None and result.error.type == "RequestsFailed"
+    assert result.error.cause == "all_requests_failed" and result.verdict == "failed"
