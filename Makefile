@@ -64,9 +64,10 @@ screenshot: $(STAMP) chromium
 	fi
 	$(BIN)/python scripts/screenshot_report.py $(RESULTS) docs/report.png
 
-# orch's benchmarks of itself (benchmarks/README.md): each writes its table into
-# benchmarks/results/, then the tables are joined into benchmarks/results/README.md
-BENCHMARKS ?= reports overhead
+# orch's benchmarks of itself: each writes its table into benchmarks/results/, then the tables
+# are joined into benchmarks/results/README.md. `client` installs AIPerf and GuideLLM (with a
+# CUDA build of torch, about 4 GB) into benchmarks/.venvs/ the first time.
+BENCHMARKS ?= client fanout logpath overhead reports
 bench: $(STAMP)
 	@for b in $(BENCHMARKS); do $(BIN)/python -m benchmarks.$$b || exit 1; done
 	$(BIN)/python -m benchmarks.collect
