@@ -49,7 +49,7 @@ from orchestrator.remote.wire import (
     StopSpec,
     TailEvent,
     TailHeartbeat,
-    TailLine,
+    TailLines,
     TailResult,
     TailSpec,
     Wire,
@@ -147,7 +147,7 @@ class FakeAgent:
     async def tail(self, spec: TailSpec) -> AsyncGenerator[TailEvent, None]:
         stream = self._stream("tail", spec)
         for event in stream.events:
-            if not isinstance(event, TailLine | TailHeartbeat | TailResult):
+            if not isinstance(event, TailLines | TailHeartbeat | TailResult):
                 raise TypeError(f"FakeAgent: tail cannot send a {type(event).__name__}")
             yield event
         if stream.then is not None:
@@ -210,41 +210,52 @@ class FakeAgent:
 # -- building blocks for scripts -------------------------------------------------------------
 
 
-def tail_lines(texts: Sequence[str], *, start: int = 0) -> list[TailLine]:
-    """server.log lines with the byte offsets the real agent gives them (UTF-8, newline-ended)."""
-    lines, offset = [], start
-    for text in texts:
-        size = len(text.encode("utf-8")) + 1
-        lines.append(TailLine(offset=offset, next=offset + size, text=text))
+def tail_lines(texts: Sequence[str], *, start: int = 0, per_event: int = 1) -> list[TailLines]:
+    """server.log lines with the byte offsets the real agent gives them (UTF-8, newline-ended),
+    ``per_event`` lines an event (the real agent sends the lines of each read of the log)."""
+    batches, offset = [], start
+    for first in range(0, len(texts), per_event):
+        chunk = list(texts[first : first + per_event])
+        size = sum(len(text.encode("utf-8")) + 1 for text in chunk)
+        batches.append(TailLines(offset=offset, next=offset + size, lines=chunk))
         offset += size
-    return lines
+    return batches
 
 
 @dataclass
 class FakeLog:
-    """A host's server.log that ``tail`` serves from any byte offset.
+    """A host's server.log that ``tail`` serves from any byte offset (from the first line that
+    starts there or after).
 
-    ``drops`` cuts the connection after that many lines, one entry per tail call (``None``: a
-    call that is not cut), so a resumed tail must ask again from the right offset.
+    ``drops`` cuts the connection after that many events, one entry per tail call (``None``: a
+    call that is not cut), so a resumed tail must ask again from the right offset. Each event
+    holds ``per_event`` lines (the last one of a call fewer).
     """
 
     texts: Sequence[str]
     exited: bool = True
     drops: list[int | None] = field(default_factory=list)
     host: str = FAKE_HOST.name
+    per_event: int = 1
 
     @property
-    def lines(self) -> list[TailLine]:
-        return tail_lines(self.texts)
+    def batches(self) -> list[TailLines]:
+        """The whole log as served from its start: one event per ``per_event`` lines."""
+        return tail_lines(self.texts, per_event=self.per_event)
 
     @property
     def size(self) -> int:
-        lines = self.lines
-        return lines[-1].next if lines else 0
+        return sum(len(text.encode("utf-8")) + 1 for text in self.texts)
 
     def __call__(self, spec: Wire) -> Stream:
         assert isinstance(spec, TailSpec)
-        served = [line for line in self.lines if line.offset >= spec.offset]
+        skipped, start = 0, 0  # the lines that start at or after the offset are served
+        for text in self.texts:
+            if start >= spec.offset:
+                break
+            start += len(text.encode("utf-8")) + 1
+            skipped += 1
+        served = tail_lines(self.texts[skipped:], start=start, per_event=self.per_event)
         cut = self.drops.pop(0) if self.drops else None
         if cut is not None:
             return Stream(served[:cut], then=dropped(self.host))

@@ -7,9 +7,12 @@ supply them, exactly as OpenSSH would.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 import re
-from collections.abc import Iterable, Mapping
+import string
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -230,6 +233,106 @@ def mask(text: str, secrets: Iterable[str]) -> str:
         if len(secret) >= MIN_TEXT_SECRET:
             text = text.replace(secret, "***")
     return text
+
+
+# Where a ``_NAME_SEP`` match with a secret-looking name may be, in lowercased text: every such
+# name (ASCII) holds one of these words (``_SECRET_KEY``'s, or a part of them), and each pattern
+# goes on from its word to the name's end, the separator (``sep``) and the opening quote or
+# ``[``. One pattern per word: each starts with a literal, which the regex engine looks for
+# at C speed, where ``_NAME_SEP`` tries its look-behind and a name at every position (the five
+# scan vLLM's request lines over ten times faster), and they find few places: most separators
+# have no secret-looking name.
+_SECRET_WORDS = ("token", "key", "pass", "secret", "credential")
+_AFTER_WORD = r"""[a-z0-9_]*['"]?\s*(?P<sep>[:=])\s*[\['"]"""
+_SECRET_SEPS = tuple(re.compile(word + _AFTER_WORD) for word in _SECRET_WORDS)
+_SECRET_SEPS_ANY_CASE = tuple(re.compile(p.pattern, re.IGNORECASE) for p in _SECRET_SEPS)
+_NAME_CHARS = string.ascii_letters + string.digits + "_"
+_NAME_WINDOW = 256  # characters looked at before a separator for its name
+
+
+def mask_lines(lines: Sequence[str], secrets: Iterable[str]) -> list[str]:
+    """``[mask(line, secrets) for line in lines]`` for a batch of log lines, at a fraction of
+    its cost: only the lines ``mask`` could change go through it. Which ones is found over the
+    batch joined into one text, with a few C-speed searches instead of ``mask``'s regexes and
+    sort per line: a log's ordinary lines cost next to nothing. The output is the same, line
+    for line: each search finds a superset of what ``mask`` changes (see ``_maskable``)."""
+    found = Secrets.of(secrets)
+    out = list(lines)
+    for i in _maskable(lines, found):
+        out[i] = mask(lines[i], found)
+    return out
+
+
+def _maskable(lines: Sequence[str], found: Secrets) -> set[int]:
+    """The indexes of the lines ``mask`` may change: those that hold a secret of
+    ``MIN_TEXT_SECRET`` characters or more, a quoted value under a secret-looking name
+    (``_secret_named``), or, when there are standalone secrets, that equal one or start with
+    ``-`` (``--flag=<it>``). A search across two lines (the join's newline) only adds a line
+    ``mask`` then leaves as it was."""
+    text = "\n".join(lines)
+    offsets: list[int] = []
+    for secret in found:
+        if len(secret) >= MIN_TEXT_SECRET:
+            at = text.find(secret)
+            while at >= 0:
+                offsets.append(at)
+                at = text.find(secret, at + 1)
+    offsets.extend(_secret_named(text))
+    marked: set[int] = set()
+    if found.standalone:
+        if not found.standalone.isdisjoint(lines):
+            marked.update(i for i, line in enumerate(lines) if line in found.standalone)
+        if text.startswith("-"):
+            marked.add(0)
+        at = text.find("\n-")
+        while at >= 0:
+            offsets.append(at + 1)
+            at = text.find("\n-", at + 1)
+    if offsets:
+        ends = list(itertools.accumulate(len(line) + 1 for line in lines))  # just past each "\n"
+        marked.update(bisect.bisect_right(ends, at) for at in offsets)
+    return marked
+
+
+def _secret_named(text: str) -> Iterator[int]:
+    """Where ``_hide_named`` may hide a value in ``text``: a separator whose name (the word
+    before it, then an optional quote and spaces) is secret-looking, followed by a quote, or by
+    a ``[`` whose list holds a quote before its ``]`` (``'stop_token_ids': []`` stays as is).
+    A name that may begin before the window looked at counts as secret-looking."""
+    low = text.lower()  # the same positions unless a character lowercases to several
+    if len(low) == len(text):  # each pattern from its word's first place (str.find is faster)
+        words = zip(_SECRET_WORDS, _SECRET_SEPS, strict=True)
+        scans = [p.finditer(low, first) for w, p in words if (first := low.find(w)) >= 0]
+    else:
+        scans = [p.finditer(text) for p in _SECRET_SEPS_ANY_CASE]
+    seen: set[int] = set()  # "api_key_token": two words, one separator
+    for hit in itertools.chain.from_iterable(scans):
+        at = hit.start("sep")
+        if at not in seen:
+            seen.add(at)
+            if _may_hide(text, at, hit.end()):
+                yield at
+
+
+def _may_hide(text: str, at: int, value: int) -> bool:
+    """Whether ``_hide_named`` may change the value at ``value`` (just past its opener) after
+    the separator at ``at``: a quoted string always, a list when it holds a quote before its
+    ``]``; and only under a secret-looking name."""
+    if text[value - 1] == "[":
+        close = text.find("]", value)
+        if close < 0:
+            return False  # never closed: _hide_named leaves it
+        inside = text[value:close]
+        if "'" not in inside and '"' not in inside:
+            return False
+    head = text[max(0, at - _NAME_WINDOW) : at].rstrip()
+    if head.endswith(("'", '"')):
+        head = head[:-1]
+    word = head[len(head.rstrip(_NAME_CHARS)) :]
+    if len(word) == len(head) and at > _NAME_WINDOW:
+        return True  # the name may begin before the window: taken as secret-looking
+    name = word.lstrip(string.digits)
+    return bool(name) and _SECRET_KEY.search(name) is not None
 
 
 def mask_json(value: object, secrets: Iterable[str]) -> object:

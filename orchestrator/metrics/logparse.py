@@ -206,7 +206,7 @@ class LogFollower:
         """Parse every complete line in ``chunk`` (a partial last line waits for the next)."""
         lines = (self._buffer + chunk).split("\n")
         self._buffer = lines.pop()
-        return [rec for line in lines if (rec := self.feed_line(line)) is not None]
+        return self.feed_lines(lines)
 
     def close(self) -> list[Event | Malformed]:
         """End of stream: parse a last line that had no newline."""
@@ -220,7 +220,28 @@ class LogFollower:
             self.engine = _vote(line)
             if self.engine is None:
                 return None
-        record = parser_for(self.engine)(line, line_no=self.line_no)
+        return self._record(parser_for(self.engine)(line, line_no=self.line_no))
+
+    def feed_lines(self, lines: Iterable[str]) -> list[Event | Malformed]:
+        """``feed_line`` for each of ``lines``, in order: what the live tail gives, a batch at a
+        time. The parser is looked up once per batch; most lines of a log are not metrics lines
+        and cost the parser's substring test alone."""
+        records: list[Event | Malformed] = []
+        parse = parser_for(self.engine) if self.engine is not None else None
+        for line in lines:
+            if parse is None:
+                record = self.feed_line(line)
+                parse = parser_for(self.engine) if self.engine is not None else None
+            else:
+                self.line_no += 1
+                record = self._record(parse(line, line_no=self.line_no))
+            if record is not None:
+                records.append(record)
+        return records
+
+    def _record(self, record: Event | Malformed | None) -> Event | Malformed | None:
+        """Count what the parser made of a line: a malformed line apart, an event into the
+        running figures."""
         if isinstance(record, Malformed):
             self.malformed.append(record)
         elif record is not None:
@@ -314,8 +335,7 @@ def parse_log(lines: Iterable[str], *, engine: str = AUTO) -> ParsedLog:
             raise _undetected()
         engine = detected
     follower = LogFollower(engine=engine)
-    for line in lines:
-        follower.feed_line(line)
+    follower.feed_lines(lines)
     return follower.result()
 
 

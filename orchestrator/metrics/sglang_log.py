@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.metrics.vllm_log import jsonable, map_fields, number
+from orchestrator.metrics.vllm_log import event_dict, map_fields, number
 
 ENGINE = "sglang"
 KINDS = ("decode_batch", "prefill_batch")
@@ -47,7 +47,7 @@ class _SglangLine:
     ep_rank: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable(asdict(self))
+        return event_dict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,7 +191,11 @@ def looks_like_metrics(line: str) -> bool:
 
 def parse(line: str, line_no: int) -> SglangEvent | None:
     """Parse one log line; see the module docstring for the three outcomes."""
-    line = _ANSI.sub("", line).rstrip("\r\n")
+    if "\x1b" in line:  # most lines have no colour: the regex costs a scan of each
+        line = _ANSI.sub("", line)
+    if "Decode batch" not in line and "Prefill batch" not in line:
+        return None  # what _HEADING needs: most lines are skipped without a regex
+    line = line.rstrip("\r\n")
     heading = _HEADING.search(line)
     if heading is None:
         return None

@@ -9,7 +9,7 @@ position: releases add, drop and reorder parts, so every part except the few nam
 ``parse(line, line_no)`` returns an event, ``None`` for a line that is not a stat line, and
 raises ``ValueError(reason)`` for a line that looks like a stat line but does not parse
 (``orchestrator.metrics.logparse`` turns that into a counted ``Malformed`` record).
-The ``key: value`` helpers here (``number``, ``split_parts``, ``map_fields``, ``jsonable``) are
+The ``key: value`` helpers here (``number``, ``split_parts``, ``map_fields``, ``event_dict``) are
 shared with ``sglang_log``: both engines print the same grammar.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 ENGINE = "vllm"
@@ -58,7 +58,7 @@ class SpecDecodeEvent:
     process: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable(asdict(self))
+        return event_dict(self)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,15 +84,27 @@ class EngineStatsEvent:
     process: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return jsonable(asdict(self))
+        return event_dict(self)
 
 
 VllmEvent = SpecDecodeEvent | EngineStatsEvent
 
 
-def jsonable(d: dict[str, Any]) -> dict[str, Any]:
-    """``asdict`` output with tuples as lists, so ``json.dumps`` gives the documented shape."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in d.items()}
+_NAMES: dict[type, tuple[str, ...]] = {}  # an event class's field names, in order
+
+
+def event_dict(event: Any) -> dict[str, Any]:
+    """An event's fields in order, tuples as lists (the documented JSON shape): what
+    ``asdict`` gave, without its deep copy of every value (events hold scalars and tuples of
+    them), which cost more than parsing the line: the live tail makes one per metrics line."""
+    names = _NAMES.get(type(event))
+    if names is None:
+        names = _NAMES[type(event)] = tuple(f.name for f in fields(event))
+    out: dict[str, Any] = {}
+    for name in names:
+        value = getattr(event, name)
+        out[name] = list(value) if isinstance(value, tuple) else value
+    return out
 
 
 def number(raw: str, unit: str = "") -> float | None:
@@ -100,11 +112,11 @@ def number(raw: str, unit: str = "") -> float | None:
     text = raw.strip()
     if unit and text.endswith(unit):
         text = text[: -len(unit)].strip()
+    if _NUMBER.fullmatch(text):
+        return float(text)
     if text.lower() == "nan":
         return None
-    if not _NUMBER.fullmatch(text):
-        raise ValueError(f"not a number{' in ' + unit if unit else ''}: {raw.strip()!r}")
-    return float(text)
+    raise ValueError(f"not a number{' in ' + unit if unit else ''}: {raw.strip()!r}")
 
 
 def _float(unit: str = "") -> Callable[[str], float | None]:
@@ -211,12 +223,16 @@ def is_signature(line: str) -> bool:
 
 
 def looks_like_metrics(line: str) -> bool:
-    return _SPEC_MARK in line or any(mark in line for mark in _STATS_MARKS)
+    # not any() over the marks: its generator cost more than the tests, on every line of a log
+    prompt, generation = _STATS_MARKS
+    return _SPEC_MARK in line or prompt in line or generation in line
 
 
 def parse(line: str, line_no: int) -> VllmEvent | None:
     """Parse one log line; see the module docstring for the three outcomes."""
-    line = _ANSI.sub("", line).rstrip("\r\n")
+    if "\x1b" in line:  # most lines have no colour: the regex costs a scan of each
+        line = _ANSI.sub("", line)
+    line = line.rstrip("\r\n")
     if not looks_like_metrics(line):
         return None
     common = _prefix(line)

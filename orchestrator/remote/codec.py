@@ -32,10 +32,20 @@ class Wire:
     @classmethod
     def from_json(cls: Type[W], obj: Any) -> W:
         """Build from a decoded JSON object; WireError on an unknown, missing or mistyped field."""
+        plan = _flat_plan(cls)
+        if plan is not None:
+            fast = _decode_flat(cls, plan, obj)
+            if fast is not None:
+                return typing.cast(W, fast)
         return typing.cast(W, _decode(cls, obj, cls.__name__))
 
     def to_json(self) -> Dict[str, Any]:
         """The JSON object (plain dicts, lists and scalars), checked like ``from_json`` checks."""
+        plan = _flat_plan(type(self))
+        if plan is not None:
+            fast = _encode_flat(plan, self)
+            if fast is not None:
+                return fast
         return typing.cast(Dict[str, Any], _encode(type(self), self, type(self).__name__))
 
 
@@ -109,6 +119,8 @@ def _decode(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, list):
             raise _fail(where, "an array", value)
         (item,) = typing.get_args(tp)
+        if item is str and all(type(v) is str for v in value):  # a tail's hundreds of lines
+            return list(value)
         return [_decode(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin in (tuple, Tuple):
         if not isinstance(value, list):
@@ -174,12 +186,94 @@ def _numbers(tp: Any, kinds: Tuple[Any, ...], value: Any, where: str) -> Any:
     return _decode_tuple(tp, value, where)
 
 
+def _encode_numbers(tp: Any, kinds: Tuple[Any, ...], value: Any) -> Optional[List[Any]]:
+    """``value`` (a sequence of ``tp``) as arrays, when every number fits; None sends it the
+    general way, which says what is wrong."""
+    out = []
+    for v in value:
+        if type(v) is not tp:
+            return None
+        for i, kind in enumerate(kinds):
+            x = v[i]
+            if not (type(x) is int or (kind is float and type(x) is float)):
+                return None
+        out.append(list(v))
+    return out
+
+
 def _decode_tuple(tp: Any, value: Any, where: str) -> Any:
     names = tp._fields
     if not isinstance(value, list) or len(value) != len(names):
         raise _fail(where, f"an array of {len(names)} ({', '.join(names)})", value)
     hints = _hints(tp)
     return tp(*(_decode(hints[n], value[i], f"{where}[{i}]") for i, n in enumerate(names)))
+
+
+# A flat record: every field a str, int, float or bool, or Optional of one. Per field: name, type,
+# whether None is allowed, whether it must be given.
+_Plan = Tuple[Tuple[str, type, bool, bool], ...]
+_FLAT: Dict[type, Optional[_Plan]] = {}
+
+
+def _flat_plan(cls: type) -> Optional[_Plan]:
+    """The fields of a flat record (``TailHeartbeat``, ``TailSpec``), which are
+    checked without the general walk and its type dispatch per field; else None."""
+    if cls not in _FLAT:
+        _FLAT[cls] = _plan_of(cls)
+    return _FLAT[cls]
+
+
+def _plan_of(cls: type) -> Optional[_Plan]:
+    if not dataclasses.is_dataclass(cls):
+        return None
+    hints = _hints(cls)
+    plan = []
+    for f in dataclasses.fields(typing.cast(Any, cls)):
+        tp = hints[f.name]
+        args = typing.get_args(tp) if typing.get_origin(tp) is typing.Union else ()
+        optional = len(args) == 2 and _NONE in args
+        if optional:
+            tp = args[1] if args[0] is _NONE else args[0]
+        if tp not in (str, int, float, bool):  # a list, a record, an enum, a wider union
+            return None
+        given = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
+        plan.append((f.name, tp, optional, given))
+    return tuple(plan)
+
+
+def _decode_flat(cls: type, plan: _Plan, value: Any) -> Any:
+    """``value`` as ``cls`` when every field fits exactly; None sends it the general way, which
+    says what is wrong (or accepts what this is too strict for)."""
+    if type(value) is not dict:
+        return None
+    kwargs: Dict[str, Any] = {}
+    for name, tp, optional, required in plan:
+        if name in value:
+            x = value[name]
+            if type(x) is tp or (optional and x is None):
+                kwargs[name] = x
+            elif tp is float and type(x) is int:
+                kwargs[name] = float(x)
+            else:
+                return None
+        elif required:
+            return None
+    if len(kwargs) != len(value):  # a key nobody declared
+        return None
+    return cls(**kwargs)
+
+
+def _encode_flat(plan: _Plan, value: Any) -> Optional[Dict[str, Any]]:
+    out: Dict[str, Any] = {}
+    for name, tp, optional, _required in plan:
+        x = getattr(value, name)
+        if type(x) is tp or (optional and x is None):
+            out[name] = x
+        elif tp is float and type(x) is int:
+            out[name] = float(x)
+        else:
+            return None
+    return out
 
 
 def _label(cls: type, where: str) -> str:
@@ -215,6 +309,13 @@ def _encode(tp: Any, value: Any, where: str) -> Any:
         if not isinstance(value, (list, tuple)):
             raise _fail(where, "a list", value)
         item = typing.get_args(tp)[0]
+        if item is str and all(type(v) is str for v in value):  # a tail's hundreds of lines
+            return list(value)
+        numbers = _number_fields(item)
+        if numbers is not None:  # a record's hundreds of [t, tokens] chunks
+            fast = _encode_numbers(item, numbers, value)
+            if fast is not None:
+                return fast
         return [_encode(item, v, f"{where}[{i}]") for i, v in enumerate(value)]
     if origin in (dict, Dict):
         if not isinstance(value, dict):

@@ -64,7 +64,7 @@ from .wire import (
     StopResult,
     StopSpec,
     TailHeartbeat,
-    TailLine,
+    TailLines,
     TailResult,
     TailSpec,
     WireError,
@@ -80,6 +80,7 @@ LOG_MODE = 0o600  # engines print their API key and arguments: the logs are the 
 SUPERVISOR_START_TIMEOUT_S = 30.0
 HEARTBEAT_S = 5.0
 READ_CHUNK = 1 << 16
+FIRST_POLL_S = 0.001  # tail: the first look after new lines; doubled up to the poll interval
 
 # Started as `python -c BOOT ROOT PACKAGE`: imports this module from wherever the agent runs
 # (the zipapp as `orch_remote`, or a source tree as `orchestrator.remote`).
@@ -600,11 +601,16 @@ def _run_id(run_id: Optional[str], verb: str) -> str:
 
 
 def tail(raw: Dict[str, Any], emit: Emit) -> TailResult:
-    """Stream complete log lines from a byte offset; each line carries where it starts and ends.
+    """Stream complete log lines from a byte offset, the lines of each read of the log as one
+    ``TailLines`` event that says where its first line starts and its last one ends.
 
     A controller that lost its connection calls again with the last ``next`` it received and gets
     exactly the following line. A final line without a newline is only sent once the server has
     exited (it may still be being written before that).
+
+    Polling: a log that just grew is looked at again after ``FIRST_POLL_S``, then after twice
+    as long each time it has not, up to ``poll_interval_s``: a line written while the engine
+    logs is sent within milliseconds, and an idle log costs one look per ``poll_interval_s``.
     """
     spec = parse_spec(TailSpec, raw)
     run_id, offset, follow, until_exit = spec.run_id, spec.offset, spec.follow, spec.until_exit
@@ -630,6 +636,7 @@ def tail(raw: Dict[str, Any], emit: Emit) -> TailResult:
         handle.seek(offset)
         pending = b""
         last_data = last_emit = time.monotonic()
+        wait = FIRST_POLL_S
         while True:
             exited = _has_exited(directory, record)  # before reading: then EOF means drained
             chunk = handle.read(READ_CHUNK)
@@ -637,12 +644,13 @@ def tail(raw: Dict[str, Any], emit: Emit) -> TailResult:
             if chunk:
                 pending, offset = _emit_lines(pending + chunk, offset, emit)
                 last_data = last_emit = now
+                wait = FIRST_POLL_S
                 continue
             if exited or not follow:
                 if pending and exited:
-                    _emit_line(pending, offset, emit)
-                    offset += len(pending)
-                    pending = b""
+                    end = offset + len(pending)
+                    emit(TailLines(offset=offset, next=end, lines=_texts(pending)))
+                    pending, offset = b"", end
                 if exited and (until_exit or not follow):
                     return _tail_result(offset, "exited", directory)
                 if not follow:
@@ -654,25 +662,32 @@ def tail(raw: Dict[str, Any], emit: Emit) -> TailResult:
             if now - last_emit >= HEARTBEAT_S:
                 emit(TailHeartbeat(offset=offset))  # a dead channel fails this write
                 last_emit = now
-            time.sleep(poll)
+            time.sleep(min(wait, poll))
+            wait = min(wait * 2, poll)
 
 
 def _emit_lines(data: bytes, offset: int, emit: Emit) -> Tuple[bytes, int]:
-    """Emit every complete line in ``data`` (which starts at ``offset``); return the rest."""
-    start = 0
-    while True:
-        end = data.find(b"\n", start)
-        if end < 0:
-            return data[start:], offset
-        line = data[start : end + 1]
-        _emit_line(line, offset, emit)
-        offset += len(line)
-        start = end + 1
+    """Emit the complete lines in ``data`` (which starts at ``offset``) as one event; return
+    the rest and where it starts."""
+    end = data.rfind(b"\n") + 1
+    if end == 0:
+        return data, offset
+    emit(TailLines(offset=offset, next=offset + end, lines=_texts(data[:end])))
+    return data[end:], offset + end
 
 
-def _emit_line(line: bytes, offset: int, emit: Emit) -> None:
-    text = line.decode("utf-8", errors="replace").rstrip("\n").rstrip("\r")
-    emit(TailLine(offset=offset, next=offset + len(line), text=text))
+def _texts(data: bytes) -> List[str]:
+    """The lines of ``data`` (whole lines, the last one may lack its newline) without their
+    line ends (a newline and any carriage returns before it). Decoded at once: a newline never
+    sits inside a UTF-8 sequence, so this gives what decoding each line on its own gave, U+FFFD
+    included."""
+    text = data.decode("utf-8", errors="replace")
+    lines = text.split("\n")
+    if text.endswith("\n"):
+        lines.pop()
+    if "\r" in text:
+        lines = [line.rstrip("\r") for line in lines]
+    return lines
 
 
 def _has_exited(directory: str, record: Optional[Dict[str, Any]]) -> bool:

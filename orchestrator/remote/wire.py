@@ -7,7 +7,7 @@ tested against it.
 
 Envelope: the agent writes one JSON object per line on stdout, each carrying ``"v":
 CONTRACT_VERSION`` and an ``"event"`` name. Streamed events put their fields beside those two
-keys (``{"v": 1, "event": "line", "offset": 0, "next": 12, "text": "..."}``); the last line is
+keys (``{"v": 1, "event": "heartbeat", "offset": 12}``); the last line is
 either ``{"v": 1, "event": "result", "data": {...}}`` or ``{"v": 1, "event": "error", "kind",
 "message", "details"}``. The spec file the controller pushes is the spec's JSON plus ``"v"``
 (and ``"keep_spec": true`` when the file must survive, for tests). Bump ``CONTRACT_VERSION``
@@ -28,7 +28,7 @@ from .codec import WireError as WireError
 CONTRACT_VERSION = 1
 ENVELOPE_KEYS = ("v", "event")
 DEFAULT_PACKAGES = ("vllm", "sglang", "torch", "transformers", "aiohttp")
-DEFAULT_MODULES = ("aiohttp",)
+DEFAULT_MODULES: Tuple[str, ...] = ()
 
 
 class ErrorKind(str, enum.Enum):
@@ -348,11 +348,14 @@ class TailSpec(Wire):
 
 
 @dataclass(frozen=True)
-class TailLine(Wire):
-    EVENT: ClassVar[str] = "line"
-    offset: int  # byte offset of the line's start in server.log
-    next: int  # just past it: where a resumed tail starts
-    text: str
+class TailLines(Wire):
+    """Consecutive complete lines of server.log, as many as one read of the log gave: one event
+    per read, not per line, so a burst of thousands of lines costs a few events on each side."""
+
+    EVENT: ClassVar[str] = "lines"
+    offset: int  # byte offset of the first line's start in server.log
+    next: int  # just past the last one: where a resumed tail starts
+    lines: List[str]  # without their line ends, undecodable bytes as U+FFFD
 
 
 @dataclass(frozen=True)
@@ -495,6 +498,7 @@ class LoadgenSpec(Wire):
     concurrency: Optional[int] = None
     request_rate: Optional[float] = None
     burstiness: float = 1.0
+    ramp_s: Optional[float] = None  # closed loop: first wave spread over this; None: default
     max_tokens: Optional[int] = None
     temperature: Optional[float] = None
     ignore_eos: bool = False
@@ -541,8 +545,11 @@ class Chunk(NamedTuple):
 class RequestRecord(Wire):
     """One request as the load generator saw it, failed ones too.
 
-    Seconds: ``due``/``start``/``end`` from the load generator's start (monotonic),
+    Seconds: ``due``/``begun``/``start``/``end`` from the load generator's start (monotonic),
     ``start_wall`` epoch, ``ttft``/``e2el`` and chunk times from the request's own start.
+    ``start`` is when the request was sent (its last byte handed to the kernel; when it never
+    was, when the client took it up), ``begun`` when the client took it up: ``start - begun``
+    is the time spent getting a connection and writing. ``end``: the response's last byte.
     ``status`` is None when no HTTP response came; ``error`` None when it completed.
     """
 
@@ -562,6 +569,7 @@ class RequestRecord(Wire):
     prompt_tokens: Optional[int] = None
     token_count_method: Optional[str] = None  # "usage" | "tokenizer" | "chunk" | None
     error: Optional[str] = None
+    begun: Optional[float] = None
 
     @property
     def ok(self) -> bool:
@@ -608,6 +616,7 @@ class LoadgenResult(Wire):
     concurrency: Optional[int] = None
     request_rate: Optional[float] = None
     burstiness: Optional[float] = None
+    ramp_s: Optional[float] = None  # closed loop: the first wave went out over this many s
     client_lag: Optional[ClientLag] = None
     token_count_method: Optional[str] = None  # "usage" | "tokenizer" | "chunk" | "mixed"
     token_count_methods: Dict[str, int] = field(default_factory=dict)
@@ -621,6 +630,10 @@ class LoadgenResult(Wire):
     metrics_before: Optional[str] = None
     metrics_after: Optional[str] = None
     cache_reset: Optional[str] = None  # "ok" | "failed: <why>"; None when not asked
+    event_loop: Optional[str] = None  # the client's loop and JSON parser: "asyncio, json"...
+    # "kernel": chunk times are the kernel's receive timestamps; "loop": when the client read
+    # them (https, another OS); "mixed"
+    arrival_clock: Optional[str] = None
 
 
 # ---------------------------------------------------------------------- read_model_configs
@@ -657,7 +670,7 @@ class ReadModelConfigsResult(Wire):
 
 # ------------------------------------------------------------------------------ contract
 
-TailEvent = Union[TailLine, TailHeartbeat, TailResult]
+TailEvent = Union[TailLines, TailHeartbeat, TailResult]
 LoadgenEvent = Union[PhaseEvent, ProgressEvent, RequestRecord, LoadgenResult]
 
 
@@ -674,7 +687,7 @@ CONTRACT: Dict[str, VerbContract] = {
     "launch": VerbContract(LaunchSpec, LaunchResult),
     "hold": VerbContract(HoldSpec, HoldResult, (HoldLaunched,)),
     "status": VerbContract(StatusSpec, StatusResult),
-    "tail": VerbContract(TailSpec, TailResult, (TailLine, TailHeartbeat)),
+    "tail": VerbContract(TailSpec, TailResult, (TailLines, TailHeartbeat)),
     "stop": VerbContract(StopSpec, StopResult),
     "prune": VerbContract(PruneSpec, PruneResult),
     "http": VerbContract(HttpSpec, HttpResult),

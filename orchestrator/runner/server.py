@@ -5,9 +5,10 @@ its typed methods); the engine itself only ever listens on the host's loopback. 
 object (``orchestrator.engines``) says what to launch and how to read its failures; this module
 is the I/O around it, which is why it lives with the runner and not in the pure engines package.
 
-Dropped connections: ``tail`` remembers the byte offset just past the last line it yielded and,
-when the SSH connection breaks, asks ``reconnect`` for a fresh agent and resumes from that
-offset, so no line is lost or repeated. Calls that only read (status, http) are retried the
+Dropped connections: ``tail`` remembers the byte offset just past the last batch of lines it
+yielded and, when the SSH connection breaks, asks ``reconnect`` for a fresh agent and resumes
+from that offset, so no line is lost or repeated (a batch arrives whole or not at all: it is
+one line of the agent's output). Calls that only read (status, http) are retried the
 same way; ``launch`` is never retried blindly (it is not idempotent).
 
 Cleanup: every server is entered in the caller's :class:`ServerRegistry` *before* its launch is
@@ -50,7 +51,7 @@ from orchestrator.remote.wire import (
     StatusSpec,
     StopResult,
     StopSpec,
-    TailLine,
+    TailLines,
     TailResult,
     TailSpec,
 )
@@ -69,7 +70,7 @@ FIRST_POLL_S = 0.1  # readiness: then 0.2, 0.4 ... up to the poll interval
 DIED_POLL_S = 0.1  # the supervisor records the exit code a moment after the death
 Reconnect = Callable[[], Awaitable[AgentClient]]  # -> a fresh agent for the same host
 Progress = Callable[[str, float], None]  # (phase, seconds waited)
-LogLine = TailLine  # one line of server.log: offset, next (where a resumed tail starts), text
+LogLines = TailLines  # lines of server.log: offset, next (where a resumed tail starts), lines
 T = TypeVar("T")
 
 
@@ -98,7 +99,7 @@ class Server:
         self.max_reconnects = max_reconnects
         self.record: LaunchResult | None = None  # launch's answer (pid, pgid, log ...)
         self.log_offset = 0  # where this launch's output starts in server.log
-        self.tail_offset: int | None = None  # just past the last line tail() yielded
+        self.tail_offset: int | None = None  # just past the last lines tail() yielded
         self.stopped = False
         self.launch_sent = False
         self.stop_result: StopResult | None = None
@@ -349,23 +350,24 @@ class Server:
         follow: bool = True,
         until_exit: bool = True,
         idle_timeout_s: float | None = None,
-    ) -> AsyncGenerator[LogLine, None]:
-        """Yield log lines from ``offset`` (default: this launch's first line), resuming after drops.
+    ) -> AsyncGenerator[LogLines, None]:
+        """Yield log lines from ``offset`` (default: this launch's first line), a batch at a time
+        (the lines of one read of the log on the host), resuming after drops.
 
-        ``tail_offset`` follows the last line yielded, so a caller can resume a later tail there.
+        ``tail_offset`` follows the last batch yielded, so a caller can resume a later tail there.
         """
         async with contextlib.aclosing(
             self._tail(
                 offset=offset, follow=follow, until_exit=until_exit, idle_timeout_s=idle_timeout_s
             )
-        ) as lines:
-            async for line in lines:
-                self.tail_offset = line.next
-                yield line
+        ) as batches:
+            async for batch in batches:
+                self.tail_offset = batch.next
+                yield batch
 
     async def _tail(
         self, *, offset: int | None, follow: bool, until_exit: bool, idle_timeout_s: float | None
-    ) -> AsyncGenerator[LogLine, None]:
+    ) -> AsyncGenerator[LogLines, None]:
         position = self.log_offset if offset is None else offset
         attempts = 0
         while True:
@@ -380,7 +382,7 @@ class Server:
             try:
                 async with contextlib.aclosing(self.agent.tail(spec)) as events:
                     async for event in events:
-                        if isinstance(event, TailLine):
+                        if isinstance(event, TailLines):
                             position = event.next
                             attempts = 0
                             yield event
@@ -406,8 +408,8 @@ class Server:
             async with contextlib.aclosing(
                 self._tail(offset=start, follow=False, until_exit=False, idle_timeout_s=None)
             ) as stream:
-                async for line in stream:
-                    collected.append(line.text)
+                async for batch in stream:
+                    collected.extend(batch.lines)
             if start > self.log_offset and collected:
                 collected = collected[1:]  # the window may start mid-line
             return collected[-lines:]

@@ -22,7 +22,7 @@ from orchestrator.config import HostConfig, RunSpec
 from orchestrator.engines.failures import OOM
 from orchestrator.errors import AgentError, EngineError
 from orchestrator.remote.wire import ErrorKind
-from orchestrator.runner.server import LogLine, Server, ServerRegistry, pool_reconnect
+from orchestrator.runner.server import LogLines, Server, ServerRegistry, pool_reconnect
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port
 
 pytestmark = pytest.mark.integration
@@ -110,7 +110,7 @@ def test_launch_ready_tail_stop(sshd_factory: SshdFactory, host: SshdHost) -> No
         assert took < 60
         metrics = await server.metrics()
         assert "vllm:spec_decode_num_drafts_total" in metrics
-        lines = [line async for line in server.tail(follow=False, until_exit=False)]
+        lines = [batch async for batch in server.tail(follow=False, until_exit=False)]
         state = await server.status()
         result = await server.stop(timeout_s=10)
         assert server.record is not None
@@ -123,15 +123,17 @@ def test_launch_ready_tail_stop(sshd_factory: SshdFactory, host: SshdHost) -> No
         }
 
     out = scenario(sshd_factory, config, body)
-    record, lines = out["record"], out["lines"]
+    record, batches = out["record"], out["lines"]
+    lines = [text for batch in batches for text in batch.lines]
     assert out["state"].alive and out["state"].log_size > 0
     assert phases and phases[0] == "starting"
     log = Path(record.log).read_bytes()
-    assert [line.text for line in lines] == log.decode().splitlines()[: len(lines)]
-    assert lines[0].offset == 0 and all(
-        a.next == b.offset for a, b in zip(lines, lines[1:], strict=False)
+    assert lines == log.decode().splitlines()[: len(lines)]
+    assert batches[0].offset == 0 and all(
+        a.next == b.offset for a, b in zip(batches, batches[1:], strict=False)
     )
-    assert any("Application startup complete." in line.text for line in lines)
+    assert batches[-1].next == len("".join(line + "\n" for line in lines).encode())
+    assert any("Application startup complete." in line for line in lines)
     stopped = out["result"].stopped[0]
     assert stopped.gpu_released is True and stopped.remaining_pids == []
     assert not any(alive(pid) for pid in stopped.killed_pids)
@@ -196,7 +198,7 @@ def test_tail_resumes_after_the_connection_drops(sshd_factory: SshdFactory, host
     config = host.host_config(port=proxy.port)
     run = make_run("sglang", env={"ORCH_SIM_LOAD_S": "2"})
 
-    async def body(pool: Any, agent: Agent, registry: ServerRegistry) -> tuple[list[LogLine], Any]:
+    async def body(pool: Any, agent: Agent, registry: ServerRegistry) -> tuple[list[LogLines], Any]:
         server = await Server.start(
             agent,
             run,
@@ -206,18 +208,18 @@ def test_tail_resumes_after_the_connection_drops(sshd_factory: SshdFactory, host
             registry=registry,
             reconnect=pool_reconnect(pool, config, agent),
         )
-        got: list[LogLine] = []
+        got: list[LogLines] = []
         cut_at: list[int] = []  # proxy.connections_seen at each cut
-        async for line in server.tail(follow=True, until_exit=True):
-            got.append(line)
-            # Cut at the 2nd line, then again at the first line that came over a new connection
-            # (lines already buffered from before a cut arrive first, over no live connection).
+        async for batch in server.tail(follow=True, until_exit=True):
+            got.append(batch)
+            # Cut at the 2nd batch, then again at the first one that came over a new connection
+            # (batches already buffered from before a cut arrive first, over no live connection).
             if (not cut_at and len(got) == 2) or (
                 len(cut_at) == 1 and proxy.connections_seen > cut_at[0]
             ):
                 assert proxy.cut() == 1
                 cut_at.append(proxy.connections_seen)
-            if "fired up and ready" in line.text:
+            if any("fired up and ready" in text for text in batch.lines):
                 await server.stop(timeout_s=10)
         assert len(cut_at) == 2
         return got, server.record
@@ -225,7 +227,7 @@ def test_tail_resumes_after_the_connection_drops(sshd_factory: SshdFactory, host
     got, record = scenario(sshd_factory, config, body)
     assert proxy.connections_seen >= 3  # the original connection and one per cut
     texts = Path(record.log).read_bytes().decode().splitlines()
-    assert [line.text for line in got] == texts
+    assert [text for batch in got for text in batch.lines] == texts
     assert got[0].offset == 0 and all(
         a.next == b.offset for a, b in zip(got, got[1:], strict=False)
     )

@@ -179,7 +179,18 @@ def alive(pid: int) -> bool:
 
 
 def lines_of(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [e for e in events if e["event"] == "line"]
+    """Every line of the tail's batches with its own offset and next (these logs are UTF-8 and
+    newline-ended, so a line's bytes are its text's and a newline); each batch ends where its
+    last line does."""
+    lines = []
+    for batch in (e for e in events if e["event"] == "lines"):
+        position = batch["offset"]
+        for text in batch["lines"]:
+            size = len(text.encode()) + 1
+            lines.append({"offset": position, "next": position + size, "text": text})
+            position += size
+        assert position == batch["next"]
+    return lines
 
 
 def assert_contiguous(lines: list[dict[str, Any]], start: int) -> None:

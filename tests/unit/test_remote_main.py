@@ -217,11 +217,11 @@ def test_stray_prints_and_child_output_go_to_stderr(tmp_path: Path) -> None:
     script = (
         "import os, subprocess, sys\n"
         "import orchestrator.remote.main as m\n"
-        "from orchestrator.remote.wire import StatusResult, TailLine\n"
+        "from orchestrator.remote.wire import StatusResult, TailLines\n"
         "def noisy(spec, emit):\n"
         "    print('hello from print')\n"
         "    subprocess.run(['echo', 'hello from a child'], check=True)\n"
-        "    emit(TailLine(offset=0, next=7, text='ünï'))\n"
+        "    emit(TailLines(offset=0, next=7, lines=['ünï']))\n"
         "    return StatusResult(servers=[])\n"
         "m.VERBS['noisy'] = noisy\n"
         "sys.exit(m.main(sys.argv[1:]))\n"
@@ -236,7 +236,7 @@ def test_stray_prints_and_child_output_go_to_stderr(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0
     assert proc.stdout.decode("utf-8").splitlines() == [
-        f'{{"v":{V},"event":"line","offset":0,"next":7,"text":"ünï"}}',
+        f'{{"v":{V},"event":"lines","offset":0,"next":7,"lines":["ünï"]}}',
         f'{{"v":{V},"event":"result","data":{{"servers":[],"machine_id":null,"workdir":null}}}}',
     ]
     assert "hello from print" in proc.stderr.decode()

@@ -136,13 +136,33 @@ def test_tail_resumes_from_the_byte_offset_after_dropped_connections() -> None:
             server = await start(agent, registry)
             return [line async for line in server.tail()], server
 
-    lines, server = asyncio.run(scenario())
-    assert [line.text for line in lines] == LOG  # each line exactly once, in order
-    assert lines == log.lines
+    batches, server = asyncio.run(scenario())
+    assert [text for batch in batches for text in batch.lines] == LOG  # each line once, in order
+    assert batches == log.batches
     offsets = [spec.offset for spec in agent.specs("tail") if isinstance(spec, TailSpec)]
-    assert offsets == [0, log.lines[2].offset, log.lines[3].offset]
+    assert offsets == [0, log.batches[2].offset, log.batches[3].offset]
     assert agent.reconnects == 2
     assert server.tail_offset == log.size
+
+
+def test_tail_resumes_after_the_last_whole_batch_it_received() -> None:
+    """Batches of 3 lines, the connection cut after the first batch, then after the next one:
+    each call starts just past the last batch received, so no line comes twice or never."""
+    texts = [f"line {i} é" for i in range(8)]
+    log = FakeLog(texts, exited=True, drops=[1, 1], per_event=3)
+    agent = started_agent().always("tail", log)
+
+    async def scenario() -> list[Any]:
+        async with ServerRegistry() as registry:
+            server = await start(agent, registry)
+            return [batch async for batch in server.tail()]
+
+    batches = asyncio.run(scenario())
+    assert [batch.lines for batch in batches] == [texts[0:3], texts[3:6], texts[6:8]]
+    offsets = [spec.offset for spec in agent.specs("tail") if isinstance(spec, TailSpec)]
+    sizes = [len(text.encode()) + 1 for text in texts]
+    assert offsets == [0, sum(sizes[:3]), sum(sizes[:6])] == [b.offset for b in batches]
+    assert batches[-1].next == log.size == sum(sizes)
 
 
 def test_tail_gives_up_after_max_reconnects() -> None:
