@@ -66,7 +66,7 @@ from orchestrator.remote.wire import (
     StopSpec,
     TailEvent,
     TailHeartbeat,
-    TailLine,
+    TailLines,
     TailResult,
     TailSpec,
     Wire,
@@ -78,8 +78,9 @@ from orchestrator.transport.translate import no_space_error
 
 # asked about besides the engines' own packages (their versions explain engine behaviour)
 PROBE_LIBRARIES = ("torch", "transformers", "aiohttp")
-# what a run imports on the host besides its engine: the load generator's HTTP client
-RUN_MODULES = ("aiohttp",)
+# what a run imports on the host besides its engine: nothing (the load generator's HTTP client
+# is the agent's own, standard library only)
+RUN_MODULES: tuple[str, ...] = ()
 _VERB = re.compile(r"^[a-z][a-z0-9_]*$")
 CANCEL_DISCARD_S = 5.0  # how long an interrupted call may spend deleting its spec file
 _TAIL_LINES = 15
@@ -456,10 +457,11 @@ class Agent:
         return _typed(await self._call("status", spec, timeout=timeout), StatusResult)
 
     async def tail(self, spec: TailSpec) -> AsyncGenerator[TailEvent, None]:
-        """Log lines (and heartbeats) as they come, then the TailResult."""
+        """Log lines, a batch per read of the log (and heartbeats), as they come, then the
+        TailResult."""
         async with contextlib.aclosing(self._stream("tail", spec)) as events:
             async for event in events:
-                if isinstance(event, TailLine | TailHeartbeat | TailResult):
+                if isinstance(event, TailLines | TailHeartbeat | TailResult):
                     yield event
 
     async def stop(self, spec: StopSpec, *, timeout: float | None = None) -> StopResult:

@@ -53,7 +53,6 @@ from orchestrator.results.model import (
     RunSettings,
     RunTimes,
     SpeculativeSettings,
-    WorkloadSettings,
 )
 from orchestrator.results.store import (
     AppendLog,
@@ -70,6 +69,7 @@ from orchestrator.runner.summarize import (
     loadgen_info,
     prometheus_delta,
     send_rates,
+    workload_settings,
 )
 
 WHERE = "orch loadgen"  # ConfigError's "file": the command line
@@ -380,6 +380,7 @@ def summarize(
         request_rate=loadgen.request_rate,
         achieved_rate=achieved,
         scheduled_rate=scheduled,
+        arrival_clock=loadgen.arrival_clock,
     )
     if loadgen.failed:
         warnings.append(
@@ -431,25 +432,6 @@ def summarize(
     failures = failures_of(result, records, lost)
     error = measurement_error(failures, none_completed=loadgen.completed == 0)
     return result.model_copy(update={"error": error}) if error else result
-
-
-def workload_settings(w: WorkloadSpec) -> WorkloadSettings:
-    """The workload as a result records it (``run_settings`` does the same for a run)."""
-    return WorkloadSettings(
-        prompts=w.prompts,
-        num_prompts=w.num_prompts,
-        duration_s=w.duration_s,
-        concurrency=w.point_concurrency if w.request_rate is None else w.open_loop_cap,
-        request_rate=w.point_rate,
-        burstiness=w.burstiness,
-        max_tokens=w.max_tokens,
-        input_len=w.input_len,
-        ignore_eos=w.ignore_eos,
-        warmup=w.warmup,
-        api=w.api,
-        temperature=w.temperature,
-        seed=w.seed,
-    )
 
 
 class Failure(NamedTuple):

@@ -1,11 +1,12 @@
 """``loadgen``: drive an OpenAI-compatible server from its own host and stream per-request records.
 
-It runs next to the engine so the network between client and server is loopback, and in the
-engine's interpreter because vLLM and SGLang both ship aiohttp (imported lazily: the rest of the
-agent stays standard library only). One ClientSession with a connector sized to the
-concurrency serves every request; request bodies are serialised once per prompt. The client
-measures its own lag, so a saturated client shows up in the results instead of inflating
-latencies silently.
+It runs next to the engine so the network between client and server is loopback, on its own
+small HTTP/1.1 client (``httpconn``, standard library only): a streamed chunk is parsed in the
+read callback and stamped with the time its bytes reached the socket (the kernel's receive
+timestamp on Linux), so a busy client delays its own bookkeeping, not the latencies it
+measures. uvloop and orjson are used when the host has them. Request bodies are serialised
+once per prompt. The client measures its own lag (send lag, event-loop delay), so a saturated
+client shows up in the results instead of inflating latencies silently.
 
 Spec (``wire.LoadgenSpec``; ``?`` marks optional keys, defaults in brackets)::
 
@@ -17,6 +18,9 @@ Spec (``wire.LoadgenSpec``; ``?`` marks optional keys, defaults in brackets)::
                                 "tokenizer"?: id or path, "range_ratio"?: 0.0}
     num_prompts?, duration_s?  stop after this many measured requests / seconds (one needed)
     concurrency?             closed loop with this many workers; with request_rate: a cap
+    ramp_s?                  closed loop: the workers' first requests go out evenly over this
+                             many seconds, worker i at i*ramp_s/concurrency; 0 sends them at
+                             once  [concurrency / 500: a start rate of 500 requests/s]
     request_rate?            open loop: requests/s, gamma inter-arrivals (shape=burstiness)
     burstiness?              [1.0] (1 = Poisson; < 1 burstier, > 1 more regular)
     max_tokens?, temperature?, ignore_eos? [false], chat_template_kwargs?
@@ -35,6 +39,19 @@ Spec (``wire.LoadgenSpec``; ``?`` marks optional keys, defaults in brackets)::
                               "timeout_s"?: 30, "retry_interval_s"?: 0.2}: empty the engine's
                              prefix cache before anything is sent (see below)
 
+A closed loop's first wave is ramped rather than sent in one burst: a burst makes the client
+open and write hundreds of connections in one tick and the server parse them in one queue, which
+shows as TTFT the server's own clock never sees, and it keeps every later wave in lockstep
+(requests of equal length end, and restart, together). Each phase (warm-up, measure) ramps.
+
+Times in a record (``wire.RequestRecord``), all on the load generator's monotonic clock:
+``due`` when the schedule wanted the request out (open loop: the arrival process; closed loop:
+its place in the ramp, then when the worker's previous request ended), ``begun`` when the
+client took it up, ``start`` when its last byte was handed to the kernel (a new connection is
+opened in between when none is idle), ``end`` when the response's last byte arrived. Chunk
+times, ``ttft`` and ``e2el`` count from ``start``, so they hold the server's latency and the
+network's, not the client's: send lag (``start - due``) is the client's.
+
 Request ``k`` (0-based, warm-up first) uses ``items[k % len(items)]`` and, unless temperature
 is 0 (greedy: nothing to seed), carries ``"seed": request_seed(seed, k)`` in its body (vLLM and
 SGLang take a per-request ``seed``), so a sampled run is reproduced by the same seed. Warm-up
@@ -52,9 +69,12 @@ failed reset means. Events (``wire``):
   interval).
 
 Result (``wire.LoadgenResult``): ``requests``/``completed``/``failed`` (measured), ``warmup``, ``output_tokens``,
-``mode``, ``concurrency``, ``request_rate``, ``burstiness``, ``started_at``/``ended_at`` (epoch
-s) and ``duration_s`` (first measured request sent -> last measured response ended),
-``client_lag`` (``send_lag_ms`` and ``loop_delay_ms``: n, mean, p50, p99, max),
+``mode``, ``concurrency``, ``request_rate``, ``burstiness``, ``ramp_s`` (closed loop),
+``started_at``/``ended_at`` (epoch s) and ``duration_s`` (first measured request sent -> last
+measured response ended), ``client_lag`` (``send_lag_ms`` and ``loop_delay_ms``: n, mean, p50,
+p99, max), ``event_loop`` (e.g. ``asyncio, json``; ``uvloop, orjson``), ``arrival_clock``
+(``kernel``: chunk times are the kernel's receive timestamps; ``loop``: when the client read
+them, e.g. over https or on another OS; ``mixed``),
 ``token_count_method`` (``usage``/``tokenizer``/``chunk``/``mixed``), ``token_count_methods``,
 ``prompt_source`` (``list``/``random:tokens``/``random:words``), ``input_len_exact`` (random
 prompts: true when every one has its length in tokens exactly, false when the host had no
@@ -74,37 +94,24 @@ usage total and the number of chunks).
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 import json
 import math
 import random
-import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple
+from urllib.parse import urlsplit
 
 from .protocol import AgentFailure, Emit, parse_spec
 from .sse import StreamParser
 from .stats import percentile
 from .tokens import load_tokenizer, random_prompts
-from .wire import (
-    CacheResetSpec,
-    Chunk,
-    ClientLag,
-    ErrorKind,
-    LagStats,
-    LoadgenResult,
-    LoadgenSpec,
-    PhaseEvent,
-    ProgressEvent,
-    RequestRecord,
-)
+from .wire import CacheResetSpec, ErrorKind, LagStats, LoadgenResult, LoadgenSpec
 
 __all__ = ["StreamParser", "run"]
 
 DEFAULT_TIMEOUT_S = 600.0
-TICK_S = 0.02  # event-loop ticker period: fine enough to see a stalled loop, cheap enough
-ERROR_TEXT_MAX = 500
+START_RATE = 500.0  # closed loop: first-wave requests per second unless ramp_s says otherwise
 REASON_TEXT_MAX = 200  # an engine's answer quoted in a failed cache reset's reason
 
 
@@ -125,6 +132,23 @@ def arrival_offsets(rate: float, burstiness: float, rng: random.Random) -> Itera
     while True:
         yield due
         due += rng.gammavariate(burstiness, scale)
+
+
+def ramp_offsets(concurrency: int, ramp_s: float) -> List[float]:
+    """Due times (s from the phase start) of a closed loop's first requests, one per worker.
+
+    Evenly spaced, worker i at ``i * ramp_s / concurrency``: the start rate is
+    ``concurrency / ramp_s`` whatever the concurrency.
+    """
+    if ramp_s <= 0:
+        return [0.0] * concurrency
+    step = ramp_s / concurrency
+    return [i * step for i in range(concurrency)]
+
+
+def default_ramp_s(concurrency: int) -> float:
+    """The ramp of a closed loop that names none: its first wave at ``START_RATE``/s."""
+    return concurrency / START_RATE if concurrency > 1 else 0.0
 
 
 def lag_stats_ms(values_s: List[float]) -> LagStats:
@@ -234,12 +258,20 @@ class LoadSpec:
             ("warmup", 0),
             ("timeout_s", 1e-3),
             ("progress_interval_s", 0.05),
+            ("ramp_s", 0),
         ):
             at_least(key, minimum)
         port = spec.port
         self.base_url = (spec.base_url or (f"http://127.0.0.1:{port}" if port else "")).rstrip("/")
         if not self.base_url:
             raise AgentFailure(ErrorKind.BAD_SPEC, "loadgen: give 'base_url' or 'port'")
+        url = urlsplit(self.base_url)
+        if url.scheme not in ("http", "https") or not url.hostname:
+            raise AgentFailure(
+                ErrorKind.BAD_SPEC,
+                f"loadgen: 'base_url' must be http://host[:port] or https://..., got "
+                f"{self.base_url!r}",
+            )
         self.api = spec.api
         if self.api not in ("chat", "completions"):
             raise AgentFailure(
@@ -269,6 +301,9 @@ class LoadSpec:
                 ErrorKind.BAD_SPEC, "loadgen: an infinite request_rate needs 'num_prompts'"
             )
         self.burstiness = spec.burstiness
+        self.ramp_s = (
+            spec.ramp_s if spec.ramp_s is not None else default_ramp_s(self.concurrency or 1)
+        )
         self.max_tokens = spec.max_tokens
         self.temperature = spec.temperature
         self.ignore_eos = spec.ignore_eos
@@ -327,14 +362,6 @@ def _checked_reset(reset: Optional[CacheResetSpec]) -> Optional[CacheResetSpec]:
 
 def run(raw: Dict[str, Any], emit: Emit) -> LoadgenResult:
     cfg = LoadSpec.parse(raw)
-    try:
-        import aiohttp
-    except ImportError as exc:
-        raise AgentFailure(
-            ErrorKind.MISSING_DEPENDENCY,
-            "loadgen needs aiohttp in the agent's interpreter (vLLM and SGLang ship it)",
-            {"error": str(exc)},
-        ) from exc
     tokenizer = load_tokenizer(cfg.tokenizer)
     if cfg.prompts.kind == "random":
         items, source, exact = random_prompts(cfg.prompts, tokenizer, cfg.seed)
@@ -349,8 +376,11 @@ def run(raw: Dict[str, Any], emit: Emit) -> LoadgenResult:
             )
     if not items:
         raise AgentFailure(ErrorKind.BAD_SPEC, "loadgen: the prompt list is empty")
-    runner = _Runner(cfg, items, tokenizer, emit, aiohttp)
-    result = asyncio.run(runner.main())
+    from .loadrunner import Runner, raise_file_limit, run_loop  # the I/O half: imports this
+
+    raise_file_limit(cfg.concurrency or cfg.num_prompts or 4096)
+    runner = Runner(cfg, items, tokenizer, emit)
+    result = run_loop(runner.main)
     return dataclasses.replace(
         result, request_seeds=cfg.request_seeds, **prompt_fields(source, len(items), exact)
     )
@@ -367,286 +397,3 @@ def prompt_fields(source: str, count: int, exact: int) -> Dict[str, Any]:
         "random_prompts": count,
         "random_prompts_exact": exact,
     }
-
-
-class _Runner:
-    def __init__(
-        self, cfg: LoadSpec, items: List[Any], tokenizer: Any, emit: Emit, aiohttp: Any
-    ) -> None:
-        self.cfg, self.items, self.emit, self.aiohttp = cfg, items, emit, aiohttp
-        self.count_text = tokenizer.count if tokenizer is not None else None
-        self.url = cfg.base_url + (
-            "/v1/chat/completions" if cfg.api == "chat" else "/v1/completions"
-        )
-        self.bodies: Dict[int, bytes] = {}
-        self.phase = "warmup"
-        self.t0 = time.perf_counter()
-        self.wall0 = time.time()
-        self.measure_start: Optional[float] = None
-        self.measure_end: Optional[float] = None
-        self.sent = self.done = self.failed = self.in_flight = self.output_tokens = 0
-        self.warmup_sent = 0
-        self.streamed_tokens = 0
-        self.send_lags: List[float] = []
-        self.loop_delays: List[float] = []
-        self.methods: Dict[str, int] = {}
-
-    def now(self) -> float:
-        return time.perf_counter() - self.t0
-
-    async def main(self) -> LoadgenResult:
-        cfg, aiohttp = self.cfg, self.aiohttp
-        headers = {"Content-Type": "application/json"}
-        if cfg.api_key:
-            headers["Authorization"] = f"Bearer {cfg.api_key}"
-        connector = aiohttp.TCPConnector(limit=cfg.concurrency or 0, limit_per_host=0)
-        timeout = aiohttp.ClientTimeout(total=cfg.timeout_s)
-        async with aiohttp.ClientSession(
-            connector=connector, timeout=timeout, headers=headers
-        ) as session:
-            self.session = session
-            helpers = [
-                asyncio.ensure_future(self._ticker()),
-                asyncio.ensure_future(self._progress()),
-            ]
-            try:
-                cache_reset = await self._reset_cache()
-                if cfg.warmup:
-                    self.emit(PhaseEvent(phase="warmup"))
-                    await self._phase(first=0, count=cfg.warmup, duration=None, warmup=True)
-                metrics_before = await self._scrape()
-                self.phase = "measure"
-                self.emit(PhaseEvent(phase="measure"))
-                await self._phase(
-                    first=cfg.warmup, count=cfg.num_prompts, duration=cfg.duration_s, warmup=False
-                )
-                self.phase = "done"
-                metrics_after = await self._scrape()
-            finally:
-                for task in helpers:
-                    task.cancel()
-                await asyncio.gather(*helpers, return_exceptions=True)
-        return dataclasses.replace(
-            self._result(metrics_before, metrics_after), cache_reset=cache_reset
-        )
-
-    async def _reset_cache(self) -> Optional[str]:
-        """Empty the engine's prefix cache, asking again while it refuses: "ok" or "failed: ..."."""
-        reset = self.cfg.cache_reset
-        if reset is None:
-            return None
-        url = self.cfg.base_url + reset.path
-        deadline = time.perf_counter() + reset.timeout_s
-        while True:
-            left = deadline - time.perf_counter()
-            try:
-                timeout = self.aiohttp.ClientTimeout(total=max(0.1, left))
-                async with self.session.request(reset.method, url, timeout=timeout) as resp:
-                    body = await resp.text(errors="replace")
-                verdict, why = reset_answer(resp.status, body)
-            except asyncio.TimeoutError:
-                verdict, why = "retry", f"no answer within {reset.timeout_s:g} s"
-            except Exception as exc:  # noqa: BLE001 - aiohttp/OS errors: the outcome is data
-                return f"failed: {reset.method} {reset.path}: {type(exc).__name__}: {exc}"
-            if verdict == "ok":
-                return "ok"
-            if verdict == "failed":
-                return f"failed: {reset.method} {reset.path}: {why}"
-            if time.perf_counter() + reset.retry_interval_s >= deadline:
-                return (
-                    f"failed: {reset.method} {reset.path} still refused after "
-                    f"{reset.timeout_s:g} s: {why}"
-                )
-            await asyncio.sleep(reset.retry_interval_s)
-
-    def _result(self, before: Optional[str], after: Optional[str]) -> LoadgenResult:
-        cfg = self.cfg
-        start, end = self.measure_start, self.measure_end
-        methods = sorted(self.methods)
-        return LoadgenResult(
-            requests=self.sent,
-            completed=self.done,
-            failed=self.failed,
-            warmup=self.warmup_sent,
-            output_tokens=self.output_tokens,
-            mode="open" if cfg.open_loop else "closed",
-            concurrency=cfg.concurrency,
-            request_rate=cfg.request_rate,
-            burstiness=cfg.burstiness if cfg.open_loop else None,
-            started_at=self.wall0 + start if start is not None else None,
-            ended_at=self.wall0 + end if end is not None else None,
-            duration_s=(end - start) if start is not None and end is not None else 0.0,
-            client_lag=ClientLag(
-                send_lag_ms=lag_stats_ms(self.send_lags),
-                loop_delay_ms=lag_stats_ms(self.loop_delays),
-                loop_tick_ms=TICK_S * 1000.0,
-            ),
-            token_count_method=methods[0] if len(methods) == 1 else ("mixed" if methods else None),
-            token_count_methods=dict(self.methods),
-            metrics_before=before,
-            metrics_after=after,
-        )
-
-    async def _phase(
-        self, *, first: int, count: Optional[int], duration: Optional[float], warmup: bool
-    ) -> None:
-        """Send one phase's requests and wait for all of them to finish."""
-        start = self.now()
-        rate = self.cfg.request_rate
-        if rate is None:  # closed loop
-            claimed = [0]
-
-            async def worker() -> None:
-                while (count is None or claimed[0] < count) and (
-                    duration is None or self.now() - start < duration
-                ):
-                    k = first + claimed[0]
-                    claimed[0] += 1
-                    await self._request(k, self.now(), warmup)
-
-            await asyncio.gather(*(worker() for _ in range(self.cfg.concurrency or 1)))
-            return
-        rng = random.Random(f"{self.cfg.seed}:arrivals:{'warmup' if warmup else 'measure'}")
-        cap = asyncio.Semaphore(self.cfg.concurrency) if self.cfg.concurrency else None
-        tasks = []
-        for i, offset in enumerate(arrival_offsets(rate, self.cfg.burstiness, rng)):
-            if (count is not None and i >= count) or (duration is not None and offset >= duration):
-                break
-            # sleep until due; when behind, still yield so the requests already due get sent
-            await asyncio.sleep(max(0.0, start + offset - self.now()))
-            tasks.append(
-                asyncio.ensure_future(self._capped(cap, first + i, start + offset, warmup))
-            )
-        await asyncio.gather(*tasks)
-
-    async def _capped(
-        self, cap: Optional[asyncio.Semaphore], k: int, due: float, warmup: bool
-    ) -> None:
-        if cap is None:
-            await self._request(k, due, warmup)
-            return
-        async with cap:
-            await self._request(k, due, warmup)
-
-    def _body(self, k: int) -> bytes:
-        """Request ``k``'s body: the prompt's JSON, serialised once, and the request's seed."""
-        index = k % len(self.items)
-        body = self.bodies.get(index)
-        if body is None:
-            body = json.dumps(request_body(self.items[index], self.cfg)).encode("utf-8")
-            self.bodies[index] = body
-        if not self.cfg.request_seeds:
-            return body
-        return body[:-1] + b', "seed": %d}' % request_seed(self.cfg.seed, k)
-
-    async def _request(self, k: int, due: float, warmup: bool, retried: bool = False) -> None:
-        """One streamed request, recorded whatever happens (never raises)."""
-        body = self._body(k)
-        parser = StreamParser(self.count_text)
-        status: Optional[int] = None
-        error: Optional[str] = None
-        self.in_flight += 1
-        start = self.now()
-        if not warmup and self.measure_start is None:
-            self.measure_start = start
-        try:
-            async with self.session.post(self.url, data=body) as resp:
-                status = resp.status
-                if status != 200:
-                    text = (await resp.text(errors="replace"))[:ERROR_TEXT_MAX]
-                    error = f"HTTP {status}: {text}"
-                else:
-                    async for data in resp.content.iter_any():
-                        before = parser.counted
-                        parser.feed(data, self.now() - start)
-                        self.streamed_tokens += parser.counted - before
-        except asyncio.TimeoutError:
-            error = f"timed out after {self.cfg.timeout_s:g} s"
-        except Exception as exc:  # noqa: BLE001 - aiohttp/OS errors: a failed request is data
-            error = f"{type(exc).__name__}: {exc}"
-        end = self.now()
-        self.in_flight -= 1
-        if (
-            status == 400
-            and not retried
-            and self.cfg.continuous_usage_stats
-            and "continuous_usage_stats" in (error or "")
-        ):
-            self.cfg.continuous_usage_stats = False  # an older server: fall back, ask again
-            self.bodies.clear()
-            await self._request(k, due, warmup, retried=True)
-            return
-        fields = parser.finish(error=error)
-        record = RequestRecord(
-            index=k,
-            warmup=warmup,
-            due=round(due, 6),
-            start=round(start, 6),
-            start_wall=round(self.wall0 + start, 6),
-            end=round(end, 6),
-            status=status,
-            ttft=fields["ttft"],
-            e2el=fields["e2el"],
-            chunks=tuple(Chunk(t, n) for t, n in fields["chunks"]),
-            output_tokens=fields["output_tokens"],
-            usage_reported=fields["usage_reported"],
-            prompt_tokens=fields["prompt_tokens"],
-            token_count_method=fields["token_count_method"],
-            error=fields["error"],
-        )
-        self._account(record, warmup, start - due, end)
-        self.emit(record)
-
-    def _account(self, record: RequestRecord, warmup: bool, lag: float, end: float) -> None:
-        if warmup:
-            self.warmup_sent += 1
-            return
-        self.sent += 1
-        self.send_lags.append(max(0.0, lag))
-        self.measure_end = end if self.measure_end is None else max(self.measure_end, end)
-        if record.error is None:
-            self.done += 1
-            self.output_tokens += record.output_tokens or 0
-        else:
-            self.failed += 1
-        method = record.token_count_method
-        if method:
-            self.methods[method] = self.methods.get(method, 0) + 1
-
-    async def _ticker(self) -> None:
-        """Event-loop delay: how late a ``sleep(TICK_S)`` wakes up while requests stream."""
-        while True:
-            before = time.perf_counter()
-            await asyncio.sleep(TICK_S)
-            if self.phase == "measure":
-                self.loop_delays.append(max(0.0, time.perf_counter() - before - TICK_S))
-
-    async def _progress(self) -> None:
-        last_tokens, last_t = 0, self.now()
-        while True:
-            await asyncio.sleep(self.cfg.progress_interval_s)
-            now = self.now()
-            tokens = self.streamed_tokens
-            self.emit(
-                ProgressEvent(
-                    phase=self.phase,
-                    done=self.done,
-                    failed=self.failed,
-                    in_flight=self.in_flight,
-                    tok_s=round((tokens - last_tokens) / max(now - last_t, 1e-9), 2),
-                    elapsed_s=round(now, 3),
-                )
-            )
-            last_tokens, last_t = tokens, now
-
-    async def _scrape(self) -> Optional[str]:
-        if not self.cfg.metrics_path:
-            return None
-        try:
-            timeout = self.aiohttp.ClientTimeout(total=10)
-            async with self.session.get(
-                self.cfg.base_url + self.cfg.metrics_path, timeout=timeout
-            ) as resp:
-                return await resp.text(errors="replace") if resp.status == 200 else None
-        except Exception:  # noqa: BLE001 - metrics are best effort; the controller says "missing"
-            return None

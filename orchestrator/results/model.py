@@ -343,6 +343,7 @@ class LoadgenInfo(Frozen):
     concurrency: int | None = None
     request_rate: float | None = None
     burstiness: float | None = None
+    ramp_s: float | None = None  # a closed loop's first wave, spread over this many seconds
     client_lag: LoadgenClientLag | None = None
     token_count_method: str | None = None
     token_count_methods: dict[str, int] = Field(default_factory=dict)
@@ -354,6 +355,8 @@ class LoadgenInfo(Frozen):
     achieved_request_rate: float | None = None  # open loop: as sent
     scheduled_request_rate: float | None = None  # open loop: as due
     cache_reset: str | None = None  # the prefix cache reset before the point: "ok", "failed: ..."
+    event_loop: str | None = None  # the client's event loop and JSON parser: "asyncio, json"
+    arrival_clock: str | None = None  # who stamped each chunk's arrival: "kernel" or "loop"
 
 
 class Provenance(Frozen):

@@ -172,12 +172,6 @@ def host_requirements(python: str, facts: HostFacts, *, engine: str | None) -> l
         return []
     where = f"{python} ({facts.python_executable})" if facts.python_executable else python
     missing = []
-    if modules.get("aiohttp") is False:
-        missing.append(
-            f"aiohttp is not importable by {where}: the load generator needs it; install it "
-            f"there ({python} -m pip install aiohttp), or set `python` in hosts.yaml to the "
-            "engine venv's interpreter (vLLM and SGLang ship it)"
-        )
     if engine is not None:
         package = get_engine(engine).package
         if modules.get(package) is False:
@@ -192,7 +186,7 @@ def host_requirements(python: str, facts: HostFacts, *, engine: str | None) -> l
 
 
 class HostNotReady(OrchError):
-    """Runs whose host lacks what they import (aiohttp, the engine): refused before any launch,
+    """Runs whose host lacks what they import (the engine): refused before any launch,
     where each would otherwise fail after loading its model."""
 
     def __init__(self, missing: dict[str, list[str]], runs: dict[str, list[str]]) -> None:

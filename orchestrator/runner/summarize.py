@@ -17,7 +17,7 @@ from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from orchestrator import __version__
-from orchestrator.config.playbook import RunSpec
+from orchestrator.config.playbook import RunSpec, WorkloadSpec
 from orchestrator.doctor import RequestedSettings, detect_collapse, engine_silent_changes
 from orchestrator.doctor.collapse import Cause, Collapse
 from orchestrator.doctor.findings import Finding, problems
@@ -279,12 +279,19 @@ def client_warnings(
     request_rate: float | None,
     achieved_rate: float | None,
     scheduled_rate: float | None,
+    arrival_clock: str | None = None,
 ) -> list[str]:
-    """Signs that the load generator, not the server, set the pace (so latencies are inflated)."""
+    """Signs that the load generator, not the server, set the pace (so latencies are inflated).
+
+    A late event loop inflates latencies only when chunks are timed by the loop: with
+    ``arrival_clock`` "kernel" each chunk carries the time the kernel received it, and how late
+    a busy client sends is the send lag's to judge (a closed loop's request is due when the
+    previous one's response ended).
+    """
     lag = client_lag or ClientLag()
     out = []
     loop = lag.loop_delay_ms.p99 if lag.loop_delay_ms else None
-    if loop is not None and loop > LOOP_DELAY_WARN_MS:
+    if loop is not None and loop > LOOP_DELAY_WARN_MS and arrival_clock != "kernel":
         out.append(
             f"client saturated: event-loop delay p99 {loop:.1f} ms > {LOOP_DELAY_WARN_MS:g} "
             "ms: the load generator's host is busy (CPU-bound client, or the engine "
@@ -310,12 +317,32 @@ def client_warnings(
     return out
 
 
+def workload_settings(w: WorkloadSpec) -> WorkloadSettings:
+    """The workload as a result records it: a run's, and `orch loadgen`'s."""
+    return WorkloadSettings(
+        prompts=w.prompts,
+        num_prompts=w.num_prompts,
+        duration_s=w.duration_s,
+        concurrency=w.point_concurrency if w.request_rate is None else w.open_loop_cap,
+        request_rate=w.point_rate,
+        burstiness=w.burstiness,
+        max_tokens=w.max_tokens,
+        input_len=w.input_len,
+        ignore_eos=w.ignore_eos,
+        warmup=w.warmup,
+        api=w.api,
+        temperature=w.temperature,
+        seed=w.seed,
+        repeat=w.repeat,
+        noisy_ci=w.noisy_ci,
+    )
+
+
 def run_settings(
     run: RunSpec, *, gpu_name: str | None = None, gpu_ids: list[int] | None = None
 ) -> RunSettings:
     """What the run asked for at one load point (``run``'s workload at that point), as its
     result records it (its manifest.json has the whole spec)."""
-    w = run.workload
     return RunSettings(
         engine=run.engine,
         model=run.model,
@@ -326,23 +353,7 @@ def run_settings(
         ),
         tensor_parallel=run.tensor_parallel,
         max_model_len=run.max_model_len,
-        workload=WorkloadSettings(
-            prompts=w.prompts,
-            num_prompts=w.num_prompts,
-            duration_s=w.duration_s,
-            concurrency=w.point_concurrency if w.request_rate is None else w.open_loop_cap,
-            request_rate=w.point_rate,
-            burstiness=w.burstiness,
-            max_tokens=w.max_tokens,
-            input_len=w.input_len,
-            ignore_eos=w.ignore_eos,
-            warmup=w.warmup,
-            api=w.api,
-            temperature=w.temperature,
-            seed=w.seed,
-            repeat=w.repeat,
-            noisy_ci=w.noisy_ci,
-        ),
+        workload=workload_settings(run.workload),
         gpu_name=gpu_name,
         gpu_count=run.tensor_parallel,
         gpu_ids=gpu_ids,
@@ -504,6 +515,7 @@ def _with_measurement(
         request_rate=loadgen.request_rate,
         achieved_rate=achieved,
         scheduled_rate=scheduled,
+        arrival_clock=loadgen.arrival_clock,
     )
     if loadgen.failed:  # the figures describe the requests that succeeded, and say so
         warnings.append(

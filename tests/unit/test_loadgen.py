@@ -4,11 +4,13 @@ simulator)."""
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import math
 import os
 import random
+import resource
 import signal
 import socket
 import statistics
@@ -225,6 +227,91 @@ def test_open_loop_arrivals_are_gamma(burstiness, cv):
     assert [next(again) for _ in range(100)] == times[:100]
 
 
+def test_ramp_offsets_spread_the_first_wave_evenly():
+    assert loadgen.ramp_offsets(4, 0.5) == [0.0, 0.125, 0.25, 0.375]
+    assert loadgen.ramp_offsets(3, 0.0) == [0.0, 0.0, 0.0]
+    assert loadgen.ramp_offsets(1, 2.0) == [0.0]
+    assert (loadgen.default_ramp_s(256), loadgen.default_ramp_s(1)) == (0.512, 0.0)
+
+
+@pytest.mark.parametrize(
+    ("change", "ramp_s"),
+    [
+        ({}, 0.0),
+        ({"concurrency": 64}, 0.128),
+        ({"concurrency": 64, "ramp_s": 0}, 0.0),
+        ({"concurrency": 8, "ramp_s": 2.5}, 2.5),
+    ],
+)
+def test_the_ramp_a_closed_loop_runs(change, ramp_s):
+    assert loadgen.LoadSpec.parse({**BASE, **change}).ramp_s == ramp_s
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"ramp_s": -1}, "loadgen: 'ramp_s' must be >= 0, got -1"),
+        ({"base_url": "ftp://h/", "port": None}, "'base_url' must be http://host[:port]"),
+        ({"base_url": "127.0.0.1:8000", "port": None}, "'base_url' must be http://host[:port]"),
+    ],
+)
+def test_more_bad_specs(change, message):
+    with pytest.raises(AgentFailure) as info:
+        loadgen.LoadSpec.parse({**BASE, **change})
+    assert info.value.kind == "bad_spec" and message in info.value.message
+
+
+def test_the_file_limit_is_raised_for_one_socket_per_stream():
+    """Run in a child whose soft limit is 512: 1,000 streams need 1,256 files, under the hard
+    limit; a soft limit already high enough is left alone."""
+    code = (
+        "import resource; from orchestrator.remote.loadrunner import raise_file_limit; "
+        "raise_file_limit(1000); a = resource.getrlimit(resource.RLIMIT_NOFILE)[0]; "
+        "raise_file_limit(10); print(a, resource.getrlimit(resource.RLIMIT_NOFILE)[0])"
+    )
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 1256:
+        pytest.skip(f"the hard limit here is {hard}")
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (512, hard))
+
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        preexec_fn=low,
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(__file__).parents[2],
+    ).stdout
+    assert out.split() == ["1256", "1256"]
+
+
+def test_within_runs_the_awaitable_in_the_callers_task():
+    from orchestrator.remote.loadrunner import within
+
+    async def whose() -> object:
+        return asyncio.current_task()
+
+    async def main() -> None:
+        me = asyncio.current_task()
+        assert await within(5.0, whose()) is me  # no task of its own: no iteration's delay
+        with pytest.raises(asyncio.TimeoutError):
+            await within(0.01, asyncio.sleep(30))
+        assert await within(5.0, whose()) is me  # the task is usable after a timeout
+
+        async def cancelled_from_outside() -> None:
+            await within(30.0, asyncio.sleep(30))
+
+        other = asyncio.ensure_future(cancelled_from_outside())
+        await asyncio.sleep(0.01)
+        other.cancel()
+        with pytest.raises(asyncio.CancelledError):  # not mistaken for a timeout
+            await other
+
+    asyncio.run(main())
+
+
 def test_lag_stats():
     stats = loadgen.lag_stats_ms([0.001, 0.002, 0.003, 0.010])
     assert stats.n == 4 and stats.max == 10.0
@@ -305,6 +392,7 @@ def test_unreachable_server_is_recorded_not_raised():
         (3, False),
     ]
     assert all(not r.ok and r.status is None and "Connect" in r.error for r in records)
+    assert all(r.start == r.begun for r in records)  # never sent: start is when it was taken up
     assert (res.requests, res.completed, res.failed, res.warmup) == (3, 0, 3, 1)
     assert res.prompt_source == "list" and res.token_count_method is None
     assert (res.input_len_exact, res.random_prompts, res.request_seeds) == (None, None, True)
@@ -382,6 +470,48 @@ def test_each_request_carries_its_own_reproducible_seed(recorder):
     greedy = sent_bodies(recorder, {**spec, "temperature": 0})
     assert [b["messages"] for b in greedy] == [b["messages"] for b in bodies]
     assert not any("seed" in b for b in greedy)
+
+
+class _Gathering(_Recorder):
+    """Answers nothing until ``WAVE`` requests are in: each worker of a wave gets exactly one."""
+
+    WAVE = 4
+    barrier = threading.Barrier(WAVE)
+
+    def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+        self.barrier.wait(timeout=30)
+        super().do_POST()
+
+
+def test_a_closed_loop_ramps_its_first_wave():
+    """Worker i's first request is due i * ramp_s / concurrency after the phase starts, and the
+    request's times are in order: due <= begun <= start (sent) <= end."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Gathering)
+    server.bodies = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    events: list[Wire] = []
+    spec = {
+        "port": server.server_address[1],
+        "model": "m",
+        "prompts": {"kind": "list", "items": ["a"]},
+        "num_prompts": 4,
+        "concurrency": 4,
+        "ramp_s": 0.4,
+        "temperature": 0,
+    }
+    try:
+        result = loadgen.run(spec, events.append)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert (result.completed, result.ramp_s) == (4, 0.4)
+    records = records_of(events)
+    dues = [r.due - records[0].due for r in records]
+    assert dues == pytest.approx([0.0, 0.1, 0.2, 0.3], abs=2e-6)
+    assert all(r.begun >= r.due - 1e-6 and r.start >= r.begun and r.end >= r.start for r in records)
+    assert all(r.ttft == r.chunks[0].t for r in records)
+    walls = [r.start_wall - r.start for r in records]  # one clock: the same offset for all
+    assert max(walls) - min(walls) < 3e-6
 
 
 # ---------------------------------------------------------------- against the engine simulator
@@ -487,6 +617,10 @@ def test_closed_loop_matches_the_simulators_ground_truth(sim):
 
     assert (result.requests, result.completed, result.failed, result.warmup) == (16, 16, 0, 2)
     assert [r.warmup for r in records] == [True] * 2 + [False] * 16
+    # a closed loop's request is due when its worker's previous response ended, so a client
+    # slow to send again shows as send lag; only each phase's first wave is due on the ramp
+    ends = {r.end for r in records}
+    assert sum(r.due not in ends for r in records) == 2 + 4
     assert all(r.ok and r.output_tokens == 160 for r in records)
     assert result.token_count_method == "usage" and result.prompt_source == "list"
     assert result.metrics_before and "vllm:generation_tokens_total" in result.metrics_after

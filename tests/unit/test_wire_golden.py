@@ -40,7 +40,7 @@ from orchestrator.remote.wire import (
     ProbeResult,
     ProbeSpec,
     StopResult,
-    TailLine,
+    TailLines,
     TailResult,
     WireError,
     decode_line,
@@ -276,13 +276,12 @@ def test_the_real_agent_answers_every_verb_within_the_contract(tmp_path: Path) -
     assert echo.payload == {"a": [1, None]} and echo.env == {"NOPE_X": None}
     probe, _ = final("probe", {"workdir": workdir, "ports": [1]})
     assert probe.ports.checked == [1]
-    tail, lines = final("tail", {"workdir": workdir, "run_id": "old"})
-    assert [(line.offset, line.text) for line in lines] == [
-        (0, "first"),
-        (6, "second ünï"),
-        (19, "last, unterminated"),
+    tail, batches = final("tail", {"workdir": workdir, "run_id": "old"})
+    assert batches == [  # one read of the log, then its unterminated last line once it ended
+        TailLines(offset=0, next=19, lines=["first", "second ünï"]),
+        TailLines(offset=19, next=37, lines=["last, unterminated"]),
     ]
-    assert all(isinstance(line, TailLine) for line in lines) and tail.reason == "exited"
+    assert tail.reason == "exited" and tail.offset == 37
     launched, _ = final(
         "launch",
         {
@@ -316,7 +315,7 @@ def test_the_real_agent_answers_every_verb_within_the_contract(tmp_path: Path) -
         "PhaseEvent",
         "RequestRecord",
     ]
-    assert loadgen.cache_reset.startswith("failed: POST /flush_cache: ClientConnectorError")
+    assert loadgen.cache_reset.startswith("failed: POST /flush_cache: ConnectionRefusedError")
     _, error = run_in_process(tmp_path, "tail", {"workdir": workdir, "run_id": "none"})[-1]
     assert isinstance(error, ErrorEvent) and error.kind is ErrorKind.NOT_FOUND
 
