@@ -149,6 +149,15 @@ def loadgen_command(
         float | None,
         typer.Option("--burstiness", help="Gamma shape of arrivals: 1 Poisson [default: 1]."),
     ] = None,
+    ramp_s: Annotated[
+        float | None,
+        typer.Option(
+            "--ramp",
+            help="Closed loop: send the first wave over this many seconds "
+            "[default: concurrency / 500]; 0: one burst.",
+            min=0,
+        ),
+    ] = None,
     max_tokens: Annotated[
         int | None, typer.Option("--max-tokens", help="Output tokens per request [default: 256].")
     ] = None,
@@ -206,6 +215,7 @@ def loadgen_command(
         concurrency=concurrency,
         request_rate=request_rate,
         burstiness=burstiness,
+        ramp_s=ramp_s,
         max_tokens=max_tokens,
         temperature=temperature,
         ignore_eos=ignore_eos,

@@ -92,6 +92,7 @@ class LoadgenOptions:
     concurrency: int | None = None
     request_rate: float | None = None
     burstiness: float | None = None
+    ramp_s: float | None = None
     max_tokens: int | None = None
     temperature: float | None = None
     ignore_eos: bool = False
@@ -171,6 +172,7 @@ def workload_of(opts: LoadgenOptions) -> WorkloadSpec:
         "concurrency": opts.concurrency,  # only when given: with a rate it is then a cap
         "request_rate": opts.request_rate,
         "burstiness": opts.burstiness,
+        "ramp_s": opts.ramp_s,
         "max_tokens": opts.max_tokens,
         "temperature": opts.temperature,
         "warmup": opts.warmup,
@@ -299,7 +301,7 @@ def _drive(
     listener: Listener | None,
 ) -> LoadgenResult:
     """Run the load generator here; each record is written the moment it arrives."""
-    from orchestrator.remote import loadgen  # aiohttp: imported by this command only
+    from orchestrator.remote import loadgen  # its HTTP client: imported by this command only
 
     def emit(event: object) -> None:
         if isinstance(event, RequestRecord):
@@ -380,7 +382,6 @@ def summarize(
         request_rate=loadgen.request_rate,
         achieved_rate=achieved,
         scheduled_rate=scheduled,
-        arrival_clock=loadgen.arrival_clock,
     )
     if loadgen.failed:
         warnings.append(

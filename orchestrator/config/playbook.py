@@ -296,6 +296,11 @@ class WorkloadSpec(StrictModel):
     burstiness: Annotated[float, Field(gt=0)] = Field(
         1.0, description="Gamma shape of arrivals: 1 is Poisson, lower is burstier."
     )
+    ramp_s: Annotated[float, Field(ge=0)] | None = Field(
+        None,
+        description="Closed loop: send the first wave of requests evenly over this many seconds"
+        " (default: concurrency / 500, 0.5 s at 256); 0 sends them in one burst.",
+    )
     max_tokens: Positive = Field(256, description="Output tokens per request.")
     input_len: Positive | None = Field(
         None, description="Prompt length in tokens for 'random' prompts."

@@ -315,6 +315,7 @@ def build_loadgen_spec(
         concurrency=w.point_concurrency if w.request_rate is None else w.open_loop_cap,
         request_rate=w.point_rate,
         burstiness=w.burstiness,
+        ramp_s=w.ramp_s,
         max_tokens=w.max_tokens,
         temperature=w.temperature,
         ignore_eos=w.ignore_eos,

@@ -264,10 +264,16 @@ class Client:
             settled = False
             try:
                 waiter = link.begin(response)
+                before = time.perf_counter()
                 await link.send(data)
                 response.sent = time.perf_counter()
                 await waiter
                 settled = True
+                if response.first_t is not None and response.first_t < response.sent:
+                    # the answer came before the send was seen to end (the loop ran others
+                    # meanwhile): the last byte left between ``before`` and that answer, and
+                    # ``before`` is the bound that never makes a TTFT shorter than it was
+                    response.sent = before
             except (OSError, HttpError):
                 if link.reused and not response.started:
                     response.sent = None

@@ -8,11 +8,15 @@ SSE event, takes a short path: that is most of what a load generator reads.
 
 from __future__ import annotations
 
+import re
 from typing import Callable, Dict, Optional
 
 Sink = Callable[[bytes, float], None]
 
 MAX_HEAD = 64 * 1024  # a status line and headers longer than this are not an HTTP server's
+_HEX = re.compile(
+    rb"[0-9A-Fa-f]{1,15}\Z"
+)  # a chunk size: int(x, 16) alone takes "0x1", "+1", "1_0"
 _HEAD, _SIZE, _DATA, _DATA_END, _TRAILER, _LENGTH, _UNTIL_CLOSE, _DONE = range(8)
 
 
@@ -25,7 +29,8 @@ class Response:
 
     The body of a 200 goes to ``sink`` piece by piece with the arrival time of its bytes; any
     other status keeps its first ``keep`` bytes in ``body`` (an error text). ``sent``,
-    ``last_t``: when the request was sent and when the last bytes came (``perf_counter`` s).
+    ``first_t``, ``last_t``: when the request was sent and when the first and the last bytes
+    came (``perf_counter`` s).
     """
 
     def __init__(self, sink: Sink, keep: int = 4096) -> None:
@@ -37,6 +42,7 @@ class Response:
         self.keep_alive = True
         self.started = False  # any byte received
         self.sent: Optional[float] = None
+        self.first_t: Optional[float] = None
         self.last_t: Optional[float] = None
         self._state = _HEAD
         self._left = 0
@@ -44,7 +50,8 @@ class Response:
 
     def feed(self, data: bytes, t: float) -> None:
         """Bytes that arrived at ``t``; HttpError when they cannot be a response."""
-        self.started = True
+        if not self.started:
+            self.started, self.first_t = True, t
         self.last_t = t
         if self._buffer:
             data, self._buffer = self._buffer + data, b""
@@ -58,6 +65,8 @@ class Response:
                 self._buffer = data[pos:]
                 if self._state == _HEAD and len(self._buffer) > MAX_HEAD:
                     raise HttpError(f"no end of the response head in {MAX_HEAD} bytes")
+                if self._state in (_SIZE, _TRAILER) and len(self._buffer) > MAX_HEAD:
+                    raise HttpError(f"no end of a chunk's framing line in {MAX_HEAD} bytes")
                 return
         if pos < end:  # bytes after the response: the connection is out of step
             self.keep_alive = False
@@ -68,10 +77,9 @@ class Response:
         eol = data.find(b"\r\n")
         if eol <= 0 or eol > 8:
             return False
-        try:
-            size = int(data[:eol], 16)
-        except ValueError:
+        if not _HEX.match(data[:eol]):
             return False
+        size = int(data[:eol], 16)
         stop = eol + 2 + size
         if size <= 0 or len(data) != stop + 2 or not data.endswith(b"\r\n"):
             return False
@@ -92,10 +100,8 @@ class Response:
             eol = data.find(b"\r\n", pos)
             if eol < 0:
                 return -pos - 1
-            try:
-                size = int(data[pos:eol].split(b";", 1)[0], 16)
-            except ValueError:
-                size = -1
+            digits = data[pos:eol].split(b";", 1)[0].strip(b" \t")
+            size = int(digits, 16) if _HEX.match(digits) else -1
             if size < 0:
                 raise HttpError(f"bad chunk size {data[pos:eol][:40]!r}")
             self._left, self._state = size, (_DATA if size else _TRAILER)

@@ -114,7 +114,7 @@ class ProbeSpec(Wire):
     packages: List[str] = field(default_factory=lambda: list(DEFAULT_PACKAGES))
     ports: List[int] = field(default_factory=list)
     bind_host: str = "127.0.0.1"
-    # modules a run imports in this interpreter (the load generator's aiohttp, the engines):
+    # modules a run imports in this interpreter (the engines):
     # found on its path or not, without importing them
     modules: List[str] = field(default_factory=lambda: list(DEFAULT_MODULES))
 

@@ -267,7 +267,7 @@ class Server:
                     log_tail=await self.log_tail(),
                     hint="large models take minutes to load: raise ready_timeout_s in the playbook",
                 )
-            await asyncio.sleep(min(poll_interval, FIRST_POLL_S * 2**polls))
+            await asyncio.sleep(min(poll_interval, FIRST_POLL_S * 2 ** min(polls, 16)))
             polls += 1
 
     async def _probe_ready(self, phase: str) -> str:

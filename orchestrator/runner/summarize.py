@@ -279,19 +279,18 @@ def client_warnings(
     request_rate: float | None,
     achieved_rate: float | None,
     scheduled_rate: float | None,
-    arrival_clock: str | None = None,
 ) -> list[str]:
     """Signs that the load generator, not the server, set the pace (so latencies are inflated).
 
-    A late event loop inflates latencies only when chunks are timed by the loop: with
-    ``arrival_clock`` "kernel" each chunk carries the time the kernel received it, and how late
-    a busy client sends is the send lag's to judge (a closed loop's request is due when the
-    previous one's response ended).
+    The event loop's delay counts even when the kernel stamps each read (``arrival_clock``
+    "kernel"): a loop later than a stream's gap between chunks reads several of its chunks at
+    once, and they share the time of the last. How late a busy client sends again is the send
+    lag (a closed loop's request is due when the previous one's response ended).
     """
     lag = client_lag or ClientLag()
     out = []
     loop = lag.loop_delay_ms.p99 if lag.loop_delay_ms else None
-    if loop is not None and loop > LOOP_DELAY_WARN_MS and arrival_clock != "kernel":
+    if loop is not None and loop > LOOP_DELAY_WARN_MS:
         out.append(
             f"client saturated: event-loop delay p99 {loop:.1f} ms > {LOOP_DELAY_WARN_MS:g} "
             "ms: the load generator's host is busy (CPU-bound client, or the engine "
@@ -515,7 +514,6 @@ def _with_measurement(
         request_rate=loadgen.request_rate,
         achieved_rate=achieved,
         scheduled_rate=scheduled,
-        arrival_clock=loadgen.arrival_clock,
     )
     if loadgen.failed:  # the figures describe the requests that succeeded, and say so
         warnings.append(

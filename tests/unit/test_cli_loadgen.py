@@ -64,6 +64,9 @@ def test_options_become_a_playbooks_workload() -> None:
     w = workload_of(opts)
     assert (w.prompts, w.input_len, w.concurrency, w.request_rate) == ("random", 128, 8, None)
     assert (w.num_prompts, w.max_tokens, w.warmup, w.seed) == (64, 256, 2, 0)  # its defaults
+    assert w.ramp_s is None  # the load generator's default ramp
+    burst = workload_of(LoadgenOptions(url="http://h:1", model="m", concurrency=8, ramp_s=0.0))
+    assert burst.ramp_s == 0.0
     capped = workload_of(
         LoadgenOptions(url="http://h:1", model="m", request_rate=5.0, concurrency=4)
     )

@@ -80,6 +80,18 @@ def test_spec_defaults():
     assert cfg.base_url == "http://h:1" and cfg.open_loop and cfg.concurrency is None
 
 
+def test_a_workloads_ramp_reaches_the_load_generator():
+    for ramp in (None, 0.0, 1.5):
+        workload = WorkloadSpec(prompts="builtin:math", num_prompts=4, concurrency=8, ramp_s=ramp)
+        spec = build_loadgen_spec(
+            workload, load_prompts(workload, base_dir="."), port=9, served_name="m"
+        )
+        assert spec.ramp_s == ramp
+        cfg = loadgen.LoadSpec.parse(json.loads(json.dumps(spec.to_json())))
+        expected = [0.0] * 8 if ramp == 0.0 else [i * (ramp or 8 / 500) / 8 for i in range(8)]
+        assert loadgen.ramp_offsets(8, cfg.ramp_s) == pytest.approx(expected)
+
+
 def test_the_controllers_spec_fits_the_contract():
     workload = WorkloadSpec(
         prompts="builtin:math", num_prompts=4, request_rate=2.0, seed=3, warmup=0
@@ -509,7 +521,7 @@ def test_a_closed_loop_ramps_its_first_wave():
     dues = [r.due - records[0].due for r in records]
     assert dues == pytest.approx([0.0, 0.1, 0.2, 0.3], abs=2e-6)
     assert all(r.begun >= r.due - 1e-6 and r.start >= r.begun and r.end >= r.start for r in records)
-    assert all(r.ttft == r.chunks[0].t for r in records)
+    assert all(r.ttft == r.chunks[0].t and r.ttft >= 0 for r in records)
     walls = [r.start_wall - r.start for r in records]  # one clock: the same offset for all
     assert max(walls) - min(walls) < 3e-6
 

@@ -149,6 +149,13 @@ def test_an_error_status_keeps_its_text_and_never_reaches_the_sink():
         ((b"HTTP/1.1 OK\r\n\r\n",), "not an HTTP/1.x status line: 'HTTP/1.1 OK'"),
         ((HEAD_CHUNKED + b"zz\r\n",), "bad chunk size b'zz'"),
         ((HEAD_CHUNKED + b"-5\r\nabc\r\n",), "bad chunk size b'-5'"),
+        ((HEAD_CHUNKED + b"0x3\r\nabc\r\n",), "bad chunk size b'0x3'"),
+        ((HEAD_CHUNKED + b"+3\r\nabc\r\n",), "bad chunk size b'+3'"),
+        ((HEAD_CHUNKED + b"1_0\r\n",), "bad chunk size b'1_0'"),
+        (
+            (HEAD_CHUNKED + b"3" * (httpparse.MAX_HEAD + 1),),
+            "no end of a chunk's framing line in 65536 bytes",
+        ),
         ((HEAD_CHUNKED + b"2\r\nabXY",), "a chunk does not end with CRLF"),
         ((b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n",), "bad Content-Length 'x'"),
         ((b"x" * (httpparse.MAX_HEAD + 1),), "no end of the response head in 65536 bytes"),

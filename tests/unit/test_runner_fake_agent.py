@@ -329,6 +329,35 @@ def test_readiness_polls_quickly_at_first_and_asks_once_per_poll_when_the_port_i
     assert [c.verb for c in agent.calls] == ["status", "http"] * 5 + ["status", "http", "http"]
 
 
+class _Enough(Exception):
+    pass
+
+
+def test_readiness_polls_for_hours_at_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    """2**polls must not overflow: a slow engine is polled at the interval however long."""
+    agent = (
+        started_agent()
+        .always("status", status_of("r1-id", alive=True))
+        .always("http", http_answer(None, error="connection refused"))
+    )
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        if len(slept) == 1100:
+            raise _Enough
+
+    monkeypatch.setattr(server_mod.asyncio, "sleep", sleep)
+
+    async def scenario() -> None:
+        server = await start(agent, ServerRegistry())
+        await server.wait_ready(timeout=1e9, poll_interval=1.0)
+
+    with pytest.raises(_Enough):
+        asyncio.run(scenario())
+    assert slept[:4] == [0.1, 0.2, 0.4, 0.8] and set(slept[4:]) == {1.0}
+
+
 def job_for(tmp_path: Path, run: RunSpec) -> RunJob:
     plan = PlannedLaunch(
         run=run, host=FAKE_HOST, argv=["vllm", "serve", MODEL], env_masked={}, port=8000
