@@ -18,7 +18,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -28,6 +27,7 @@ from itertools import pairwise
 from pathlib import Path
 
 from orchestrator.sim.sandbox import Sandbox
+from tests.fixtures.sshd import free_port
 
 MODEL = "Qwen/Qwen3-8B"
 DRAFTS = 3  # ngram drafts per step: enough for 4 tokens per chunk
@@ -66,13 +66,6 @@ class Truth:
     ttft_ms: float | None
     tpot_ms: float | None
     itl_chunk_ms: float | None
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
 
 
 def pin(core: int | None) -> None:

@@ -114,6 +114,12 @@ class Bench:
         md_path = replace_file(out / f"{self.name}.md", self.markdown())
         return json_path, md_path
 
+    def publish(self, out: Path = RESULTS) -> None:
+        """Write the files and show the table and where they went: every benchmark's last step."""
+        json_path, md_path = self.write(out)
+        print(self.markdown())
+        print(f"wrote {json_path} and {md_path}")
+
 
 def _cell(value: str | float | int | None) -> str:
     if value is None:

@@ -347,9 +347,7 @@ def main() -> None:
         notes=notes(sizes, args.rate, ssh),
         smoke=args.smoke,
     )
-    json_path, md_path = bench.write(args.out)
-    print(bench.markdown())
-    print(f"wrote {json_path} and {md_path}")
+    bench.publish(args.out)
 
 
 if __name__ == "__main__":

@@ -115,9 +115,7 @@ def main() -> None:
         ],
         smoke=args.smoke,
     )
-    json_path, md_path = bench.write(args.out)
-    print(bench.markdown())
-    print(f"wrote {json_path} and {md_path}")
+    bench.publish(args.out)
 
 
 if __name__ == "__main__":

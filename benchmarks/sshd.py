@@ -15,14 +15,12 @@ killed outright.
 
 from __future__ import annotations
 
-import contextlib
 import ctypes
 import getpass
 import os
 import shlex
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -34,7 +32,10 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from orchestrator.remote.gpus import APPS_QUERY, GPU_ID_QUERY, GPU_QUERY
+from orchestrator.remote.procs import kill_quietly
 from orchestrator.transport.sandbox import prepare_host_sandbox, session_env
+from tests.fixtures.procs import pids_with_env
+from tests.fixtures.sshd import banner, free_port, keygen
 
 MARKER = "ORCH_BENCH_SSHD_HOST"
 START_TIMEOUT_S = 10.0
@@ -67,25 +68,6 @@ def sshd_binary() -> str:
     if found is None:
         raise SystemExit("sshd is missing: install openssh-server (`make sshd` does)")
     return str(Path(found).resolve())
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def keygen(path: Path, *, comment: str) -> Path:
-    """An unencrypted ed25519 key pair at ``path`` / ``path.pub``."""
-    for old in (path, path.with_name(path.name + ".pub")):
-        old.unlink(missing_ok=True)
-    subprocess.run(
-        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", comment, "-f", str(path)],
-        check=True,
-        capture_output=True,
-    )
-    return path
 
 
 def replay_nvidia_smi(smi: Path, env: dict[str, str]) -> None:
@@ -178,7 +160,7 @@ class Host:
                 if "Address already in use" in self._log():
                     return False
                 raise RuntimeError(f"sshd for {self.name} exited at start:\n{self._log()}")
-            if _banner(self.port).startswith(b"SSH-2.0-OpenSSH"):
+            if banner("127.0.0.1", self.port).startswith(b"SSH-2.0-OpenSSH"):
                 return True
             time.sleep(0.02)
         raise RuntimeError(f"sshd for {self.name} did not answer in {START_TIMEOUT_S}s")
@@ -188,15 +170,15 @@ class Host:
         proc, self.process = self.process, None
         if proc is not None:
             for pid in ProcessTable.now().tree(proc.pid)[1:]:
-                _kill(pid)
+                kill_quietly(pid)
             proc.terminate()
             try:
                 proc.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        for pid in _pids_with_env(MARKER, str(self.root)):
-            _kill(pid)
+        for pid in pids_with_env(MARKER, str(self.root)):
+            kill_quietly(pid)
 
     def _log(self) -> str:
         try:
@@ -322,29 +304,3 @@ class ProcessTable:
 
 def _exit_on_term(signum: int, _frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)
-
-
-def _banner(port: int) -> bytes:
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=1) as sock:
-            return sock.recv(64)
-    except OSError:
-        return b""
-
-
-def _pids_with_env(name: str, value: str) -> list[int]:
-    """Processes whose environment holds ``name=value``, detached ones included."""
-    tag = f"{name}={value}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        with contextlib.suppress(OSError):
-            if tag in (entry / "environ").read_bytes().split(b"\0"):
-                found.append(int(entry.name))
-    return found
-
-
-def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
