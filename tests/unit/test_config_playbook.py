@@ -38,6 +38,7 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
     "concurrency": 1,
     "request_rate": None,
     "burstiness": 1.0,
+    "ramp_s": None,
     "max_tokens": 256,
     "input_len": None,
     "temperature": 0.0,
