@@ -234,7 +234,8 @@ def test_tail_resumes_after_the_connection_drops(sshd_factory: SshdFactory, host
 
 
 _CTRL_C_SCRIPT = """
-import asyncio, json, sys
+import asyncio, faulthandler, json, signal, sys
+faulthandler.register(signal.SIGUSR1)  # the test asks for every thread's stack if it hangs
 sys.path.insert(0, {root!r})
 from orchestrator.agent.client import Agent
 from orchestrator.config import HostConfig, RunSpec
@@ -295,7 +296,13 @@ def test_ctrl_c_stops_every_server_it_started(sshd_factory: SshdFactory, host: S
         record = json.loads(line)
         assert alive(record["pid"])
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
+        try:
+            code = proc.wait(timeout=120)  # a stop waits up to 30 s for SIGTERM on a busy box
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGUSR1)  # its stacks go to stderr: the report shows them
+            time.sleep(1)
+            raise
+        assert code == 130
     finally:
         if proc.poll() is None:
             proc.kill()
