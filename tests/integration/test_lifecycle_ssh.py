@@ -101,9 +101,9 @@ def test_launch_ready_tail_stop(sshd_factory: SshdFactory, host: SshdHost) -> No
     phases: list[str] = []
 
     async def body(pool: Any, agent: Agent, registry: ServerRegistry) -> dict[str, Any]:
-        server = await Server.start(
-            agent, make_run(), config, run_id="it-1", port=port, registry=registry
-        )
+        # loading takes 3 s, so the first polls (0.1 s apart at first) see it loading
+        run = make_run(env={"ORCH_SIM_LOAD_S": "3"})
+        server = await Server.start(agent, run, config, run_id="it-1", port=port, registry=registry)
         took = await server.wait_ready(
             timeout=60, poll_interval=0.1, on_progress=lambda phase, _s: phases.append(phase)
         )
