@@ -541,6 +541,29 @@ class Chunk(NamedTuple):
     tokens: int
 
 
+class RequestFailure(str, enum.Enum):
+    """Why a request did not complete: the verdict and the summaries count these kinds.
+
+    A request is completed only when the engine said so (``finish_reason`` stop/length or the
+    engine's equivalent, and under ``ignore_eos`` with the tokens it was asked for) and its
+    token counts agree; anything else is one of these, its timings kept out of every statistic.
+    """
+
+    HTTP_STATUS = "http_status"  # an answer other than 200
+    CONNECTION = "connection"  # no connection, or it broke before the response ended
+    TIMEOUT = "timeout"  # the request's timeout_s passed
+    ABORTED = "aborted"  # a finish_reason that is not a completion ("abort", "error")
+    SHORT_OUTPUT = "short_output"  # ignore_eos and fewer tokens than max_tokens
+    NO_FINISH = "no_finish"  # the stream ended without any finish_reason
+    ERROR_EVENT = "error_event"  # an SSE error event or error object in the stream
+    PROTOCOL = "protocol"  # bytes after [DONE], unparseable data, no [DONE]
+    TOKEN_COUNT_MISMATCH = "token_count_mismatch"  # counted vs usage vs max_tokens disagree
+    NO_OUTPUT = "no_output"  # completed without a single output token
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
 @dataclass(frozen=True)
 class RequestRecord(Wire):
     """One request as the load generator saw it, failed ones too.
@@ -551,6 +574,8 @@ class RequestRecord(Wire):
     was, when the client took it up), ``begun`` when the client took it up: ``start - begun``
     is the time spent getting a connection and writing. ``end``: the response's last byte.
     ``status`` is None when no HTTP response came; ``error`` None when it completed.
+    ``finish_reason`` is what the engine said (SGLang's ``{"type": ...}`` read as its type);
+    ``failure`` why it did not complete (None: completed), ``error`` the same for people.
     """
 
     EVENT: ClassVar[str] = "record"
@@ -570,11 +595,16 @@ class RequestRecord(Wire):
     token_count_method: Optional[str] = None  # "usage" | "tokenizer" | "chunk" | None
     error: Optional[str] = None
     begun: Optional[float] = None
+    finish_reason: Optional[str] = None
+    failure: Optional[RequestFailure] = None
 
     @property
     def ok(self) -> bool:
-        """Completed: HTTP 200, a full stream ending in [DONE], at least one token, no error."""
-        return self.error is None and self.status == 200 and bool(self.chunks)
+        """Completed: no failure kind (and, for records written before kinds existed, HTTP 200,
+        at least one token and no error)."""
+        return (
+            self.failure is None and self.error is None and self.status == 200 and bool(self.chunks)
+        )
 
     @property
     def send_lag(self) -> Optional[float]:
@@ -634,6 +664,8 @@ class LoadgenResult(Wire):
     # "kernel": chunk times are the kernel's receive timestamps; "loop": when the client read
     # them (https, another OS); "mixed"
     arrival_clock: Optional[str] = None
+    reconciled: int = 0  # completed requests whose counted tokens were checked against usage
+    token_count_mismatches: int = 0  # requests failed as token_count_mismatch
 
 
 # ---------------------------------------------------------------------- read_model_configs
