@@ -340,7 +340,8 @@ def accept_command(
 ) -> None:
     """Accept a night: it counts in baselines whatever its verdict, and the baseline starts again
     from it (nights before it no longer count; accept every night of a change, they all count),
-    e.g. a new engine version slower on purpose."""
+    e.g. a new engine version slower on purpose. A night that measured no case is refused
+    (exit 1); a case the night could not measure keeps its baseline."""
     _decide(night, "accept", results, note)
 
 
@@ -362,6 +363,13 @@ def _decide(night: str, decision: Decision, results: Path, note: str | None) -> 
     else:
         what = "is left out of every baseline"
     out.print(f"night {escape(name)} of {escape(playbook)}: {decision}ed; it {what}")
+    unmeasured = nightly.unmeasured_cases(history, name)[1] if decision == "accept" else []
+    if unmeasured:
+        out.print(
+            f"except for the {len(unmeasured)} case(s) it could not measure, whose baselines "
+            f"are unchanged: {escape('; '.join(unmeasured))}",
+            highlight=False,
+        )
     out.print(f"recorded in {escape(str(history.decisions_path))}", highlight=False)
 
 

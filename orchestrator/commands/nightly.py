@@ -34,7 +34,7 @@ from orchestrator.nightly.report import (
     write_nightly,
 )
 from orchestrator.nightly.terms import EXIT_CODES, Decision, Verdict
-from orchestrator.nightly.verdict import Policy, Thresholds
+from orchestrator.nightly.verdict import Policy, Thresholds, has_figure
 from orchestrator.results.store import new_results_dir
 
 STEP_SUMMARY_ENV = "GITHUB_STEP_SUMMARY"  # GitHub Actions (and Gitea/Forgejo) job summaries
@@ -280,10 +280,41 @@ def locate_night(night: str, results_root: Path) -> tuple[str, Path, History]:
     )
 
 
+def unmeasured_cases(history: History, night: str) -> tuple[list[str], list[str]]:
+    """(labels of the night's cases with at least one measured figure, labels of the others)."""
+    figures: dict[str, bool] = {}
+    labels: dict[str, str] = {}
+    for row in history.rows(nights={night}):
+        labels.setdefault(row.case_id, row.case.label)
+        figures[row.case_id] = figures.get(row.case_id, False) or has_figure(row)
+    measured = [labels[c] for c, some in figures.items() if some]
+    return measured, [labels[c] for c, some in figures.items() if not some]
+
+
+def _refuse_empty_accept(name: str, history: History) -> None:
+    """The night's unmeasured cases; OrchError when it measured no case at all: accepting it
+    would start every baseline again from a night with no figure in it."""
+    measured, unmeasured = unmeasured_cases(history, name)
+    if measured:
+        return
+    notes = [r.note for r in history.rows(nights={name}) if r.note]
+    why = f" ({notes[0]})" if notes else ""
+    raise OrchError(
+        f"night {name} of {history.playbook} has no measured figure: none of its "
+        f"{len(unmeasured)} case(s) could be measured{why}; nothing was recorded",
+        hint="accepting it would start every baseline again from a night with nothing in it. "
+        "A night that measured nothing already counts in no baseline; accept the first night "
+        f"that measured the change instead (`orch history {history.playbook}` lists them)",
+    )
+
+
 def decide(
     night: str, decision: Decision, results_root: Path, *, note: str | None = None
 ) -> tuple[str, History]:
-    """Record a person's decision about a recorded night; (its playbook, its history)."""
+    """Record a person's decision about a recorded night; (its playbook, its history). An accept
+    of a night that measured nothing is refused (``_refuse_empty_accept``)."""
     name, _root, history = locate_night(night, results_root)
+    if decision == "accept":
+        _refuse_empty_accept(name, history)
     history.decide(name, decision, note=note)
     return history.playbook, history

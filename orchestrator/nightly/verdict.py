@@ -214,6 +214,22 @@ def _decision(decisions: Mapping[str, DecisionRecord | Decision], night: str) ->
     return found.decision if isinstance(found, DecisionRecord) else found
 
 
+def has_figure(row: HistoryRow) -> bool:
+    """Whether the row holds a measured figure a baseline could count."""
+    return row.value is not None and row.status != "failed"
+
+
+def _decided(
+    decisions: Mapping[str, DecisionRecord | Decision], row: HistoryRow
+) -> Decision | None:
+    """The decision about ``row``'s night as it bears on this figure: accepting a night that
+    did not measure the figure starts no new baseline for it (the baseline would start again
+    from nothing, and a later drop be ``insufficient_data``), so the nights before it still
+    count."""
+    decision = _decision(decisions, row.night)
+    return None if decision == "accept" and not has_figure(row) else decision
+
+
 def counts_in_baseline(row: HistoryRow, decision: Decision | None) -> bool:
     """Whether a past night's row may be part of a baseline (see the module docstring)."""
     if decision == "reject" or row.value is None or row.status == "failed":
@@ -408,7 +424,7 @@ def judge_metric(
         return _plain(row, "failure", f"acceptance collapse: {row.note or '-'}")
     if row.value is None or row.n < policy.min_repeats:
         return _plain(row, "insufficient_data", f"{row.n} values (need {policy.min_repeats})")
-    decided = [_decision(decisions, r.night) for r in series]
+    decided = [_decided(decisions, r) for r in series]
     start = _new_normal(decided)
     pairs = zip(series[start:], decided[start:], strict=True)
     base = [r for r, d in pairs if counts_in_baseline(r, d)][-policy.baseline_nights :]
