@@ -39,9 +39,11 @@ from tests.fixtures.procs import kill_tree, pids_with_env
 from tests.fixtures.sshd import SshdFactory, free_port
 from tests.fixtures.truth import (
     acceptance_length,
+    lag_s,
     measured_truth,
     output_tok_s,
     sglang_log_truth,
+    timing_tolerance,
     tpot_ms_median,
     vllm_log_truth,
 )
@@ -62,7 +64,7 @@ RUN_FILES = (
     "metrics_after.txt",
     "summary.json",
 )
-REL = 0.03  # issue 4: measured vs ground truth
+REL = 0.03  # issue 4: measured vs ground truth (timing figures: widened by the client's lag)
 POS_ABS = 0.03  # issue 4: per-position acceptance
 CLI_TIMEOUT_S = 150
 
@@ -137,7 +139,7 @@ def close(measured: float | None, expected: float, what: str, rel: float = REL) 
     assert measured is not None, f"{what}: not measured"
     assert abs(measured - expected) <= rel * abs(expected), (
         f"{what}: measured {measured:.4f}, ground truth {expected:.4f} "
-        f"({abs(measured - expected) / abs(expected):.2%} off, allowed {rel:.0%})"
+        f"({abs(measured - expected) / abs(expected):.2%} off, allowed {rel:.1%})"
     )
 
 
@@ -159,15 +161,28 @@ def check_against_truth(outcome: Outcome, run: str, host: str) -> None:
     assert req.completed == len(measured) == manifest["run"]["workload"]["num_prompts"]
     assert req.failed == 0
 
+    # timing figures: within REL on an idle machine, widened on a busy one by the client's
+    # own measure of its lag (both ends of a timed span may be that late)
+    lag = summary.loadgen.client_lag if summary.loadgen else None
+    delay = lag.loop_delay_ms if lag else None
+    late = lag_s(delay.p99 if delay else None, lag.loop_tick_ms if lag else None)
+    decode_s = statistics.median(r["last_token_time"] - r["first_token_time"] for r in measured)
+    window_s = max(r["last_token_time"] for r in measured) - min(
+        r["arrival_time"] for r in measured
+    )
+    decode_rel = timing_tolerance(REL, late, decode_s)
+    window_rel = timing_tolerance(REL, late, window_s)
     # per-request decode speed: (output_tokens - 1) / (last token - first token)
     truth_tok_s = [r["decode_tok_s"] for r in measured]
-    close(req.decode_tok_s.median, statistics.median(truth_tok_s), "decode tok/s median")
-    close(req.decode_tok_s.mean, statistics.fmean(truth_tok_s), "decode tok/s mean")
+    close(
+        req.decode_tok_s.median, statistics.median(truth_tok_s), "decode tok/s median", decode_rel
+    )
+    close(req.decode_tok_s.mean, statistics.fmean(truth_tok_s), "decode tok/s mean", decode_rel)
     # output throughput: output tokens / (first measured request sent -> last one finished)
     out_tokens = sum(r["output_tokens"] for r in measured)
     assert req.total_output_tokens == out_tokens
-    close(req.output_throughput, output_tok_s(measured), "output throughput")
-    close(req.tpot_ms.median, tpot_ms_median(measured), "TPOT median")
+    close(req.output_throughput, output_tok_s(measured), "output throughput", window_rel)
+    close(req.tpot_ms.median, tpot_ms_median(measured), "TPOT median", decode_rel)
 
     # acceptance length, three ways
     positions = truth["profile"]["num_draft_tokens"]

@@ -23,12 +23,19 @@ from orchestrator.results.report import load_results
 from orchestrator.results.stats import pareto_front
 from tests.fixtures.procs import kill_tree, pids_with_env
 from tests.fixtures.sshd import free_port
-from tests.fixtures.truth import PointTruth, point_truth
+from tests.fixtures.truth import (
+    NOT_JUDGEABLE,
+    PointTruth,
+    lag_s,
+    point_truth,
+    timing_tolerance,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(480)]
 
 DATA = Path(__file__).parent / "data"
-REL = 0.05  # issue 10: measured points and fronts vs the simulator's ground truth
+REL = 0.05  # issue 10: measured points and fronts vs the simulator's ground truth, on an idle
+# machine; a busy one widens it by what the client measured of its own lag (timing_tolerance)
 HOSTS = ("emb-1", "emb-2", "emb-3")  # one configuration each: the three sweeps run at once
 RUNS = {"sglang-mtp": "emb-1", "vllm-dflash": "emb-2", "vllm-plain": "emb-3"}
 LEVELS = [1, 2, 4, 8, 16]
@@ -115,11 +122,29 @@ def sweep(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sweep]:
                 kill_tree(pid)
 
 
-def close(measured: float | None, truth: float | None, what: str) -> None:
+def close(measured: float | None, truth: float | None, what: str, rel: float = REL) -> None:
     assert measured is not None and truth is not None, what
-    assert abs(measured - truth) <= REL * abs(truth), (
-        f"{what}: measured {measured:.3f}, truth {truth:.3f} ({measured / truth - 1:+.1%})"
+    assert abs(measured - truth) <= rel * abs(truth), (
+        f"{what}: measured {measured:.3f}, truth {truth:.3f} ({measured / truth - 1:+.1%}, "
+        f"allowed {rel:.1%})"
     )
+
+
+def point_lag(result: RunResult) -> float:
+    """The client's own measure of how late a chunk's time can be during this measurement."""
+    lag = result.loadgen.client_lag if result.loadgen else None
+    delay = lag.loop_delay_ms if lag else None
+    return lag_s(delay.p99 if delay else None, lag.loop_tick_ms if lag else None)
+
+
+def tolerances(result: RunResult, truth: PointTruth) -> tuple[float, float]:
+    """(TPOT's, throughput's) tolerance of one measurement: TPOT is timed over a request's
+    decode (its tokens after the first), throughput over the measured window."""
+    lag = point_lag(result)
+    tokens = truth.output_tokens / truth.requests
+    decode_s = (truth.tpot_ms_median or 0.0) * max(tokens - 1, 0) / 1000
+    window_s = truth.output_tokens / truth.output_tok_s
+    return timing_tolerance(REL, lag, decode_s), timing_tolerance(REL, lag, window_s)
 
 
 def test_every_point_is_measured_once_on_one_server_per_configuration(sweep: Sweep) -> None:
@@ -159,23 +184,36 @@ def truths(sweep: Sweep) -> list[tuple[RunResult, PointTruth]]:
 
 
 def test_each_point_agrees_with_the_ground_truth(sweep: Sweep) -> None:
+    """Each point within orch's accuracy bar, widened by the client's measured lag; a point
+    whose lag makes the bar meaningless (past NOT_JUDGEABLE) is not judged, but every
+    configuration has judged points."""
+    judged = dict.fromkeys(RUNS, 0)
     for result, truth in truths(sweep):
         req = result.requests
         assert req is not None
         where = f"{result.run.name} {result.point.label if result.point else ''}"
-        close(req.output_throughput, truth.output_tok_s, f"{where} output tok/s")
-        close(req.tpot_ms.median, truth.tpot_ms_median, f"{where} TPOT median")
+        tpot_rel, rate_rel = tolerances(result, truth)
+        if max(tpot_rel, rate_rel) > NOT_JUDGEABLE:
+            continue
+        judged[result.run.name] += 1
+        close(req.output_throughput, truth.output_tok_s, f"{where} output tok/s", rate_rel)
+        close(req.tpot_ms.median, truth.tpot_ms_median, f"{where} TPOT median", tpot_rel)
         if truth.acceptance_length is not None and result.acceptance is not None:
             close(result.acceptance.length, truth.acceptance_length, f"{where} acceptance")
+    assert all(judged.values()), f"points judged per configuration: {judged}"
 
 
 def test_the_pareto_fronts_agree_with_the_ground_truth(sweep: Sweep) -> None:
     """Per configuration: throughput per GPU vs interactivity, the mean of the repeats; the
-    measured front holds the same load points as the truth's, each within 5%."""
+    measured front holds the same load points as the truth's, each within the bar (widened by
+    the client's measured lag, as each point's is). Which points are on the front is compared
+    only when every point was measured within twice the idle bar: on a busy machine two
+    points a few percent apart may trade places, which says nothing about orch."""
     pairs = truths(sweep)
     for run in RUNS:
         measured: dict[float, list[tuple[float, float]]] = {}
         actual: dict[float, list[tuple[float, float]]] = {}
+        rel: dict[float, tuple[float, float]] = {}
         for result, truth in pairs:
             if result.run.name != run or result.point is None or result.requests is None:
                 continue
@@ -188,6 +226,9 @@ def test_the_pareto_fronts_agree_with_the_ground_truth(sweep: Sweep) -> None:
             actual.setdefault(result.point.value, []).append(
                 (1000 / truth.tpot_ms_median, truth.output_tok_s / gpus)
             )
+            tpot_rel, rate_rel = tolerances(result, truth)
+            old_tpot, old_rate = rel.get(result.point.value, (0.0, 0.0))
+            rel[result.point.value] = (max(old_tpot, tpot_rel), max(old_rate, rate_rel))
         levels = sorted(measured)
 
         def mean(points: list[tuple[float, float]]) -> tuple[float, float]:
@@ -199,11 +240,14 @@ def test_the_pareto_fronts_agree_with_the_ground_truth(sweep: Sweep) -> None:
         got = [mean(measured[c]) for c in levels]
         want = [mean(actual[c]) for c in levels]
         front = [levels[i] for i in pareto_front(got)]
-        assert front == [levels[i] for i in pareto_front(want)], run
+        if all(max(rel[c]) <= 2 * REL for c in levels):
+            assert front == [levels[i] for i in pareto_front(want)], run
         for c in front:
             i = levels.index(c)
-            close(got[i][0], want[i][0], f"{run} c={c} interactivity")
-            close(got[i][1], want[i][1], f"{run} c={c} tok/s per GPU")
+            if max(rel[c]) > NOT_JUDGEABLE:
+                continue
+            close(got[i][0], want[i][0], f"{run} c={c} interactivity", rel[c][0])
+            close(got[i][1], want[i][1], f"{run} c={c} tok/s per GPU", rel[c][1])
 
 
 def test_goodput_is_reported_at_every_point(sweep: Sweep) -> None:
