@@ -29,6 +29,7 @@ from .loadgen import (
     request_seed,
     reset_answer,
 )
+from .outbox import Outbox
 from .protocol import Emit
 from .sse import JSON_PARSER, StreamParser
 from .wire import (
@@ -37,6 +38,7 @@ from .wire import (
     LoadgenResult,
     PhaseEvent,
     ProgressEvent,
+    RequestFailure,
     RequestRecord,
 )
 
@@ -118,7 +120,9 @@ class Runner:
     """One run: its requests, its counts and the client's own lag, in one event loop."""
 
     def __init__(self, cfg: LoadSpec, items: List[Any], tokenizer: Any, emit: Emit) -> None:
-        self.cfg, self.items, self.emit = cfg, items, emit
+        self.cfg, self.items = cfg, items
+        # every event goes through the outbox: its writing never delays a send
+        self.outbox = Outbox(emit)
         self.count_text = tokenizer.count if tokenizer is not None else None
         headers = {"Content-Type": "application/json", "User-Agent": "orch-loadgen"}
         if cfg.api_key:
@@ -132,6 +136,7 @@ class Runner:
         self.measure_start: Optional[float] = None
         self.measure_end: Optional[float] = None
         self.sent = self.done = self.failed = self.in_flight = self.output_tokens = 0
+        self.reconciled = self.mismatches = 0  # measured requests, see ``completion``
         self.warmup_sent = 0
         self.streamed_tokens = 0  # of the requests that ended; progress adds the active ones
         self.active: Set[StreamParser] = set()
@@ -144,6 +149,7 @@ class Runner:
 
     async def main(self, loop_name: str) -> LoadgenResult:
         cfg = self.cfg
+        self.outbox.start()
         helpers = [
             asyncio.ensure_future(self._ticker()),
             asyncio.ensure_future(self._progress()),
@@ -151,27 +157,34 @@ class Runner:
         try:
             cache_reset = await self._reset_cache()
             if cfg.warmup:
-                self.emit(PhaseEvent(phase="warmup"))
+                self.outbox.put(PhaseEvent(phase="warmup"))
                 await self._phase(first=0, count=cfg.warmup, duration=None, warmup=True)
             metrics_before = await self._scrape()
             self.phase = "measure"
-            self.emit(PhaseEvent(phase="measure"))
+            self.outbox.put(PhaseEvent(phase="measure"))
             await self._phase(
                 first=cfg.warmup, count=cfg.num_prompts, duration=cfg.duration_s, warmup=False
             )
             self.phase = "done"
             metrics_after = await self._scrape()
-        finally:
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
-            self.client.close()
+        except BaseException:
+            await self._stop(helpers)
+            await self.outbox.abandon()
+            raise
+        await self._stop(helpers)
+        await self.outbox.close()  # every record written before the result
         return dataclasses.replace(
             self._result(metrics_before, metrics_after),
             cache_reset=cache_reset,
             event_loop=f"{loop_name}, {JSON_PARSER}",
             arrival_clock=self.client.arrival_clock,
         )
+
+    async def _stop(self, helpers: List["asyncio.Future[None]"]) -> None:
+        for task in helpers:
+            task.cancel()
+        await asyncio.gather(*helpers, return_exceptions=True)
+        self.client.close()
 
     async def _fetch(self, method: str, path: str, timeout_s: float) -> Tuple[int, str]:
         return await within(timeout_s, self.client.fetch(method, path))
@@ -238,6 +251,8 @@ class Runner:
             token_count_methods=dict(self.methods),
             metrics_before=before,
             metrics_after=after,
+            reconciled=self.reconciled,
+            token_count_mismatches=self.mismatches,
         )
 
     async def _phase(
@@ -301,24 +316,28 @@ class Runner:
     async def _request(self, k: int, due: float, warmup: bool, retried: bool = False) -> float:
         """One streamed request, recorded whatever happens (never raises); when it ended."""
         body = self._body(k)
-        parser = StreamParser(self.count_text)
+        parser = StreamParser(
+            self.count_text, max_tokens=self.cfg.max_tokens, ignore_eos=self.cfg.ignore_eos
+        )
         response = Response(parser.feed, keep=ERROR_TEXT_MAX)
         error: Optional[str] = None
+        failure: Optional[RequestFailure] = None
         self.in_flight += 1
         self.active.add(parser)
         begun = time.perf_counter()
         try:
             await within(self.cfg.timeout_s, self.client.send("POST", self.path, body, response))
         except asyncio.TimeoutError:
-            error = f"timed out after {self.cfg.timeout_s:g} s"
+            error, failure = f"timed out after {self.cfg.timeout_s:g} s", RequestFailure.TIMEOUT
         except Exception as exc:  # noqa: BLE001 - OS/HTTP errors: a failed request is data
-            error = f"{type(exc).__name__}: {exc}"
+            error, failure = f"{type(exc).__name__}: {exc}", RequestFailure.CONNECTION
         end = response.last_t if response.complete and response.last_t else time.perf_counter()
         self.in_flight -= 1
         self.active.discard(parser)
         status = response.status
         if status is not None and status != 200 and error is None:
             error = f"HTTP {status}: {response.body.decode('utf-8', 'replace')}"
+            failure = RequestFailure.HTTP_STATUS
             if (
                 status == 400
                 and not retried
@@ -329,9 +348,8 @@ class Runner:
                 self.bodies.clear()
                 return await self._request(k, due, warmup, retried=True)
         sent = response.sent if response.sent is not None else begun
-        self._record(
-            k, due, warmup, begun, sent, end, status, parser.finish(error=error, start=sent)
-        )
+        fields = parser.finish(error=error, failure=failure, start=sent)
+        self._record(k, due, warmup, begun, sent, end, status, fields)
         return end - self.t0  # on the schedule's clock (``now``)
 
     def _record(
@@ -364,11 +382,13 @@ class Runner:
             prompt_tokens=fields["prompt_tokens"],
             token_count_method=fields["token_count_method"],
             error=fields["error"],
+            finish_reason=fields["finish_reason"],
+            failure=fields["failure"],
         )
-        self._account(record)
-        self.emit(record)
+        self._account(record, fields["reconciled"])
+        self.outbox.put(record)
 
-    def _account(self, record: RequestRecord) -> None:
+    def _account(self, record: RequestRecord, reconciled: bool) -> None:
         self.streamed_tokens += sum(c.tokens for c in record.chunks)
         if record.warmup:
             self.warmup_sent += 1
@@ -378,11 +398,13 @@ class Runner:
         start, end = record.start, record.end
         self.measure_start = start if self.measure_start is None else min(self.measure_start, start)
         self.measure_end = end if self.measure_end is None else max(self.measure_end, end)
-        if record.error is None:
+        if record.ok:
             self.done += 1
             self.output_tokens += record.output_tokens or 0
+            self.reconciled += reconciled
         else:
             self.failed += 1
+            self.mismatches += record.failure is RequestFailure.TOKEN_COUNT_MISMATCH
         method = record.token_count_method
         if method:
             self.methods[method] = self.methods.get(method, 0) + 1
@@ -401,7 +423,7 @@ class Runner:
             await asyncio.sleep(self.cfg.progress_interval_s)
             now = self.now()
             tokens = self.streamed_tokens + sum(p.counted for p in self.active)
-            self.emit(
+            self.outbox.put(
                 ProgressEvent(
                     phase=self.phase,
                     done=self.done,

@@ -19,6 +19,9 @@ import json
 import re
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from .completion import Facts, judge
+from .wire import RequestFailure
+
 
 def _json_parser() -> Tuple[Callable[[bytes], Any], str]:
     """orjson's loads when the host has it (several times faster), else the standard one."""
@@ -30,12 +33,14 @@ def _json_parser() -> Tuple[Callable[[bytes], Any], str]:
 
 
 loads, JSON_PARSER = _json_parser()
+MAX_LINE = 1 << 20  # an SSE line (one chunk's JSON) longer than this is not a completion chunk
 
 # A JSON string cannot hold an unescaped quote, so '"usage"' or '"error"' in a chunk's bytes is a
 # key or a value, never text the model wrote ('"' inside text is always '\"').
 _USAGE = re.compile(rb'"usage"\s*:\s*\{([^{}]*)\}')
-_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d+)\s*[,}]')
-_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d+)\s*[,}]')
+# at most 15 digits: a longer number takes the full decode, whose checks refuse it
+_COMPLETION = re.compile(rb'"completion_tokens"\s*:\s*(\d{1,15})\s*[,}]')
+_PROMPT = re.compile(rb'"prompt_tokens"\s*:\s*(\d{1,15})\s*[,}]')
 _CHOICES = re.compile(rb'"choices"\s*:\s*\[\s*(\]?)')
 
 
@@ -44,12 +49,14 @@ def quick_usage(payload: bytes) -> Optional[Tuple[bool, int, Optional[int]]]:
     its bytes; None when the chunk needs the full decode.
 
     Only for the plain shape: one flat ``usage`` object holding ``completion_tokens``, a
-    ``choices`` array, no ``error``. The tokens a chunk adds then come from the cumulative
+    ``choices`` array, no ``error``, no finish_reason but null. The tokens a chunk adds then come from the cumulative
     usage alone, so its text need not be decoded. A key is a string followed by ``:``, which
     no string value is, so ``"choices":[`` cannot be the model's text.
     """
     if b'"error"' in payload or payload.count(b'"usage"') != 1:
         return None
+    if payload.count(b'"finish_reason":null') != payload.count(b'"finish_reason"'):
+        return None  # the last chunk: its finish_reason is read by the full decode
     usage = _USAGE.search(payload)
     if usage is None:
         return None
@@ -88,31 +95,58 @@ def _choice_text(choice: Dict[str, Any]) -> str:
     return "".join(p for p in parts if isinstance(p, str))
 
 
+def finish_reason(choice: Dict[str, Any]) -> Optional[str]:
+    """A choice's ``finish_reason``: a string (vLLM, OpenAI) or SGLang's ``{"type": ...}``."""
+    reason = choice.get("finish_reason")
+    if isinstance(reason, dict):
+        reason = reason.get("type")
+    return reason if isinstance(reason, str) and reason else None
+
+
 class StreamParser:
     """Turns the bytes of one SSE response, each with its arrival time, into a record.
 
     Pure (the caller supplies the clock), so the metric identities can be pinned with
     scripted times. A chunk is a *token chunk* when it adds output tokens; only token chunks
     are kept, so the trailing usage-only chunk and ``[DONE]`` never extend the latency.
+    Whether the request completed is ``completion.judge``'s; the stream-level failures are
+    found here: an ``event: error`` or error object, unparseable data, bytes after ``[DONE]``.
+    Once failed, nothing more is parsed or kept, so a hostile stream costs no more memory
+    than the chunks it sent before.
     """
 
-    def __init__(self, count_text: Optional[Callable[[str], int]] = None) -> None:
+    def __init__(
+        self,
+        count_text: Optional[Callable[[str], int]] = None,
+        *,
+        max_tokens: Optional[int] = None,
+        ignore_eos: bool = False,
+    ) -> None:
         self.count_text = count_text
+        self.max_tokens, self.ignore_eos = max_tokens, ignore_eos
         self.chunks: List[Tuple[float, int]] = []  # (arrival time, tokens)
         self.counted = 0
         self.output_tokens: Optional[int] = None
         self.prompt_tokens: Optional[int] = None
         self.methods: Dict[str, int] = {}
+        self.finish_reason: Optional[str] = None
         self.done = False
+        self.backwards = False
         self.error: Optional[str] = None
+        self.failure: Optional[RequestFailure] = None
+        self._event = b""  # the pending "event:" name of the event being read
         self._buffer = b""
 
     def feed(self, data: bytes, t: float) -> None:
         """Bytes that arrived at ``t``; complete lines are parsed now, the rest is kept."""
+        if self.failure is not None:
+            return
         if self._buffer:
             data, self._buffer = self._buffer + data, b""
         elif (  # the usual read: exactly one event
-            data.startswith(b"data:")
+            not self.done
+            and not self._event
+            and data.startswith(b"data:")
             and data.endswith(b"\n\n")
             and data.find(b"\n") == len(data) - 2
         ):
@@ -120,21 +154,43 @@ class StreamParser:
             return
         lines = data.split(b"\n")
         self._buffer = lines.pop()
+        if len(self._buffer) > MAX_LINE:
+            self._fail(RequestFailure.PROTOCOL, f"an SSE line of over {MAX_LINE} bytes")
+            return
         for line in lines:
-            if not line.startswith(b"data:"):
-                line = line.strip()  # blank separators, ": keep-alive" comments, "event:"...
-                if not line.startswith(b"data:"):
-                    continue
+            self._line(line, t)
+            if self.failure is not None:
+                return
+
+    def _line(self, line: bytes, t: float) -> None:
+        if not line.startswith(b"data:"):
+            line = line.strip()  # blank separators, ": keep-alive" comments, "event:"...
+        if self.done:
+            if line:
+                self._fail(RequestFailure.PROTOCOL, f"bytes after [DONE]: {line[:200]!r}")
+            return
+        if not line:
+            self._event = b""  # an event ends at a blank line
+        elif line.startswith(b"event:"):
+            self._event = line[6:].strip()
+        elif line.startswith(b"data:"):
             self._data(line[5:].strip(), t)
 
     def _data(self, payload: bytes, t: float) -> None:
+        if self._event == b"error":
+            self._fail(
+                RequestFailure.ERROR_EVENT, f"server error event in stream: {payload[:300]!r}"
+            )
+            return
+        if self._event not in (b"", b"message"):
+            return  # another named event (a proxy's ping): not a completion chunk
         if payload == b"[DONE]":
             self.done = True
             return
         quick = quick_usage(payload)
         if quick is not None:
             has_choices, completion, prompt = quick
-            self.output_tokens = completion
+            self._usage(completion)
             if prompt is not None:
                 self.prompt_tokens = prompt
             if has_choices:
@@ -142,37 +198,48 @@ class StreamParser:
             return
         try:
             obj = loads(payload)
-        except ValueError:
-            self.error = self.error or f"unparseable SSE data: {payload[:200]!r}"
+        except ValueError:  # orjson's JSONDecodeError is one too; so is a number too long
+            self._fail(RequestFailure.PROTOCOL, f"unparseable SSE data: {payload[:200]!r}")
             return
         if isinstance(obj, dict):
-            self._event(obj, t)
+            self._event_obj(obj, t)
+        else:
+            self._fail(RequestFailure.PROTOCOL, f"SSE data is not an object: {payload[:200]!r}")
 
-    def _event(self, obj: Dict[str, Any], t: float) -> None:
+    def _event_obj(self, obj: Dict[str, Any], t: float) -> None:
         if "error" in obj or obj.get("object") == "error":
             err = obj.get("error", obj)
             message = err.get("message") if isinstance(err, dict) else err
-            self.error = self.error or f"server error in stream: {message}"
+            self._fail(RequestFailure.ERROR_EVENT, f"server error in stream: {message}")
             return
         usage = obj.get("usage")
         completion = None
         if isinstance(usage, dict):
-            completion = usage.get("completion_tokens")
-            if isinstance(completion, int):
-                self.output_tokens = completion
-            if isinstance(usage.get("prompt_tokens"), int):
-                self.prompt_tokens = usage["prompt_tokens"]
+            completion = _count_value(usage.get("completion_tokens"))
+            if completion is not None:
+                self._usage(completion)
+            prompt = _count_value(usage.get("prompt_tokens"))
+            if prompt is not None:
+                self.prompt_tokens = prompt
         choices = obj.get("choices") or []
-        if not choices:
+        if not isinstance(choices, list) or not choices:
             return  # the usage-only chunk after the last token
-        if isinstance(completion, int):
+        choices = [c for c in choices if isinstance(c, dict)]
+        for choice in choices:
+            self.finish_reason = finish_reason(choice) or self.finish_reason
+        if completion is not None:
             self._count(completion - self.counted, "usage", t)
             return
-        text = "".join(_choice_text(c) for c in choices if isinstance(c, dict))
+        text = "".join(_choice_text(c) for c in choices)
         if text and self.count_text is not None:
             self._count(max(1, self.count_text(text)), "tokenizer", t)
         elif text:
             self._count(1, "chunk", t)
+
+    def _usage(self, completion: int) -> None:
+        if self.output_tokens is not None and completion < self.output_tokens:
+            self.backwards = True
+        self.output_tokens = completion
 
     def _count(self, n: int, method: str, t: float) -> None:
         if n > 0:
@@ -180,23 +247,51 @@ class StreamParser:
             self.chunks.append((t, n))
             self.methods[method] = self.methods.get(method, 0) + 1
 
-    def finish(self, *, error: Optional[str] = None, start: float = 0.0) -> Dict[str, Any]:
+    def _fail(self, kind: RequestFailure, message: str) -> None:
+        if self.failure is None:
+            self.failure, self.error = kind, message
+        self._buffer = b""
+
+    def finish(
+        self,
+        *,
+        error: Optional[str] = None,
+        failure: Optional[RequestFailure] = None,
+        start: float = 0.0,
+    ) -> Dict[str, Any]:
         """The record fields this response determines, chunk times made relative to ``start``
-        (when the request was sent, on the clock the arrival times were given in).
+        (when the request was sent, on the clock the arrival times were given in). ``error``
+        and ``failure``: the caller's, when the request failed outside the stream (HTTP
+        status, connection, timeout); they take precedence over what the stream showed.
 
         ``ttft``/``e2el``: first/last token chunk; ``output_tokens``: the final usage (else the
-        tokens counted); ``token_count_method``: the weakest method any chunk needed.
+        tokens counted); ``token_count_method``: the weakest method any chunk needed;
+        ``reconciled``: completed, and the counts checked against the usage reported.
         """
-        if error is None:
-            error = self.error
-        if error is None and not self.done:
-            error = "stream ended before [DONE]"
-        if error is None and not self.chunks:
-            error = "response carried no output tokens"
         method = None
         for name in ("usage", "tokenizer", "chunk"):
             if name in self.methods:
                 method = name
+        reconciled = False
+        if error is None and failure is None:
+            failure, error = self.failure, self.error
+        if failure is None and error is None:
+            verdict = judge(
+                Facts(
+                    finish_reason=self.finish_reason,
+                    done=self.done,
+                    chunks=len(self.chunks),
+                    counted=self.counted,
+                    usage=self.output_tokens,
+                    method=method,
+                    backwards=self.backwards,
+                    max_tokens=self.max_tokens,
+                    ignore_eos=self.ignore_eos,
+                )
+            )
+            failure, error, reconciled = verdict
+        elif failure is None:
+            failure = RequestFailure.CONNECTION
         # microseconds: plenty, and lean JSON
         chunks = [[round(t - start, 6), n] for t, n in self.chunks]
         return {
@@ -207,5 +302,15 @@ class StreamParser:
             "usage_reported": self.output_tokens is not None,
             "prompt_tokens": self.prompt_tokens,
             "token_count_method": method,
+            "finish_reason": self.finish_reason,
+            "failure": failure,
             "error": error,
+            "reconciled": reconciled,
         }
+
+
+def _count_value(value: Any) -> Optional[int]:
+    """A token count as JSON gives it: a non-negative integer (not a bool, not a float)."""
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    return None

@@ -84,14 +84,17 @@ def test_escaped_text_is_not_read_as_keys():
 
 def events() -> list[bytes]:
     """Every shape a stream has: a role chunk (0 tokens), tokens with quotes and backslashes,
-    an empty delta that still adds tokens, reasoning text, and the usage-only chunk."""
+    an empty delta that still adds tokens, reasoning text with the finish_reason, and the
+    usage-only chunk."""
     out = [chunk(content="", usage={"prompt_tokens": 7, "total_tokens": 7, "completion_tokens": 0})]
     for n, text in enumerate(['The "quoted"', " and \\ back", "", " end"], start=1):
         out.append(chunk(content=text, usage={"prompt_tokens": 7, "completion_tokens": 2 * n}))
     out.append(
         json.dumps(
             {
-                "choices": [{"index": 0, "delta": {"reasoning_content": "hmm"}}],
+                "choices": [
+                    {"index": 0, "delta": {"reasoning_content": "hmm"}, "finish_reason": "stop"}
+                ],
                 "usage": {"prompt_tokens": 7, "completion_tokens": 9},
             }
         ).encode()
@@ -131,7 +134,10 @@ def test_the_fast_path_changes_nothing(monkeypatch: pytest.MonkeyPatch):
         "usage_reported": True,
         "prompt_tokens": 7,
         "token_count_method": "usage",
+        "finish_reason": "stop",
+        "failure": None,
         "error": None,
+        "reconciled": True,
     }
     taken = []
     monkeypatch.setattr(sse, "quick_usage", lambda payload: taken.append(payload))
