@@ -20,6 +20,7 @@ prompts in the same order, and ``num_prompts`` larger than the set repeats it ev
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
 import re
@@ -51,6 +52,10 @@ class PromptSet:
     items: tuple[Item, ...] = ()
     input_len: int | None = None
     skipped: int = 0  # records with no usable prompt (ShareGPT entries without a human turn)
+    # SHA-256 of the bytes read (a file, or a built-in set's files in order): what a resume pins
+    # and what results record, so a rewritten file under the same name is never the same
+    # workload; None for random prompts (their recipe is the playbook's)
+    sha256: str | None = None
 
     @property
     def is_random(self) -> bool:
@@ -87,18 +92,21 @@ def load_builtin(name: str) -> PromptSet:
             hint=f"use one of: {', '.join('builtin:' + n for n in BUILTIN_NAMES)}",
         )
     items: list[Item] = []
+    digest = hashlib.sha256()
     for part in BUILTIN_SETS if name == "mixed" else (name,):
         resource = resources.files("orchestrator.loadgen") / "data" / f"{part}.jsonl"
-        parsed, _ = parse_prompt_lines(
-            resource.read_text(encoding="utf-8").splitlines(), file=str(resource)
-        )
+        data = resource.read_bytes()
+        digest.update(data)
+        parsed, _ = parse_prompt_lines(data.decode("utf-8").splitlines(), file=str(resource))
         items.extend(parsed)
-    return PromptSet(source=f"builtin:{name}", items=tuple(items))
+    return PromptSet(source=f"builtin:{name}", items=tuple(items), sha256=digest.hexdigest())
 
 
 def load_file(path: Path) -> PromptSet:
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        data = path.read_bytes()
+        # newlines as text mode reads them (a JSON string holds no raw CR)
+        text = data.decode("utf-8-sig").replace("\r\n", "\n").replace("\r", "\n")
     except FileNotFoundError as exc:
         raise ConfigError(
             f"prompt file {path} does not exist",
@@ -119,7 +127,8 @@ def load_file(path: Path) -> PromptSet:
             file=str(path),
             hint=f"each record needs {_SHAPES}",
         )
-    return PromptSet(source=f"file:{path}", items=tuple(items), skipped=skipped)
+    digest = hashlib.sha256(data).hexdigest()
+    return PromptSet(source=f"file:{path}", items=tuple(items), skipped=skipped, sha256=digest)
 
 
 def parse_prompt_lines(lines: Iterable[str], *, file: str) -> tuple[list[Item], int]:

@@ -113,6 +113,9 @@ class WorkloadSettings(Frozen):
     """The load that was measured (the full run spec is in the run's manifest.json)."""
 
     prompts: str  # builtin:<name>, random, or the prompt file
+    # SHA-256 of the prompt file (or built-in set) read: a rewritten file under the same name is
+    # another workload; None for random prompts and in results written before it was recorded
+    prompts_sha256: str | None = None
     num_prompts: int
     duration_s: float | None = None  # measure for this long instead of num_prompts requests
     concurrency: int | None  # requests in flight at most; None: an open loop without a cap

@@ -130,6 +130,7 @@ def manifest(
         "doctor": [f.to_json() for f in doctor.findings],
         "prompts": {
             "source": job.prompts.source,
+            "sha256": job.prompts.sha256,  # the content read (None: random prompts)
             "count": len(job.prompts.items),
             "skipped": job.prompts.skipped,
             "input_len": job.prompts.input_len,

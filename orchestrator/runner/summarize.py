@@ -316,10 +316,12 @@ def client_warnings(
     return out
 
 
-def workload_settings(w: WorkloadSpec) -> WorkloadSettings:
-    """The workload as a result records it: a run's, and `orch loadgen`'s."""
+def workload_settings(w: WorkloadSpec, prompts_sha256: str | None = None) -> WorkloadSettings:
+    """The workload as a result records it: a run's, and `orch loadgen`'s (``prompts_sha256``:
+    the content read, so a rewritten prompt file is never taken for the same workload)."""
     return WorkloadSettings(
         prompts=w.prompts,
+        prompts_sha256=prompts_sha256,
         num_prompts=w.num_prompts,
         duration_s=w.duration_s,
         concurrency=w.point_concurrency if w.request_rate is None else w.open_loop_cap,
@@ -338,7 +340,11 @@ def workload_settings(w: WorkloadSpec) -> WorkloadSettings:
 
 
 def run_settings(
-    run: RunSpec, *, gpu_name: str | None = None, gpu_ids: list[int] | None = None
+    run: RunSpec,
+    *,
+    gpu_name: str | None = None,
+    gpu_ids: list[int] | None = None,
+    prompts_sha256: str | None = None,
 ) -> RunSettings:
     """What the run asked for at one load point (``run``'s workload at that point), as its
     result records it (its manifest.json has the whole spec)."""
@@ -352,7 +358,7 @@ def run_settings(
         ),
         tensor_parallel=run.tensor_parallel,
         max_model_len=run.max_model_len,
-        workload=workload_settings(run.workload),
+        workload=workload_settings(run.workload, prompts_sha256),
         gpu_name=gpu_name,
         gpu_count=run.tensor_parallel,
         gpu_ids=gpu_ids,
@@ -425,7 +431,9 @@ def build_result(
     masked); ``measurement`` defaults to the run's first."""
     m = measurement or planned(job.plan.run)[0]
     run, host = m.run, job.plan.host
-    settings = run_settings(run, gpu_name=_gpu_name(job), gpu_ids=job.gpu_ids)
+    settings = run_settings(
+        run, gpu_name=_gpu_name(job), gpu_ids=job.gpu_ids, prompts_sha256=job.prompts.sha256
+    )
     base = safe_name(job.run_dir.name)
     requests = None
     if state.records:
