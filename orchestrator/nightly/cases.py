@@ -4,7 +4,10 @@ A case is what must stay equal for two nights' figures to be comparable: the eng
 the speculative method and its settings, the tensor-parallel size, the GPU model and count, the
 workload (prompts, lengths, the load point) and the client that measured it. Renaming a run, or
 moving it to another host with the same GPUs, keeps its history; changing any of these starts a
-new one.
+new one. Prompts are keyed on their content (``prompts_sha256``, the SHA-256 of the file or
+built-in set read), not their name: a prompt file rewritten under the same name starts a new
+case. Results written before the content was recorded have no hash; their cases keep their
+ids, and the first night that records it starts a new case, which ``content_notes`` names.
 
 The client is orch's own version, major.minor only (``client_version``): a patch release fixes
 bugs and keeps the way requests are timed, so a history survives it; a minor release may change
@@ -39,6 +42,7 @@ __all__ = [
     "case_of",
     "changed_attributes",
     "client_version",
+    "content_notes",
     "read_manifest",
 ]
 
@@ -71,6 +75,7 @@ class CaseKey:
     burstiness: float = 1.0  # the arrivals' gamma shape under request_rate
     cap: int | None = None  # the open loop's cap on requests in flight under request_rate
     seed: int = 0  # the workload's seed: which prompts, which arrival times
+    prompts_sha256: str | None = None  # the prompts' content; None: not recorded (older orch)
 
     @functools.cached_property
     def id(self) -> str:
@@ -94,7 +99,10 @@ class CaseKey:
             config += f" ({', '.join(drafter)})"
         gpus = f"{self.gpu_count if self.gpu_count is not None else '?'} × {self.gpu_name or 'GPU'}"
         load = f"{'c' if self.load_kind == 'concurrency' else 'rate'}={self.load_value:g}"
-        workload = self.prompts + (f" in={self.input_len}" if self.input_len else "")
+        workload = self.prompts
+        if self.prompts_sha256:
+            workload += f"#{self.prompts_sha256[:8]}"
+        workload += f" in={self.input_len}" if self.input_len else ""
         workload += f" out={self.max_tokens}" + (" ignore_eos" if self.ignore_eos else "")
         if self.api != "chat":
             workload += f" {self.api}"
@@ -104,7 +112,12 @@ class CaseKey:
         return " · ".join((config, self.model, tp, gpus, workload, load))
 
 
-_LATER_FIELDS: dict[str, object] = {"burstiness": 1.0, "cap": None, "seed": 0}
+_LATER_FIELDS: dict[str, object] = {
+    "burstiness": 1.0,
+    "cap": None,
+    "seed": 0,
+    "prompts_sha256": None,
+}
 
 
 def client_version(version: str | None) -> str:
@@ -148,6 +161,7 @@ def case_of(result: RunResult) -> CaseKey:
         burstiness=float(workload.burstiness) if point.kind == "request_rate" else 1.0,
         cap=workload.concurrency if point.kind == "request_rate" else None,
         seed=workload.seed,
+        prompts_sha256=workload.prompts_sha256,
     )
 
 
@@ -270,3 +284,34 @@ def attributes_of(result: RunResult, manifest: Mapping[str, object] | None) -> N
         playbook_commit=_str(_at(git, "commit")),
         playbook_dirty=dirty if isinstance(dirty, bool) else None,
     )
+
+
+def content_notes(past: Mapping[CaseKey, int], tonight: Iterable[CaseKey]) -> list[str]:
+    """Why a case of tonight has no history though one like it has (``past``: each recorded
+    case and its number of nights): its prompts' content differs, or was not recorded before
+    (results of an orch before ``prompts_sha256``). Said, so no history ends without a word."""
+    notes = []
+    for case in dict.fromkeys(tonight):
+        if case in past:
+            continue
+        same = dataclasses.replace(case, prompts_sha256=None)
+        for before, nights in past.items():
+            if before.prompts_sha256 == case.prompts_sha256:
+                continue
+            if dataclasses.replace(before, prompts_sha256=None) != same:
+                continue
+            if before.prompts_sha256 is None:
+                why = (
+                    "did not record the prompts' content, so they cannot be known to be the "
+                    "same workload"
+                )
+            else:
+                why = (
+                    f"were measured on other content of {case.prompts} (SHA-256 "
+                    f"{before.prompts_sha256[:12]}…, now {(case.prompts_sha256 or '-')[:12]}…)"
+                )
+            notes.append(
+                f"case {case.id} ({case.label}) starts a new history tonight: its {nights} "
+                f"earlier night(s), case {before.id}, {why}; they are not its baseline"
+            )
+    return notes

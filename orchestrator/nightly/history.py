@@ -35,7 +35,14 @@ import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
 from orchestrator.errors import OrchError
-from orchestrator.nightly.rows import COLUMNS, HistoryRow, RowReader
+from orchestrator.nightly.rows import (
+    COLUMNS,
+    ROW_VERSION,
+    HistoryRow,
+    NewerRow,
+    RowReader,
+    check_version,
+)
 from orchestrator.nightly.terms import (
     VERDICT_ORDER,
     Decision,
@@ -174,11 +181,27 @@ class History:
     ) -> Iterator[tuple[HistoryRow, dict[str, object]]]:
         """Each valid row with its JSON object; the others are skipped and said."""
         reader = RowReader()
+        newer: list[tuple[int, object]] = []
         for number, obj in self._objects(self.path, nights):
             try:
                 yield reader.row(obj), obj  # type: ignore[misc]
+            except NewerRow as exc:
+                newer.append((number, exc.version))
             except ValueError as exc:
                 self.problems.append(f"{self.path}:{number}: skipped, {exc}")
+        self._say_newer(newer)
+
+    def _say_newer(self, newer: Sequence[tuple[int, object]]) -> None:
+        """One message for the lines a newer orch wrote: kept apart, never a baseline."""
+        if not newer:
+            return
+        lines = ", ".join(str(n) for n, _ in newer[:5]) + (", ..." if len(newer) > 5 else "")
+        versions = ", ".join(sorted({str(v) for _, v in newer}))
+        self.problems.append(
+            f"{self.path}: {len(newer)} row(s) (line {lines}) written by a newer orch (row "
+            f"version {versions}; this orch reads up to {ROW_VERSION}) are kept apart: not "
+            "read, judged or used as a baseline; upgrade orch to read them"
+        )
 
     def nights_recorded(self) -> set[str]:
         """The nights in the history (read from each line's start: no full parse)."""
@@ -269,19 +292,26 @@ class History:
         labels: dict[str, str] = {}
         objects = []
         reader = RowReader()
+        newer: list[tuple[int, object]] = []
         for number, obj in self._objects(self.path):
             # a frame is for looking: a line is checked in full once per case, else only for
             # the keys every row has (a year of history is tens of thousands of lines)
             try:
                 if not isinstance(obj, dict) or not obj.keys() >= _ROW_KEYS:
                     raise ValueError(f"not a row (no {', '.join(sorted(_ROW_KEYS))})")
+                check_version(obj)
                 if obj["case_id"] not in labels:
                     labels[str(obj["case_id"])] = reader.row(obj).case.label
+            except NewerRow as exc:
+                newer.append((number, exc.version))
+                continue
             except ValueError as exc:
                 self.problems.append(f"{self.path}:{number}: skipped, {exc}")
                 continue
             objects.append(obj)
+        self._say_newer(newer)
         frame = pd.DataFrame(objects, columns=list(COLUMNS))
+        frame["v"] = frame["v"].fillna(1).astype("int64")  # a line without one is version 1
         frame.insert(4, "case_label", frame["case_id"].map(labels).astype(object))
         decisions = {n: d.decision for n, d in self.decisions().items()}
         frame["decision"] = frame["night"].map(decisions).astype(object)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.errors import OrchError
+from orchestrator.nightly.cases import CaseKey, content_notes
 from orchestrator.nightly.changepoint import INSTALL_HINT, NOT_INSTALLED, Locate, change_points
 from orchestrator.nightly.history import History, HistoryRow
 from orchestrator.nightly.record import record_night
@@ -34,10 +35,10 @@ def judge_results(
     """Judge the night ``results_dir`` holds against the history under ``results_root`` (the
     folder holding ``results_dir`` by default), and append its rows (``append``)."""
     results_dir = Path(results_dir)
-    history, rows, cases = _judge(results_dir, results_root, policy, playbook, find)
+    history, rows, cases, notes = _judge(results_dir, results_root, policy, playbook, find)
     if append:
         history.append(settle(rows, cases))
-    return _verdict(results_dir, history, rows, cases)
+    return _verdict(results_dir, history, rows, cases, notes)
 
 
 def judge_and_record(
@@ -51,13 +52,13 @@ def judge_and_record(
     """``judge_results`` for a new night, where the verdict outranks its history row: an
     append that fails leaves it as judged, ``recorded`` False, the reason its first note."""
     results_dir = Path(results_dir)
-    history, rows, cases = _judge(results_dir, results_root, policy, playbook, find)
+    history, rows, cases, notes = _judge(results_dir, results_root, policy, playbook, find)
     try:
         history.append(settle(rows, cases))
     except OrchError as exc:
         reason = f"{exc} ({exc.hint})" if exc.hint else str(exc)
-        return _verdict(results_dir, history, rows, cases, unrecorded=reason)
-    return _verdict(results_dir, history, rows, cases)
+        return _verdict(results_dir, history, rows, cases, notes, unrecorded=reason)
+    return _verdict(results_dir, history, rows, cases, notes)
 
 
 def _judge(
@@ -66,13 +67,21 @@ def _judge(
     policy: Policy | None,
     playbook: str | None,
     find: Locate,
-) -> tuple[History, list[HistoryRow], list[CaseVerdict]]:
+) -> tuple[History, list[HistoryRow], list[CaseVerdict], list[str]]:
+    """The night's rows judged, and notes on cases whose history starts anew only because
+    their prompts' content differs from (or was not recorded in) a case like them."""
     rows = record_night(results_dir, playbook=playbook)
     history = History(
         results_root if results_root is not None else results_dir.parent, rows[0].playbook
     )
-    cases = judge_night(history.rows(), history.decisions(), rows, policy or Policy(), find)
-    return history, rows, cases
+    past_rows = history.rows()
+    cases = judge_night(past_rows, history.decisions(), rows, policy or Policy(), find)
+    nights: dict[CaseKey, set[str]] = {}
+    for row in past_rows:
+        if row.night != rows[0].night:
+            nights.setdefault(row.case, set()).add(row.night)
+    past = {case: len(seen) for case, seen in nights.items()}
+    return history, rows, cases, content_notes(past, [r.case for r in rows])
 
 
 def _verdict(
@@ -80,11 +89,13 @@ def _verdict(
     history: History,
     rows: list[HistoryRow],
     cases: list[CaseVerdict],
+    content: list[str],
     *,
     unrecorded: str | None = None,
 ) -> NightlyVerdict:
     notes = [f"{NOT_RECORDED}: {unrecorded}"] if unrecorded is not None else []
     notes += dict.fromkeys(history.problems)
+    notes += content
     if any(m.change_point_note == NOT_INSTALLED for c in cases for m in c.metrics):
         notes.append(INSTALL_HINT)
     return NightlyVerdict(

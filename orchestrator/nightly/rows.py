@@ -6,6 +6,12 @@ night's attributes are columns of their own, beside the row's night, metric and 
 validates each distinct case and attribute set once (pydantic, by their dataclasses' types) and
 the rest of a line by hand: a year of history holds few distinct ones and tens of thousands of
 lines.
+
+Each line carries the row format's version (``v``; a line without one is version 1). A newer
+orch that changes what a row means (a field added to the case key, say) raises it, so this one
+never reads such a line as something it is not: a line of a version above ``ROW_VERSION`` is
+refused (``NewerRow``), and ``History`` keeps it apart, out of every baseline, with a message
+naming the file and its lines. Version 2 added ``prompts_sha256`` to the case.
 """
 
 from __future__ import annotations
@@ -26,6 +32,15 @@ _CASE_DEFAULTS = {
     f.name: f.default for f in dataclasses.fields(CaseKey) if f.default is not dataclasses.MISSING
 }
 ATTRIBUTE_FIELDS = tuple(f.name for f in dataclasses.fields(NightAttributes))
+ROW_VERSION = 2  # raise it whenever a row's fields change meaning, or the case key gains one
+
+
+class NewerRow(ValueError):
+    """A line written by a newer orch, in a row format this one cannot read."""
+
+    def __init__(self, version: object) -> None:
+        super().__init__(f"row version {version!r} is newer than this orch reads ({ROW_VERSION})")
+        self.version = version
 
 
 @dataclass(frozen=True)
@@ -73,12 +88,13 @@ class HistoryRow:
                 out[field.name] = list(value) if isinstance(value, tuple) else value
         for name, value in dataclasses.asdict(self.attributes).items():
             out[name] = list(value) if isinstance(value, tuple) else value
+        out["v"] = ROW_VERSION
         return out
 
     @classmethod
     def from_json(cls, obj: object) -> HistoryRow:
-        """A row from its JSON object; ValueError if it is not one (unknown keys are ignored:
-        a newer orch may add columns)."""
+        """A row from its JSON object; ValueError if it is not one, ``NewerRow`` if a newer
+        orch wrote it (unknown keys of a version this orch reads are ignored)."""
         return RowReader().row(obj)
 
 
@@ -151,6 +167,7 @@ class RowReader:
     def row(self, obj: object) -> HistoryRow:
         if not isinstance(obj, dict):
             raise ValueError("not a JSON object")
+        check_version(obj)
         try:
             values = obj["values"]
             if not isinstance(values, list):
@@ -180,6 +197,15 @@ class RowReader:
             raise ValueError(f"no {exc.args[0]!r}") from exc
         except ValidationError as exc:
             raise ValueError(str(exc).splitlines()[0]) from exc
+
+
+def check_version(obj: dict[str, object]) -> None:
+    """``NewerRow`` for a line whose version this orch cannot read (none: version 1)."""
+    version = obj.get("v", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ValueError(f"row version {version!r} is not a positive whole number")
+    if version > ROW_VERSION:
+        raise NewerRow(version)
 
 
 _DIRECTIONS: tuple[str, ...] = get_args(Direction)

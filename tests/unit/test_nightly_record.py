@@ -216,7 +216,9 @@ def test_workload_fields_added_to_the_key_keep_old_ids_and_split_new_cases() -> 
     from tests.fixtures.nightly_histories import CASE
 
     old = {
-        k: v for k, v in dataclasses.asdict(CASE).items() if k not in ("burstiness", "cap", "seed")
+        k: v
+        for k, v in dataclasses.asdict(CASE).items()
+        if k not in ("burstiness", "cap", "seed", "prompts_sha256")
     }
     text = json.dumps(old, sort_keys=True, separators=(",", ":"))
     assert CASE.id == hashlib.sha256(text.encode()).hexdigest()[:12]  # as recorded before
@@ -224,8 +226,9 @@ def test_workload_fields_added_to_the_key_keep_old_ids_and_split_new_cases() -> 
         dataclasses.replace(CASE, seed=1).id,
         dataclasses.replace(CASE, burstiness=0.5).id,
         dataclasses.replace(CASE, cap=32).id,
+        dataclasses.replace(CASE, prompts_sha256="ab" * 32).id,
     }
-    assert len(others) == 3 and CASE.id not in others
+    assert len(others) == 4 and CASE.id not in others
 
 
 def test_a_history_line_without_the_later_key_fields_reads_as_their_defaults() -> None:
@@ -233,6 +236,6 @@ def test_a_history_line_without_the_later_key_fields_reads_as_their_defaults() -
     from tests.fixtures.nightly_histories import row
 
     line = row(0, "output_tok_s", [1.0, 2.0]).to_json()
-    for later in ("burstiness", "cap", "seed"):
+    for later in ("burstiness", "cap", "seed", "prompts_sha256", "v"):
         del line[later]
     assert HistoryRow.from_json(line).case_id == row(0, "output_tok_s", [1.0]).case_id
