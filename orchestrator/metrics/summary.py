@@ -32,6 +32,8 @@ Definitions (as vLLM's and SGLang's benchmark tools use them; times from the cli
 - Client lag: send lag = time a request was sent - time it was due (open loop: its arrival
   time; closed loop: when its worker became free); event-loop delay = how late the load
   generator's 20 ms ticker woke up. Large values mean the client, not the server, set the pace.
+  Shared reads = % of token chunks (each request's first left out) that arrived in the same
+  read as the chunk before them: the client read them late, and the earlier one's time is wrong.
 - Percentiles: linear interpolation between closest ranks (numpy's default ``linear``, equal to
   ``statistics.quantiles(method="inclusive")``): for sorted x0..x(n-1), p -> h = (n-1)p/100,
   x[floor h] + (h - floor h)(x[floor h + 1] - x[floor h]).
@@ -108,6 +110,8 @@ class ClientLag(_Frozen):
 
     send_lag_ms: LagStats = Field(default_factory=LagStats)
     loop_delay_ms: LagStats | None = None
+    # % of token chunks read together with the one before them (``shared_read_pct``)
+    shared_read_pct: float | None = None
 
 
 class RequestStats(_Frozen):
@@ -162,6 +166,23 @@ def _gaps(record: RequestRecord) -> list[tuple[float, int]]:
     return [(c[i].t - c[i - 1].t, c[i].tokens) for i in range(1, len(c))]
 
 
+def shared_read_pct(records: Sequence[RequestRecord]) -> float | None:
+    """Of the token chunks after each request's first, the % that came in the same read as the
+    chunk before them (the same arrival time, to the microsecond); None without such chunks.
+
+    The direct sign of a client too late to time a stream: the server sends each chunk apart
+    (one per decode step), so two in one read waited in the socket until the client got to it,
+    and the earlier one carries the later one's time (TTFT up, TPOT down). A late event loop or
+    a late send alone does not move a figure; this does.
+    """
+    shared = total = 0
+    for r in records:
+        c = r.chunks
+        total += len(c) - 1 if c else 0
+        shared += sum(1 for i in range(1, len(c)) if c[i].t == c[i - 1].t)
+    return shared / total * 100.0 if total else None
+
+
 def request_stats(
     records: Sequence[RequestRecord],
     *,
@@ -203,6 +224,7 @@ def request_stats(
     client_lag = ClientLag(
         send_lag_ms=LagStats(p50=send.median, p99=send.p99, max=send.max),
         loop_delay_ms=loop_delay_ms,
+        shared_read_pct=shared_read_pct(done),
     )
     return RequestStats(
         completed=len(done),
