@@ -2,8 +2,10 @@
 
 Definitions (as vLLM's and SGLang's benchmark tools use them; times from the client):
 
-- A request is *completed* when it got HTTP 200, a stream ending in ``[DONE]``, at least one
-  token and no error; anything else is *failed*. Warm-up requests are left out entirely.
+- A request is *completed* when its record has no failure (``RequestRecord.ok``: the engine
+  ended it with a completion, its counts reconciled, see ``orchestrator.remote.completion``);
+  anything else is *failed*, and no failed request enters any statistic here, its timings
+  included. Warm-up requests are left out entirely.
 - *Token chunk*: an SSE chunk that adds output tokens. The usage-only chunk after the last
   token and ``[DONE]`` are not token chunks, so they never extend a latency.
 - TTFT = first token chunk arrival - request sent. E2EL = last token chunk arrival - request
@@ -16,7 +18,8 @@ Definitions (as vLLM's and SGLang's benchmark tools use them; times from the cli
   speculative decoding one chunk is one verify step, so this is a per-*step* latency.
 - Per-token ITL: each gap divided by the tokens of the chunk that ends it, counted once per
   token (a 4-token chunk after 40 ms adds four values of 10 ms), so the mean is
-  sum(gaps) / sum(tokens after the first chunk). Only from records whose per-chunk token counts
+  sum(gaps) / sum(tokens after the first chunk); computed from (value, count) pairs, never one
+  list entry per token. Only from records whose per-chunk token counts
   are known (``usage`` or ``tokenizer`` counting); ``None`` when there are none.
 - Tokens per chunk (client-side acceptance length): for a request with chunks c1..cn, the
   tokens after the first chunk divided by n - 1, i.e. tokens per decode step, the first chunk
@@ -92,6 +95,45 @@ class Stats(_Frozen):
             max=max(xs),
             std=math.sqrt(math.fsum((x - mean) ** 2 for x in xs) / len(xs)),
         )
+
+    @classmethod
+    def weighted(cls, pairs: Iterable[tuple[float, int]], *, scale: float = 1.0) -> Stats:
+        """``of`` over each value repeated its count of times, without making that list: a
+        per-token figure must cost memory per chunk received, not per token a server claims."""
+        xs = sorted((v * scale, k) for v, k in pairs if k > 0)
+        n = sum(k for _, k in xs)
+        if not n:
+            return cls()
+        mean = math.fsum(v * k for v, k in xs) / n
+        return cls(
+            n=n,
+            mean=mean,
+            median=weighted_percentile(xs, n, 50),
+            p10=weighted_percentile(xs, n, 10),
+            p90=weighted_percentile(xs, n, 90),
+            p99=weighted_percentile(xs, n, 99),
+            min=xs[0][0],
+            max=xs[-1][0],
+            std=math.sqrt(math.fsum(k * (v - mean) ** 2 for v, k in xs) / n),
+        )
+
+
+def weighted_percentile(xs: Sequence[tuple[float, int]], n: int, p: float) -> float:
+    """``percentile`` of the expanded values, from sorted (value, count) pairs totalling ``n``."""
+    h = (n - 1) * p / 100.0
+    lo = math.floor(h)
+    hi = min(lo + 1, n - 1)
+    return _at(xs, lo) + (h - lo) * (_at(xs, hi) - _at(xs, lo))
+
+
+def _at(xs: Sequence[tuple[float, int]], rank: int) -> float:
+    """The value at ``rank`` (0-based) of the expanded values."""
+    seen = 0
+    for v, k in xs:
+        seen += k
+        if rank < seen:
+            return v
+    return xs[-1][0]
 
 
 class LagStats(_Frozen):
@@ -201,7 +243,7 @@ def request_stats(
     decode: list[float] = []
     tpot: list[float] = []
     chunk_itl: list[float] = []
-    token_itl: list[float] = []
+    token_itl: list[tuple[float, int]] = []  # (gap / tokens, tokens): one per chunk
     ratios, after_sum, steps_sum = [], 0, 0
     for r in done:
         n, span = r.output_tokens or 0, (r.e2el or 0.0) - (r.ttft or 0.0)
@@ -211,8 +253,7 @@ def request_stats(
         gaps = _gaps(r)
         chunk_itl.extend(g for g, _ in gaps)
         if r.token_count_method in PER_CHUNK_COUNTS:
-            for g, k in gaps:
-                token_itl.extend([g / k] * k)
+            token_itl.extend((g / k, k) for g, k in gaps if k > 0)
         after, steps = chunk_steps(r)
         if steps:
             ratios.append(after / steps)
@@ -239,7 +280,7 @@ def request_stats(
         tpot_ms=Stats.of(tpot, scale=1000.0),
         e2el_ms=Stats.of((r.e2el for r in done if r.e2el is not None), scale=1000.0),
         itl_chunk_ms=Stats.of(chunk_itl, scale=1000.0),
-        itl_token_ms=Stats.of(token_itl, scale=1000.0),
+        itl_token_ms=Stats.weighted(token_itl, scale=1000.0),
         tokens_per_chunk=after_sum / steps_sum if steps_sum else None,
         tokens_per_chunk_request_mean=math.fsum(ratios) / len(ratios) if ratios else None,
         token_count_method=methods[0] if len(methods) == 1 else ("mixed" if methods else None),

@@ -349,7 +349,7 @@ class Runner:
                 return await self._request(k, due, warmup, retried=True)
         sent = response.sent if response.sent is not None else begun
         fields = parser.finish(error=error, failure=failure, start=sent)
-        self._record(k, due, warmup, begun, sent, end, status, fields)
+        self._record(k, due, warmup, begun, sent, end, status, fields, parser.reconciled)
         return end - self.t0  # on the schedule's clock (``now``)
 
     def _record(
@@ -362,6 +362,7 @@ class Runner:
         end: float,
         status: Optional[int],
         fields: Dict[str, Any],
+        reconciled: bool,
     ) -> None:
         """Emit request ``k``'s record (``begun``/``sent``/``end`` on ``perf_counter``)."""
         start = sent - self.t0
@@ -385,7 +386,7 @@ class Runner:
             finish_reason=fields["finish_reason"],
             failure=fields["failure"],
         )
-        self._account(record, fields["reconciled"])
+        self._account(record, reconciled)
         self.outbox.put(record)
 
     def _account(self, record: RequestRecord, reconciled: bool) -> None:

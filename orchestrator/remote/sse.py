@@ -134,6 +134,7 @@ class StreamParser:
         self.backwards = False
         self.error: Optional[str] = None
         self.failure: Optional[RequestFailure] = None
+        self.reconciled = False  # set by ``finish``: completed, counts checked against usage
         self._event = b""  # the pending "event:" name of the event being read
         self._buffer = b""
 
@@ -265,14 +266,13 @@ class StreamParser:
         status, connection, timeout); they take precedence over what the stream showed.
 
         ``ttft``/``e2el``: first/last token chunk; ``output_tokens``: the final usage (else the
-        tokens counted); ``token_count_method``: the weakest method any chunk needed;
-        ``reconciled``: completed, and the counts checked against the usage reported.
+        tokens counted); ``token_count_method``: the weakest method any chunk needed.
+        Sets ``reconciled``.
         """
         method = None
         for name in ("usage", "tokenizer", "chunk"):
             if name in self.methods:
                 method = name
-        reconciled = False
         if error is None and failure is None:
             failure, error = self.failure, self.error
         if failure is None and error is None:
@@ -289,7 +289,7 @@ class StreamParser:
                     ignore_eos=self.ignore_eos,
                 )
             )
-            failure, error, reconciled = verdict
+            failure, error, self.reconciled = verdict
         elif failure is None:
             failure = RequestFailure.CONNECTION
         # microseconds: plenty, and lean JSON
@@ -305,7 +305,6 @@ class StreamParser:
             "finish_reason": self.finish_reason,
             "failure": failure,
             "error": error,
-            "reconciled": reconciled,
         }
 
 

@@ -95,7 +95,7 @@ def latency_samples(
             notes.append(f"{r['run']} on {r['host']}: no {path.name} in {r['folder']}")
             continue
         try:
-            samples = fg.request_latencies(path)
+            samples = fg.request_latencies(path, notes)
         except OrchError as exc:
             notes.append(f"{r['run']} on {r['host']}: {exc.message}")
             continue
@@ -164,8 +164,15 @@ def draw_cdfs(
     setup = fg.setup_line(frame)
     for metric, words, name in CDFS:
         per_key = {k: s.get(metric, []) for k, s in samples.items()}
+        weights = {k: s.get("itl_weight", []) for k, s in samples.items()}  # per-token ITL
         png = fg.cdf_plot(
-            per_key, metric=words, unit="ms", point_label=label, setup=setup, colors=colors
+            per_key,
+            metric=words,
+            unit="ms",
+            point_label=label,
+            setup=setup,
+            colors=colors,
+            weights=weights if metric == "itl_ms" else None,
         )
         plots.add(name, f"{words} distribution (empirical CDF) at {label}", png)
 

@@ -16,7 +16,7 @@ import pytest
 
 from orchestrator.errors import OrchError
 from orchestrator.metrics.summary import request_stats
-from orchestrator.remote.wire import Chunk, RequestRecord
+from orchestrator.remote.wire import Chunk, RequestFailure, RequestRecord
 from orchestrator.results.figures import (
     acceptance_figure,
     acceptance_plot,
@@ -467,22 +467,49 @@ def test_request_latencies_follow_the_summary_definitions(tmp_path: Path) -> Non
     ]
     got = request_latencies(write_records(tmp_path / "requests.jsonl", records))
     assert got["ttft_ms"] == pytest.approx([100.0, 200.0, 300.0])
-    assert got["itl_ms"] == pytest.approx([50.0] * 4 + [100.0] + [150.0] * 2)  # not "chunk"
+    # one value per chunk, weighted by its tokens; not "chunk" counting
+    assert got["itl_ms"] == pytest.approx([50.0, 100.0, 150.0])
+    assert got["itl_weight"] == [4.0, 1.0, 2.0]
     assert got["tpot_ms"] == pytest.approx([60.0, 150.0, 100.0])
     assert got["e2el_ms"] == pytest.approx([400.0, 500.0, 600.0])
     stats = request_stats(records)
     assert numpy.median(got["ttft_ms"]) == stats.ttft_ms.median
-    assert numpy.median(got["itl_ms"]) == stats.itl_token_ms.median
+    per_token = numpy.repeat(got["itl_ms"], numpy.array(got["itl_weight"], dtype=int))
+    assert numpy.median(per_token) == stats.itl_token_ms.median
+    assert numpy.percentile(per_token, 90) == pytest.approx(stats.itl_token_ms.p90)
+    assert numpy.std(per_token) == pytest.approx(stats.itl_token_ms.std)
     assert numpy.median(got["tpot_ms"]) == stats.tpot_ms.median
 
 
-def test_request_latencies_name_a_bad_line(tmp_path: Path) -> None:
-    path = write_records(tmp_path / "requests.jsonl", [record(0, [(0.1, 1)])])
-    path.write_text(path.read_text() + '{"index": "x"}\n', encoding="utf-8")
-    with pytest.raises(OrchError, match=r"requests.jsonl:2: not a request record"):
-        request_latencies(path)
+def test_request_latencies_name_and_skip_a_hostile_line(tmp_path: Path) -> None:
+    """A line that is not a record, or claims what cannot be, is named (file:line) and left
+    out; the others still count, and a billion claimed tokens cost one value, not a billion."""
+    billion = record(3, [(0.1, 1), (0.2, 10**9)])  # consistent, but no engine streams that
+    lying = record(4, [(0.1, 1), (0.3, 2)], output_tokens=50000)  # chunks say 3
+    failed = record(5, [(0.1, 1), (0.2, 10**9)], error="x", failure=RequestFailure.ABORTED)
+    path = write_records(
+        tmp_path / "requests.jsonl", [record(0, [(0.1, 1), (0.2, 2)]), billion, lying, failed]
+    )
+    path.write_text(
+        path.read_text() + '{"index": "x"}\n' + "{" * 10 + "\n" + '{"index": 1e999}\n',
+        encoding="utf-8",
+    )
+    notes: list[str] = []
+    got = request_latencies(path, notes)
+    assert got["ttft_ms"] == pytest.approx([100.0])  # the good line only
+    assert (got["itl_ms"], got["itl_weight"]) == (pytest.approx([50.0]), [2.0])
+    assert [n.split(": skipped: ")[0] for n in notes] == [f"{path}:{i}" for i in (2, 3, 5, 6, 7)]
+    assert "1000000001 output tokens claimed" in notes[0]
+    assert "its chunks add up to 3 tokens, its usage says 50000" in notes[1]
+    assert "not a request record" in notes[2]
     with pytest.raises(OrchError, match="cannot read"):
         request_latencies(tmp_path / "missing.jsonl")
+
+
+def test_weighted_cdf_draws_what_the_expanded_values_draw() -> None:
+    xs, ys = ecdf([3.0, 1.0, 2.0], [1, 2, 1])
+    assert list(xs) == [1.0, 1.0, 2.0, 3.0]
+    assert list(ys) == [0.0, 0.5, 0.75, 1.0]
 
 
 # --------------------------------------------------------------------------- timeline

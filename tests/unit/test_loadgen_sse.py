@@ -137,7 +137,6 @@ def test_the_fast_path_changes_nothing(monkeypatch: pytest.MonkeyPatch):
         "finish_reason": "stop",
         "failure": None,
         "error": None,
-        "reconciled": True,
     }
     taken = []
     monkeypatch.setattr(sse, "quick_usage", lambda payload: taken.append(payload))

@@ -41,7 +41,7 @@ def parse(*reads: bytes, **kw: Any) -> dict[str, Any]:
     parser = StreamParser(**kw)
     for i, data in enumerate(reads):
         parser.feed(data, 0.1 * (i + 1))
-    return parser.finish()
+    return {**parser.finish(), "reconciled": parser.reconciled}
 
 
 def test_a_normal_stream_completes_and_is_reconciled():
@@ -207,7 +207,7 @@ def _real(name: str, **kw: Any) -> dict[str, Any]:
     parser = StreamParser(**kw)
     for i in range(0, len(data), 700):  # reads cut anywhere
         parser.feed(data[i : i + 700], i / 1e5)
-    return parser.finish()
+    return {**parser.finish(), "reconciled": parser.reconciled}
 
 
 def test_real_vllm_stream_completes():

@@ -6,12 +6,13 @@ point and can be compared with ``==``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
-from orchestrator.loadgen.records import Chunk, RequestRecord
+from orchestrator.loadgen.records import Chunk, RequestFailure, RequestRecord
 from orchestrator.metrics.summary import (
     ClientLag,
     LagStats,
@@ -131,8 +132,12 @@ def test_scripted_clock_identities():
 
 def test_stream_without_per_chunk_usage_counts_one_per_chunk_and_uses_final_usage():
     script = [
-        (t, chat_chunk(text, None))
-        for t, text in ((0.125, "The"), (0.25, " answer is"), (0.5, " 42"))
+        (t, chat_chunk(text, None, finish=finish))
+        for t, text, finish in (
+            (0.125, "The", None),
+            (0.25, " answer is", None),
+            (0.5, " 42", "stop"),
+        )
     ]
     script += [
         (0.625, sse({"choices": [], "usage": {"prompt_tokens": 9, "completion_tokens": 7}})),
@@ -153,7 +158,7 @@ def test_stream_without_per_chunk_usage_counts_one_per_chunk_and_uses_final_usag
 def test_tokenizer_counting_is_used_when_usage_is_per_response_only():
     script = [
         (0.125, chat_chunk("a b", None)),
-        (0.25, chat_chunk(" c d e", None)),
+        (0.25, chat_chunk(" c d e", None, finish="stop")),
         (0.3125, sse({"choices": [], "usage": {"completion_tokens": 5}})),
         (0.375, b"data: [DONE]\n\n"),
     ]
@@ -166,8 +171,12 @@ def test_tokenizer_counting_is_used_when_usage_is_per_response_only():
 @pytest.mark.parametrize(
     ("script", "error"),
     [
-        ([(0.125, chat_chunk("x", 1))], "stream ended before [DONE]"),
-        ([(0.125, b"data: [DONE]\n\n")], "response carried no output tokens"),
+        ([(0.125, chat_chunk("x", 1, finish="stop"))], "stream ended before [DONE]"),
+        ([(0.125, chat_chunk("x", 1))], "the stream ended without a finish_reason"),
+        (
+            [(0.125, chat_chunk("", 0, finish="stop")), (0.25, b"data: [DONE]\n\n")],
+            "response carried no output tokens",
+        ),
         (
             [(0.125, chat_chunk("x", 1)), (0.25, sse({"error": {"message": "boom"}}))],
             "server error in stream: boom",
@@ -199,7 +208,12 @@ def test_completions_stream_text_and_keepalive_comments():
         ),
         (
             0.375,
-            sse({"choices": [{"index": 0, "text": " there"}], "usage": {"completion_tokens": 6}}),
+            sse(
+                {
+                    "choices": [{"index": 0, "text": " there", "finish_reason": "length"}],
+                    "usage": {"completion_tokens": 6},
+                }
+            ),
         ),
         (0.5, b"data: [DONE]\n\n"),
     ]:
@@ -318,3 +332,30 @@ def test_record_json_round_trip():
     # the wire contract is strict: an unknown key is an error, not silently dropped
     with pytest.raises(ValueError, match="RequestRecord: unknown field 'new_field'"):
         RequestRecord.from_json({**r.to_json(), "new_field": 1})
+
+
+def test_per_token_itl_costs_memory_per_chunk_not_per_claimed_token():
+    """A chunk claiming a billion tokens is one weighted value, with the expanded list's
+    figures: the statistics of ten values 1..10 repeated k times each match numpy's."""
+    s = request_stats([rec(0, start=0.0, chunks=[(0.25, 1), (0.5, 10**9)])])
+    assert s.itl_token_ms.n == 10**9
+    assert s.itl_token_ms.median == pytest.approx(0.25 / 10**9 * 1000.0)
+    pairs = [(float(v), v % 4 + 1) for v in range(1, 11)]
+    expanded = np.repeat([v for v, _ in pairs], [k for _, k in pairs])
+    w = Stats.weighted(pairs)
+    assert w.n == len(expanded) and w.mean == pytest.approx(float(np.mean(expanded)))
+    for p, got in ((10, w.p10), (50, w.median), (90, w.p90), (99, w.p99)):
+        assert got == pytest.approx(float(np.percentile(expanded, p)), abs=1e-12)
+    assert w.std == pytest.approx(float(np.std(expanded)))
+
+
+def test_a_failed_request_enters_no_statistic():
+    good = rec(0, start=0.0, chunks=[(0.25, 1), (0.5, 3)])
+    aborted = dataclasses.replace(
+        rec(1, start=0.0, chunks=[(0.01, 1), (0.02, 2)]),
+        finish_reason="abort",
+        failure=RequestFailure.ABORTED,
+    )
+    s = request_stats([good, aborted])
+    assert (s.completed, s.failed, s.total_output_tokens) == (1, 1, 4)
+    assert (s.ttft_ms.n, s.ttft_ms.max, s.itl_chunk_ms.n) == (1, 250.0, 1)

@@ -9,15 +9,14 @@ faster or trades a better median for a longer tail. The samples come from a poin
 from __future__ import annotations
 
 import json
-import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import numpy
 
 from orchestrator.errors import OrchError
-from orchestrator.loadgen.records import RequestRecord
+from orchestrator.loadgen.records import MAX_LINE, RequestRecord, record_problem
 from orchestrator.metrics.summary import PER_CHUNK_COUNTS
 from orchestrator.remote.wire import WireError
 from orchestrator.results.figures.style import keyed_series, legend, pyplot, title
@@ -31,33 +30,56 @@ MAX_CDF_POINTS = 4000  # per line: far more than a figure's pixels
 LOG_SPAN = 50.0  # values spread wider than this factor: log x axis
 
 
-def read_records(path: Path) -> list[RequestRecord]:
-    """A requests.jsonl's records; OrchError naming the file and line for one that is not."""
+def read_records(path: Path, notes: list[str] | None = None) -> list[RequestRecord]:
+    """A requests.jsonl's records. A line that is not a record, or one whose figures cannot be
+    true (``record_problem``), is left out and named (file:line) in ``notes``: one hostile line
+    must neither stop a report nor drive its memory. OrchError when the file cannot be read."""
     try:
-        lines = path.read_text(encoding="utf-8").splitlines()
+        with path.open("rb") as f:
+            return list(_records(path, f, notes if notes is not None else []))
     except OSError as exc:
         raise OrchError(f"{path}: cannot read: {exc.strerror}", hint=_HINT) from exc
-    records = []
-    for n, line in enumerate(lines, start=1):
-        if not line.strip():
+
+
+def _records(path: Path, f: BinaryIO, notes: list[str]) -> Iterator[RequestRecord]:
+    for n, raw in enumerate(f, start=1):
+        if not raw.strip():
+            continue
+        if len(raw) > MAX_LINE:
+            notes.append(f"{path}:{n}: skipped: a line of {len(raw)} bytes")
             continue
         try:
-            records.append(RequestRecord.from_json(json.loads(line)))
+            record = RequestRecord.from_json(json.loads(raw))
         except (ValueError, WireError) as exc:  # JSONDecodeError is a ValueError
-            raise OrchError(f"{path}:{n}: not a request record: {exc}", hint=_HINT) from exc
-    return records
+            notes.append(f"{path}:{n}: skipped: not a request record: {str(exc)[:200]}")
+            continue
+        problem = record_problem(record)
+        if problem is not None:
+            notes.append(f"{path}:{n}: skipped: {problem}")
+            continue
+        yield record
 
 
 _HINT = "requests.jsonl files are written by `orch run`, one request per line"
 
 
-def request_latencies(records_path: Path | str) -> dict[str, list[float]]:
+def request_latencies(
+    records_path: Path | str, notes: list[str] | None = None
+) -> dict[str, list[float]]:
     """The measured (warm-up left out), completed requests' latencies in ms, as
     ``metrics.summary.request_stats`` defines them: ``ttft_ms`` and ``e2el_ms`` per request,
     ``tpot_ms`` per request with more than one token, ``itl_ms`` per token (a chunk's gap
-    split over its tokens, only where per-chunk token counts are known)."""
-    done = [r for r in read_records(Path(records_path)) if not r.warmup and r.ok]
-    out: dict[str, list[float]] = {"ttft_ms": [], "itl_ms": [], "tpot_ms": [], "e2el_ms": []}
+    split over its tokens, only where per-chunk token counts are known), with
+    ``itl_weight`` the number of tokens each ``itl_ms`` value stands for (one value per
+    chunk, never one per token). Lines left out are named in ``notes``."""
+    done = [r for r in read_records(Path(records_path), notes) if not r.warmup and r.ok]
+    out: dict[str, list[float]] = {
+        "ttft_ms": [],
+        "itl_ms": [],
+        "itl_weight": [],
+        "tpot_ms": [],
+        "e2el_ms": [],
+    }
     for r in done:
         if r.ttft is not None:
             out["ttft_ms"].append(r.ttft * 1000.0)
@@ -70,16 +92,24 @@ def request_latencies(records_path: Path | str) -> dict[str, list[float]]:
             c = r.chunks
             for i in range(1, len(c)):
                 gap, k = c[i].t - c[i - 1].t, c[i].tokens
-                out["itl_ms"].extend([gap / k * 1000.0] * k)
+                out["itl_ms"].append(gap / k * 1000.0)
+                out["itl_weight"].append(float(k))
     return out
 
 
-def ecdf(values: Sequence[float]) -> tuple[numpy.ndarray, numpy.ndarray]:
-    """(x, y) of the empirical CDF as a step line from (min, 0): y = share of values <= x."""
-    xs = numpy.sort(numpy.array([v for v in values if not math.isnan(v)], dtype=float))
+def ecdf(
+    values: Sequence[float], weights: Sequence[float] | None = None
+) -> tuple[numpy.ndarray, numpy.ndarray]:
+    """(x, y) of the empirical CDF as a step line from (min, 0): y = share of values <= x,
+    each value counted ``weights[i]`` times (once when None)."""
+    xs = numpy.array(values, dtype=float)
+    ws = numpy.ones(len(xs)) if weights is None else numpy.array(weights, dtype=float)
+    keep = ~numpy.isnan(xs)
+    order = numpy.argsort(xs[keep], kind="stable")
+    xs, ws = xs[keep][order], ws[keep][order]
     if not len(xs):
         return xs, xs
-    ys = numpy.arange(1, len(xs) + 1) / len(xs)
+    ys = numpy.cumsum(ws) / ws.sum()
     return numpy.concatenate([xs[:1], xs]), numpy.concatenate([[0.0], ys])
 
 
@@ -103,15 +133,17 @@ def cdf_figure(
     point_label: str = "c=8",
     setup: str = "",
     colors: Mapping[str, str] | None = None,
+    weights: Mapping[str, Sequence[float]] | None = None,
 ) -> Figure:
     """The figure (the caller closes it). ``samples`` keys: a configuration ("vllm dflash"), or
-    "<configuration> · <folder label>" in a compare; ``setup``: ``style.setup_line(frame)``."""
+    "<configuration> · <folder label>" in a compare; ``setup``: ``style.setup_line(frame)``;
+    ``weights``: per key, how many values each sample stands for (per-token ITL)."""
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9.0, 5.6), layout="constrained")
     series = keyed_series(list(samples), colors)
     drawn, empty = [], []
     for s in series:
-        xs, ys = thinned(*ecdf(samples[s.key]))
+        xs, ys = thinned(*ecdf(samples[s.key], (weights or {}).get(s.key)))
         if not len(xs):
             empty.append(s.label)
             continue
@@ -163,10 +195,17 @@ def cdf_plot(
     point_label: str = "c=8",
     setup: str = "",
     colors: Mapping[str, str] | None = None,
+    weights: Mapping[str, Sequence[float]] | None = None,
 ) -> bytes:
     """PNG bytes of ``cdf_figure``."""
     return to_png(
         cdf_figure(
-            samples, metric=metric, unit=unit, point_label=point_label, setup=setup, colors=colors
+            samples,
+            metric=metric,
+            unit=unit,
+            point_label=point_label,
+            setup=setup,
+            colors=colors,
+            weights=weights,
         )
     )
