@@ -18,6 +18,7 @@ from pathlib import Path
 
 from orchestrator.nightly.terms import EXIT_CODES, VERDICT_ORDER, Verdict, worst
 from orchestrator.nightly.verdict import CaseVerdict, MetricVerdict
+from orchestrator.results.mdtext import md_block, md_code, md_text
 from orchestrator.results.store import write_json, write_text
 
 SCHEMA_VERSION = 1
@@ -156,20 +157,22 @@ def _violation_lines(case: CaseVerdict, m: MetricVerdict) -> list[str]:
     """A violation or an improvement: the figure before and after, then the case, the nights,
     what changed and where the shift began, one indented line each."""
     head = (
-        f"- **{m.metric}** {fmt(m.baseline, m.unit)} → {fmt(m.value, m.unit)} "
+        f"- **{md_text(m.metric)}** {fmt(m.baseline, m.unit)} → {fmt(m.value, m.unit)} "
         f"({change_text(m)}; threshold {_threshold(m)}; p={_p(m)}; {m.n} repeats)"
     )
-    lines = [head, f"  - case `{case.case_id}` {case.case.label}"]
+    lines = [head, f"  - case {md_code(case.case_id)} {md_text(case.case.label)}"]
     if m.since:
         nights = len(m.violating_nights)
-        good = f", last good `{m.last_good}`" if m.last_good else ""
-        lines.append(f"  - since `{m.since}` ({nights} night{'s' if nights != 1 else ''}){good}")
+        good = f", last good {md_code(m.last_good)}" if m.last_good else ""
+        since = md_code(m.since)
+        lines.append(f"  - since {since} ({nights} night{'s' if nights != 1 else ''}){good}")
         changed = "; ".join(c.text for c in m.changes) or "nothing recorded"
-        lines.append(f"  - changed: {changed}")
+        lines.append(f"  - changed: {md_text(changed)}")
     if m.change_point:
-        lines.append(f"  - change point: `{m.change_point}` ({m.change_point_note})")
+        note = md_text(m.change_point_note)
+        lines.append(f"  - change point: {md_code(m.change_point)} ({note})")
     elif m.change_point_note:
-        lines.append(f"  - change point: not located ({m.change_point_note})")
+        lines.append(f"  - change point: not located ({md_text(m.change_point_note)})")
     return lines
 
 
@@ -181,7 +184,8 @@ def _grouped_lines(items: Sequence[tuple[CaseVerdict, MetricVerdict]]) -> list[s
         groups.setdefault((case.case_id, m.reason), []).append(m.metric)
         labels[case.case_id] = case.case.label
     return [
-        f"- case `{cid}` {labels[cid]}: {reason} ({', '.join(names)})"
+        f"- case {md_code(cid)} {md_text(labels[cid])}: {md_text(reason)} "
+        f"({md_text(', '.join(names))})"
         for (cid, reason), names in groups.items()
     ]
 
@@ -194,7 +198,8 @@ def _table(verdict: NightlyVerdict) -> list[str]:
     for case in verdict.cases:
         for m in case.metrics:
             lines.append(
-                f"| `{case.case_id}` | {m.metric} | {m.verdict} | {fmt(m.value, m.unit)} | "
+                f"| {md_code(case.case_id)} | {md_text(m.metric)} | {m.verdict} | "
+                f"{fmt(m.value, m.unit)} | "
                 f"{fmt(m.baseline, m.unit)} | {change_text(m)} | {_threshold(m)} | {_p(m)} | {m.n} |"
             )
     return lines
@@ -209,10 +214,10 @@ def render_markdown(verdict: NightlyVerdict) -> str:
     lines = [
         f"# Nightly: {verdict.verdict.upper().replace('_', ' ')} (exit {verdict.exit_code})",
         "",
-        f"Playbook **{verdict.playbook}**, night `{verdict.night}`{when}: {counts} "
+        f"Playbook **{md_text(verdict.playbook)}**, night {md_code(verdict.night)}{when}: {counts} "
         f"({len(verdict.cases)} case{'s' if len(verdict.cases) != 1 else ''}).",
     ]
-    lines += [f"> {note}" for note in verdict.notes]
+    lines += [f"> {md_block(note)}" for note in verdict.notes]
     for kind in SECTIONS:
         items = verdict.metrics(kind)
         if not items:
@@ -224,7 +229,10 @@ def render_markdown(verdict: NightlyVerdict) -> str:
             lines += [line for case, m in items for line in _violation_lines(case, m)]
     if verdict.cases:
         lines += ["", "## Cases", ""]
-        lines += [f"- `{c.case_id}` {c.case.label}: **{c.verdict}**" for c in verdict.cases]
+        lines += [
+            f"- {md_code(c.case_id)} {md_text(c.case.label)}: **{c.verdict}**"
+            for c in verdict.cases
+        ]
         lines += [
             "",
             "<details><summary>Every figure</summary>",
