@@ -25,7 +25,8 @@ Environment read by the simulated engines:
     ORCH_SIM_GPUS, ORCH_SIM_GPU_NAME, ORCH_SIM_GPU_MEMORY_MIB   override the simulated GPUs;
     ORCH_SIM_DRIVER_VERSION  the driver nvidia-smi reports (a nightly's changed attribute).
     CUDA_VISIBLE_DEVICES    which simulated GPUs a server sees, read as CUDA reads it; it uses
-                            the first tp of them (default: of all). Engines on disjoint sets
+                            the first tp x pp x dp of them (default: of all; SGLang dp attention:
+                            tp x pp). Engines on disjoint sets
                             share a host; on the same GPUs the later one finds no memory.
     VLLM_SERVER_DEV_MODE=1  vLLM serves POST /reset_prefix_cache (SGLang: /flush_cache always);
                             resets are counted in the ground truth (``cache_resets``).

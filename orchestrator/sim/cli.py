@@ -40,6 +40,19 @@ class LaunchConfig:
     log_requests: bool
     speculative: dict[str, Any] | None  # vLLM's JSON, or SGLang's flags as a dict
     args: dict[str, Any] = field(default_factory=dict)  # every parsed flag, for /server_info
+    pp: int = 1  # pipeline parallel: the layers split over pp x tp GPUs
+    dp: int = 1  # data parallel: dp replicas, each on its own pp x tp GPUs ...
+    dp_within_tp: bool = False  # ... unless SGLang's dp attention keeps them inside the tp group
+
+    @property
+    def shards(self) -> int:
+        """GPUs one copy of the weights is split over."""
+        return self.tp * self.pp
+
+    @property
+    def gpus(self) -> int:
+        """GPUs the engine takes, as the real ones do (expert parallel adds none)."""
+        return self.shards * (1 if self.dp_within_tp else self.dp)
 
 
 def vllm_parser() -> argparse.ArgumentParser:
@@ -116,6 +129,8 @@ def parse_vllm(argv: list[str]) -> LaunchConfig:
         log_requests=bool(ns.enable_log_requests),
         speculative=spec or None,
         args={k: v for k, v in vars(ns).items() if v is not None},
+        pp=_size(parser, "--pipeline-parallel-size", ns.pipeline_parallel_size),
+        dp=_size(parser, "--data-parallel-size", ns.data_parallel_size),
     )
 
 
@@ -125,9 +140,19 @@ def sglang_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _size(parser: argparse.ArgumentParser, flag: str, value: int | None) -> int:
+    """A parallel size: 1 when not given; below 1 exits 2, as a bad size stops the real one."""
+    if value is None:
+        return 1
+    if value < 1:
+        parser.error(f"argument {flag}: must be at least 1, got {value}")
+    return value
+
+
 def parse_sglang(argv: list[str]) -> LaunchConfig:
     """`python -m sglang.launch_server ...` (argv without the program name)."""
-    ns = sglang_parser().parse_args(argv)
+    parser = sglang_parser()
+    ns = parser.parse_args(argv)
     spec = None
     if ns.speculative_algorithm:
         spec = {
@@ -155,6 +180,9 @@ def parse_sglang(argv: list[str]) -> LaunchConfig:
         log_requests=bool(ns.log_requests),
         speculative=spec,
         args=dict(vars(ns)),
+        pp=_size(parser, "--pp-size", ns.pipeline_parallel_size),
+        dp=_size(parser, "--dp-size", ns.data_parallel_size),
+        dp_within_tp=bool(ns.enable_dp_attention),
     )
 
 

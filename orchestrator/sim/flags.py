@@ -46,6 +46,9 @@ VLLM_ACTS_ON: dict[str, dict[str, Any]] = {
     "--api-key": {"nargs": "+", "default": None},
     "--max-num-seqs": {"type": int, "default": None},
     "--enable-log-requests": {"action": BOOL, "default": None},
+    "--pipeline-parallel-size": {"type": int, "default": None},
+    "--data-parallel-size": {"type": int, "default": None},
+    "--enable-expert-parallel": {"action": BOOL, "default": None},
 }
 SGLANG_ACTS_ON: dict[str, dict[str, Any]] = {
     "--model-path": {"required": True},
@@ -67,6 +70,10 @@ SGLANG_ACTS_ON: dict[str, dict[str, Any]] = {
     "--random-seed": {"type": int, "default": None},
     "--max-running-requests": {"type": int, "default": None},
     "--cuda-graph-bs": {"type": int, "nargs": "+"},
+    "--pipeline-parallel-size": {"type": int, "default": 1},
+    "--data-parallel-size": {"type": int, "default": 1},
+    "--expert-parallel-size": {"type": int, "default": 1},
+    "--enable-dp-attention": {"action": "store_true"},
 }
 
 

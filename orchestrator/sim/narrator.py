@@ -116,7 +116,9 @@ class Narrator:
                 source="gpu_model_runner.py:2653",
                 proc="Worker_TP0",
             )
-            kv_gib = plan.kv_capacity_tokens * plan.target.kv_bytes_per_token() / cfg.tp / 1024**3
+            kv_gib = (
+                plan.kv_capacity_tokens * plan.target.kv_bytes_per_token() / cfg.shards / 1024**3
+            )
             self.log.vllm(
                 f"Available KV cache memory: {kv_gib:.2f} GiB",
                 source="gpu_worker.py:298",
@@ -138,7 +140,11 @@ class Narrator:
                 f"Load weight end. type={plan.target.architecture}, dtype=torch.bfloat16, avail mem={avail:.2f} GB, mem usage={plan.weights_gib:.2f} GB."
             )
             kv_gb = (
-                plan.kv_capacity_tokens * plan.target.kv_bytes_per_token() / cfg.tp / 2 / 1024**3
+                plan.kv_capacity_tokens
+                * plan.target.kv_bytes_per_token()
+                / cfg.shards
+                / 2
+                / 1024**3
             )
             self.log.sglang(
                 f"KV Cache is allocated. #tokens: {plan.kv_capacity_tokens}, K size: {kv_gb:.2f} GB, V size: {kv_gb:.2f} GB"

@@ -157,7 +157,7 @@ class Routes:
                 "kvcache": round(
                     plan.kv_capacity_tokens
                     * plan.target.kv_bytes_per_token()
-                    / self.cfg.tp
+                    / self.cfg.shards
                     / 1024**3,
                     2,
                 ),

@@ -3,7 +3,7 @@
 ``plan_launch`` either returns a ``Plan`` or raises ``StartupFailure`` with the text the real
 engine prints for that mistake (model not found, bad speculative config, not enough GPUs,
 CUDA out of memory, KV cache too small, GPU memory held by another process). The GPUs are the
-ones ``CUDA_VISIBLE_DEVICES`` shows (``gpus.visible_devices``), the first ``tp`` of them; the
+ones ``CUDA_VISIBLE_DEVICES`` shows (``gpus.visible_devices``), the first tp x pp x dp of them; the
 engines' messages name them by their CUDA index within that set (``cuda:0`` is the first).
 ``claim_memory`` is the second look a real engine takes, when it allocates its KV cache.
 """
@@ -276,15 +276,21 @@ def plan_launch(cfg: LaunchConfig, environ: Mapping[str, str], state: Path) -> P
         spec, draft, warnings = choose(cfg.speculative, target, environ)
     gpu = load_gpu_facts(state, environ)
     devices = visible_devices(environ.get("CUDA_VISIBLE_DEVICES"), gpu)
-    if cfg.tp > len(devices):
-        if engine == "vllm":
+    if cfg.gpus > len(devices):  # tp x pp x dp: every replica and stage needs GPUs of its own
+        if engine == "vllm" and cfg.dp == 1:
             raise failures.config_error(
                 f"AssertionError: please set tensor_parallel_size ({cfg.tp}) to less than max local gpu count ({len(devices)})"
+                if cfg.pp == 1
+                else f"ValueError: World size ({cfg.shards}) is larger than the number of available GPUs ({len(devices)}) in this node."
+            )
+        if engine == "vllm":
+            raise failures.config_error(
+                f"ValueError: Data parallel size ({cfg.dp}) x world size ({cfg.shards}) needs {cfg.gpus} GPUs, {len(devices)} visible."
             )
         raise failures.config_error(
-            f"RuntimeError: CUDA error: invalid device ordinal (tp_size={cfg.tp}, {len(devices)} GPUs visible)"
+            f"RuntimeError: CUDA error: invalid device ordinal (tp_size={cfg.tp}, pp_size={cfg.pp}, dp_size={cfg.dp}: {cfg.gpus} GPUs, {len(devices)} visible)"
         )
-    devices = devices[: cfg.tp]
+    devices = devices[: cfg.gpus]
     if environ.get("ORCH_SIM_FAIL") == "nccl":
         raise failures.nccl_error(engine)
     if environ.get("ORCH_SIM_FAIL") == "memory":
@@ -341,7 +347,7 @@ def _memory_plan(
         cfg.mem_fraction if cfg.mem_fraction is not None else (0.9 if engine == "vllm" else 0.85)
     )
     budget = fraction * total_gib
-    weights = (target.params() + (draft.params if draft else 0)) * 2 / cfg.tp / GIB
+    weights = (target.params() + (draft.params if draft else 0)) * 2 / cfg.shards / GIB
     taken = held_by_others(state, devices, os.getpid())
     for device, physical in enumerate(devices):
         used = taken[physical] / 1024
@@ -356,12 +362,13 @@ def _memory_plan(
                 f"RuntimeError: Not enough memory. Please try to increase --mem-fraction-static. (GPU {device}: {total_gib - used:.2f} GiB free, {budget:.2f} GiB requested)"
             )
     if environ.get("ORCH_SIM_FAIL") == "oom" or weights > budget - ACTIVATION_GIB:
-        tried = min(2.0, target.vocab_size * target.hidden_size * 2 / cfg.tp / GIB)
+        tried = min(2.0, target.vocab_size * target.hidden_size * 2 / cfg.shards / GIB)
         raise failures.cuda_oom(
             engine, tried_gib=tried, total_gib=total_gib * 0.965, in_use_gib=total_gib * 0.95
         )
     kv_gib = budget - weights - ACTIVATION_GIB
-    kv_tokens = int(kv_gib * GIB * cfg.tp / max(1, target.kv_bytes_per_token()))
+    # a replica's KV cache: each of its GPUs holds its heads (tp) of its layers (pp)
+    kv_tokens = int(kv_gib * GIB * cfg.shards / max(1, target.kv_bytes_per_token()))
     max_len = cfg.max_model_len or target.max_position_embeddings
     if max_len > target.max_position_embeddings and engine == "vllm":
         raise _value_error(
@@ -376,7 +383,7 @@ def _memory_plan(
             "vllm/v1/core/kv_cache_utils.py",
         )
     if engine == "vllm" and kv_tokens < max_len:
-        need = max_len * target.kv_bytes_per_token() / cfg.tp / GIB
+        need = max_len * target.kv_bytes_per_token() / cfg.shards / GIB
         raise _value_error(
             "vllm",
             f"To serve at least one request with the models's max seq len ({max_len}), ({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory ({kv_gib:.2f} GiB). Based on the available memory, the estimated maximum model length is {kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine.",
