@@ -7,7 +7,10 @@ hosts), so the same playbook run on two machines or two days lines up. A row is 
 configuration and load point that at least two folders measured. The relative difference is
 (other - A) / |A| of the means over repeats ("+4.1%"); when either side is noisy (its 95%
 interval wider than its ``noisy_ci`` of its mean) the difference is marked noisy: it is within
-the spread of the measurements and says nothing.
+the spread of the measurements and says nothing. Two sides measured on unlike workloads
+(another model, other prompts, another max_tokens ...: ``results.likeness``) get no difference
+at all: their figures stay side by side, the cell says "not compared" and names what differs,
+and a table lists each such pair with the values.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ from __future__ import annotations
 import math
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -23,6 +26,7 @@ import pandas as pd
 
 from orchestrator import __version__
 from orchestrator.results.document import Document, Figure, Section, Table, Value, figure_value
+from orchestrator.results.likeness import Workload, differences, workload_of
 from orchestrator.results.report_doc import (
     ACCEPTANCE,
     GOODPUT,
@@ -77,6 +81,12 @@ class Side:
     letter: str
     folder: str
     points: dict[tuple[object, ...], pd.Series]
+    workloads: dict[tuple[object, ...], Workload] = field(default_factory=dict)
+
+    def unlike(self, base: Side, key: tuple[object, ...]) -> list[str]:
+        """What differs between this side's workload at ``key`` and ``base``'s."""
+        mine, theirs = self.workloads.get(key), base.workloads.get(key)
+        return differences(theirs, mine) if mine is not None and theirs is not None else []
 
 
 def sides(frame: pd.DataFrame, folders: Sequence[str]) -> list[Side]:
@@ -89,7 +99,10 @@ def sides(frame: pd.DataFrame, folders: Sequence[str]) -> list[Side]:
             rows[["key", "match"]].drop_duplicates(), on="key", how="left"
         )
         points = {tuple(p[k] for k in ROW_KEYS): p for _, p in agg.iterrows()}
-        found.append(Side(letter, folder, points))
+        workloads: dict[tuple[object, ...], Workload] = {}
+        for row in rows.to_dict("records"):
+            workloads.setdefault(tuple(row[k] for k in ROW_KEYS), workload_of(row))
+        found.append(Side(letter, folder, points, workloads))
     return found
 
 
@@ -138,12 +151,40 @@ def compare_table(
         line = [Value(str(match)), Value(load_label(kind, value, first["origin"]))]
         line.append(_cell(column, base.points.get(key)))
         for side in found[1:]:
-            line += [
-                _cell(column, side.points.get(key)),
-                diff_value(column, base.points.get(key), side.points.get(key)),
-            ]
+            unlike = side.unlike(base, key)
+            diff = diff_value(column, base.points.get(key), side.points.get(key))
+            if unlike:
+                names = ", ".join(d.split(" ", 1)[0] for d in unlike)
+                diff = Value(f"not compared: {names} differ", tone="muted")
+            line += [_cell(column, side.points.get(key)), diff]
         rows.append(tuple(line))
     return Table(f"{column.header}", tuple(headers), tuple(rows))
+
+
+UNLIKE_TITLE = "Not compared: unlike workloads"
+
+
+def unlike_table(found: Sequence[Side], keys: Sequence[tuple[object, ...]]) -> Table | None:
+    """Each pair of a folder with A measured on unlike workloads, and what differs (A first)."""
+    base, rows = found[0], []
+    for key in keys:
+        match, kind, value = key
+        for side in found[1:]:
+            unlike = side.unlike(base, key)
+            if unlike:
+                origin = side.points[key]["origin"] if key in side.points else None
+                rows.append(
+                    (
+                        Value(str(match)),
+                        Value(load_label(kind, value, origin)),
+                        Value(f"{side.letter} vs {base.letter}"),
+                        Value("; ".join(unlike)),
+                    )
+                )
+    if not rows:
+        return None
+    columns = ("configuration", "load", "folders", f"what differs ({base.letter} first)")
+    return Table(UNLIKE_TITLE, columns, tuple(rows))
 
 
 def _cell(column: Column, point: pd.Series | None) -> Value:
@@ -161,7 +202,8 @@ def compare_tables(frame: pd.DataFrame, folders: Sequence[str]) -> list[Table]:
     for column in COMPARED:
         if frame[column.metric].notna().any():
             tables.append(compare_table(column, found, keys))
-    return tables
+    unlike = unlike_table(found, keys)
+    return tables if unlike is None else [unlike, *tables]
 
 
 def build_compare(
@@ -174,12 +216,15 @@ def build_compare(
     names = letters(len(folders))
     legend = tuple(zip(names, folders, strict=True))
     tables = compare_tables(frame, folders)
-    shared = len(tables[0].rows) if tables else 0
+    figures_tables = [t for t in tables if t.title != UNLIKE_TITLE]
+    shared = len(figures_tables[0].rows) if figures_tables else 0
     intro = (
         f"{shared} configuration × load point pair(s) measured in two folders or more. Each cell "
         "is the mean over repeats ± its 95% t-interval half-width; 'B vs A' is (B - A) / |A|; "
         "green: better, red: worse (throughput up, latency down); a difference next to a noisy "
-        "figure is marked noisy and not coloured."
+        "figure is marked noisy and not coloured. Figures measured on unlike workloads (another "
+        "model, prompts, max_tokens, ...) are never compared: their difference reads 'not "
+        "compared' and the table of unlike workloads says what differs."
     )
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     sections = [

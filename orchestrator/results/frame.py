@@ -9,6 +9,10 @@ server's tensor-parallel size when a result did not record its GPUs), ``total_to
 + output tokens) / the measured window, ``interactivity`` = 1000 / median TPOT (tok/s/user).
 Unknown values are NaN (numbers) or None (text). ``results_dir`` names the folder a row came
 from, as the path was given (``results/a`` when ``results`` was given).
+
+The workload each figure was measured on closes the row (``WORKLOAD``: the prompts and their
+content's SHA-256, the request budget, lengths, API, temperature ...), so rows of different
+workloads are never grouped together unseen: group on them (and ``model``) before comparing.
 """
 
 from __future__ import annotations
@@ -85,7 +89,22 @@ FIGURES = [
     "goodput_fraction",
     "slo_met",
 ]
-COLUMNS = [*IDENTITY, *FIGURES]
+# the workload a row measured (``workload_duration_s``: the time budget asked for, not the
+# measured window ``duration_s``); prompts_sha256 is None for random prompts and older results
+WORKLOAD = [
+    "prompts",
+    "prompts_sha256",
+    "num_prompts",
+    "workload_duration_s",
+    "input_len",
+    "max_tokens",
+    "api",
+    "temperature",
+    "ignore_eos",
+    "burstiness",
+    "seed",
+]
+COLUMNS = [*IDENTITY, *FIGURES, *WORKLOAD]
 
 # dtypes, so that a column has one type whatever the rows hold (a column of unknowns included)
 # and whatever pandas version reads it: text is object (str or None), started_at UTC datetimes
@@ -93,6 +112,7 @@ TEXT_COLUMNS = (
     *("results_dir", "folder", "run", "host", "key", "config", "engine", "method"),
     *("draft_model", "model", "gpu_name", "engine_version", "orch_version", "load_kind"),
     *("origin", "verdict", "error", "acceptance_source", "acceptance_per_position"),
+    *("prompts", "prompts_sha256", "api"),
 )
 OBJECT_FIGURES = ("acceptance_source", "acceptance_per_position")
 INTEGER_COLUMNS = (
@@ -105,11 +125,18 @@ INTEGER_COLUMNS = (
     "point_index",
     "completed",
     "failed",
+    "num_prompts",
+    "input_len",
+    "max_tokens",
+    "seed",
 )
 FLOAT_COLUMNS = (
     "load_value",
     "request_rate",
     "noisy_ci",
+    "workload_duration_s",
+    "temperature",
+    "burstiness",
     *(c for c in FIGURES if c not in (*INTEGER_COLUMNS, "slo_met", *OBJECT_FIGURES)),
 )
 
@@ -163,7 +190,28 @@ def measurement_row(result: RunResult, results_dir: str) -> dict[str, object]:
         "slo_met": slo.met if slo else None,
     }
     row.update(_request_figures(result))
+    row.update(workload_columns(result))
     return row
+
+
+def workload_columns(result: RunResult) -> dict[str, object]:
+    """The ``WORKLOAD`` columns of a measurement (None where its result does not say)."""
+    w = result.settings.workload
+    if w is None:
+        return dict.fromkeys(WORKLOAD)
+    return {
+        "prompts": w.prompts,
+        "prompts_sha256": w.prompts_sha256,
+        "num_prompts": w.num_prompts,
+        "workload_duration_s": w.duration_s,
+        "input_len": w.input_len,
+        "max_tokens": w.max_tokens,
+        "api": w.api,
+        "temperature": w.temperature,
+        "ignore_eos": w.ignore_eos,
+        "burstiness": w.burstiness,
+        "seed": w.seed,
+    }
 
 
 def _request_figures(result: RunResult) -> dict[str, object]:
@@ -201,6 +249,7 @@ def frame_of(results: Iterable[tuple[str, RunResult]]) -> pd.DataFrame:
         frame[column] = text.where(text.notna(), None)
     frame["not_run"] = frame["not_run"].astype(bool)
     frame["slo_met"] = frame["slo_met"].astype("boolean")
+    frame["ignore_eos"] = frame["ignore_eos"].astype("boolean")
     frame["started_at"] = pd.to_datetime(frame["started_at"], utc=True)
     return frame
 

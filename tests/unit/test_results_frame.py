@@ -30,6 +30,9 @@ DESIGN_COLUMNS = [
     *("itl_token_ms_median", "itl_token_ms_p99", "e2el_ms_median", "e2el_ms_p99"),
     *("acceptance_length", "acceptance_source", "acceptance_per_position"),
     *("goodput_req_s", "goodput_fraction", "slo_met"),
+    # issue 20: the workload, so that rows of different workloads can be told apart
+    *("prompts", "prompts_sha256", "num_prompts", "workload_duration_s", "input_len"),
+    *("max_tokens", "api", "temperature", "ignore_eos", "burstiness", "seed"),
 ]
 
 
