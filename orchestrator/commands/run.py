@@ -268,7 +268,8 @@ def refuse_gpu_shortfalls(playbook: Playbook, plans: Sequence[PlannedLaunch]) ->
         first.plan.run,
         ["tensor_parallel"],
         message,
-        hint=f"lower tensor_parallel to {first.host_gpus} or less, send the run to a host with "
+        hint=f"lower the run's GPUs (tensor_parallel x the pipeline and data parallel sizes in "
+        f"extra_args) to {first.host_gpus} or less, send the run to a host with "
         "more GPUs (its `hosts:`), or correct the host's `gpus:` (a cluster's "
         "`gpus_per_node:`) in hosts.yaml",
     )

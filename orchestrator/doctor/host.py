@@ -15,6 +15,7 @@ from orchestrator.doctor.findings import Finding, error, ok, warning
 from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import canonical_method, version_tuple
 from orchestrator.engines import get_engine
+from orchestrator.engines.parallel import Parallelism
 from orchestrator.remote.wire import GpuInfo, ProbeResult
 
 GIB = 1024**3
@@ -62,6 +63,7 @@ def run_host_checks(
     engine: str,
     method: str | None,
     tensor_parallel: int = 1,
+    parallelism: Parallelism | None = None,
     port: int | None = None,
     default_port: bool = False,
     target: ModelConfig | None = None,
@@ -73,17 +75,19 @@ def run_host_checks(
 
     ``port`` is the one the server will listen on (``runspec.planned_port``);
     ``default_port`` says it is the engine's default because the run sets none.
+    ``parallelism``: the server's sizes (``Engine.parallelism``); None: tensor parallel only.
     """
     engine = engine.strip().lower()
-    gpus = sorted(host.gpus, key=lambda g: g.index)[: max(tensor_parallel, 1)]
+    sizes = parallelism or Parallelism(tensor=max(tensor_parallel, 1))
+    gpus = sorted(host.gpus, key=lambda g: g.index)[: sizes.gpus]
     return [
         check_driver(host),
-        check_gpu_count(host, tensor_parallel),
+        check_gpu_count(host, sizes),
         check_gpu_model(gpus, expected_gpu),
         check_gpu_memory(
             gpus,
             engine=engine,
-            tensor_parallel=tensor_parallel,
+            parallelism=sizes,
             target=target,
             drafter=drafter,
             memory_fraction=memory_fraction,
@@ -103,18 +107,20 @@ def check_driver(host: HostProbe) -> Finding:
     return ok("driver", f"NVIDIA driver {host.driver_version}.", version=host.driver_version)
 
 
-def check_gpu_count(host: HostProbe, tensor_parallel: int) -> Finding:
-    found = len(host.gpus)
-    details = {"found": found, "tensor_parallel": tensor_parallel}
-    if found < tensor_parallel:
+def check_gpu_count(host: HostProbe, parallelism: Parallelism) -> Finding:
+    """The host must have the product of the run's parallel sizes in GPUs."""
+    found, need = len(host.gpus), parallelism.gpus
+    details = {"found": found, "needed": need, **parallelism.to_json()}
+    if found < need:
         return error(
             "gpu_count",
-            f"the run needs {tensor_parallel} GPU(s) (tensor_parallel) but the "
-            f"host has {found}. Fix: lower tensor_parallel to {max(found, 1)} or run on a "
-            "host with more GPUs.",
+            f"the run needs {need} GPU(s) ({parallelism.describe()}) but the host has "
+            f"{found}. Fix: lower the parallel sizes (tensor_parallel, and the pipeline and "
+            f"data parallel sizes in extra_args) to {max(found, 1)} GPU(s) or run on a host "
+            "with more GPUs.",
             **details,
         )
-    return ok("gpu_count", f"{found} GPU(s) for tensor_parallel {tensor_parallel}.", **details)
+    return ok("gpu_count", f"{found} GPU(s) for {need} ({parallelism.describe()}).", **details)
 
 
 def check_gpu_model(gpus: list[GpuInfo], expected: str | None) -> Finding:
@@ -144,17 +150,18 @@ def check_gpu_memory(
     gpus: list[GpuInfo],
     *,
     engine: str,
-    tensor_parallel: int,
+    parallelism: Parallelism,
     target: ModelConfig | None,
     drafter: ModelConfig | None,
     memory_fraction: float | None,
 ) -> Finding:
     """Every GPU of the run must have ``fraction`` x total free (engines refuse to start
-    otherwise) and the weights per GPU must leave room for KV cache within that budget."""
+    otherwise) and the weights per GPU must leave room for KV cache within that budget. The
+    weights are split over tensor x pipeline GPUs; each data-parallel replica holds a copy."""
     name = "gpu_memory"
     fraction = memory_fraction or get_engine(engine).doctor.default_memory_fraction
     weights = sum(estimate_weight_bytes(m) or 0 for m in (target, drafter) if m is not None)
-    per_gpu = weights / max(tensor_parallel, 1)
+    per_gpu = weights / parallelism.shards
     details: dict[str, Any] = {
         "memory_fraction": fraction,
         "weights_gib": round(weights / GIB, 1),
@@ -181,7 +188,7 @@ def check_gpu_memory(
             budget=budget,
             per_gpu=per_gpu,
             fraction=fraction,
-            tensor_parallel=tensor_parallel,
+            split=parallelism.describe(),
         )
         if finding and (
             worst is None or (worst.severity == "warning" and finding.severity == "error")
@@ -197,7 +204,7 @@ def check_gpu_memory(
 
 
 def _memory_verdict(
-    index: int, *, free: float, budget: float, per_gpu: float, fraction: float, tensor_parallel: int
+    index: int, *, free: float, budget: float, per_gpu: float, fraction: float, split: str
 ) -> Finding | None:
     if free < budget:
         return error(
@@ -211,8 +218,9 @@ def _memory_verdict(
         return error(
             "gpu_memory",
             f"the weights need about {_gib(per_gpu)} GiB per GPU with "
-            f"tensor_parallel {tensor_parallel}, more than GPU {index}'s {_gib(budget)} GiB "
-            "budget. Fix: raise tensor_parallel, use a quantized checkpoint, or a bigger GPU.",
+            f"{split}, more than GPU {index}'s {_gib(budget)} GiB budget. Fix: raise "
+            "tensor_parallel (or the pipeline parallel size in extra_args), use a quantized "
+            "checkpoint, or a bigger GPU.",
         )
     if per_gpu > MAX_WEIGHT_SHARE * budget:
         return warning(

@@ -66,6 +66,7 @@ def check_run(
             engine=engine,
             method=spec.method,
             tensor_parallel=run.tensor_parallel,
+            parallelism=engine_for(run).parallelism(run),
             port=chosen_port,
             default_port=is_default,
             target=target,

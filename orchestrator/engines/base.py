@@ -44,6 +44,7 @@ from orchestrator.engines.methods import (
     EngineName,
     SpeculativeMethod,
 )
+from orchestrator.engines.parallel import Parallelism
 from orchestrator.engines.reference import DoctorFacts, StatsInterval
 from orchestrator.errors import FieldPath, SpecError
 from orchestrator.metrics.logparse import LineParser
@@ -136,7 +137,55 @@ class Engine(ABC):
         return self.run_flag(run, "--api-key")
 
     def gpus_needed(self, run: RunSpec) -> int:
-        return int(run.tensor_parallel or 1)
+        """GPUs the server uses: the product of its parallel sizes (``parallel.py``)."""
+        return self.parallelism(run).gpus
+
+    # -- parallelism: read from the argv the server gets -----------------------------------
+    def parallelism(self, run: RunSpec) -> Parallelism:
+        """The sizes the server runs with: ``tensor_parallel`` (extra_args may not repeat it),
+        pipeline and data parallel from ``extra_args`` as the engine reads them, and the
+        engine's own expert-parallel and data-within-tensor rules."""
+        tensor = int(run.tensor_parallel or 1)
+        data = self.size_flag(run, "--data-parallel-size")
+        return Parallelism(
+            tensor=tensor,
+            pipeline=self.size_flag(run, "--pipeline-parallel-size"),
+            data=data,
+            expert=self.expert_size(run, tensor=tensor, data=data),
+            data_within_tensor=self.data_within_tensor(run),
+        )
+
+    def expert_size(self, run: RunSpec, *, tensor: int, data: int) -> int:
+        """The expert-parallel size (1: none); it never adds GPUs."""
+        return 1
+
+    def data_within_tensor(self, run: RunSpec) -> bool:
+        """Whether the data-parallel ranks share the tensor-parallel GPUs."""
+        return False
+
+    def size_flag(self, run: RunSpec, option: str) -> int:
+        """A parallel size ``extra_args`` sets (1 when it does not); a value the engine would
+        refuse, or read as no GPU, is a SpecError at its item."""
+        args = [str(a) for a in run.extra_args]
+        flag = self.flags.get(option)
+        last = None
+        for use in self.flag_uses(args):
+            if flag is not None and use.flag == flag:
+                last = use
+        if last is None:
+            return 1
+        given = values_of(args, last)
+        text = given[0] if given else ""
+        size = int(text) if text.strip().isdigit() else 0
+        if size < 1:
+            self.fail(
+                run,
+                f"extra_args sets {self._shown(last, option)} to {text!r}: a parallel size is "
+                "a whole number of at least 1",
+                hint=f"give {last.written} a positive integer, e.g. {last.written} 2",
+                field=("extra_args", last.index),
+            )
+        return size
 
     # -- the prefix cache between load points ------------------------------------------------
     def cache_reset(self, run: RunSpec, env: Mapping[str, str] | None = None) -> CacheReset | None:
@@ -266,6 +315,7 @@ class Engine(ABC):
         self.validate_common_speculative(run, spec)
         self.speculative_argv(run)  # refuses options that clash with typed fields
         self.validate_extra_args(run)
+        self.parallelism(run)  # refuses a parallel size that is not a positive integer
 
     def validate_common_speculative(self, run: RunSpec, spec: SpeculativeSpec) -> None:
         method = spec.method

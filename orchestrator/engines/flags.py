@@ -137,6 +137,19 @@ class FlagTable:
                 found = given[0] if given else None
         return found
 
+    def switch(self, args: Sequence[str], option: str) -> bool | None:
+        """Whether the switch ``option`` is on in ``args``: the last use wins, ``--no-x`` (vLLM's
+        negatable switches) turns it off; None when it is not given."""
+        flag = self.get(option)
+        if flag is None:
+            return None
+        found: bool | None = None
+        for use in self.uses([str(a) for a in args]):
+            if use.flag == flag:
+                written = normal_spelling(use.written) if self.flexible else use.written
+                found = not (written.startswith("--no-") and not flag.name.startswith("--no-"))
+        return found
+
 
 def values_of(args: Sequence[str], use: FlagUse) -> list[str]:
     """The value(s) given with ``use``: its ``=value``, else the items after it up to the next

@@ -21,6 +21,7 @@ from orchestrator.config.hostconfig import HostConfig
 from orchestrator.config.inventory import Inventory
 from orchestrator.config.playbook import Playbook, RunSpec, cluster_hosts
 from orchestrator.engines import engine_for
+from orchestrator.engines.parallel import Parallelism
 from orchestrator.errors import SpecError
 
 
@@ -39,9 +40,14 @@ class PlannedLaunch:
         return str(self.run.name)
 
     @property
+    def parallelism(self) -> Parallelism:
+        """The server's parallel sizes, as its argv sets them."""
+        return engine_for(self.run).parallelism(self.run)
+
+    @property
     def gpus(self) -> int:
-        """GPUs the server needs (its tensor parallel size)."""
-        return engine_for(self.run).gpus_needed(self.run)
+        """GPUs the server needs: the product of its parallel sizes (``engines/parallel.py``)."""
+        return self.parallelism.gpus
 
 
 def hosts_for(
@@ -188,12 +194,12 @@ class GpuShortfall:
         p = self.plan
         if p.host.cluster is not None:
             return (
-                f"run {p.run_name!r} needs {p.gpus} GPUs (tensor_parallel {p.gpus}) but the "
+                f"run {p.run_name!r} needs {p.gpus} GPUs ({p.parallelism.describe()}) but the "
                 f"Slurm cluster {p.host.name} gives {self.host_gpus} per node (hosts.yaml: "
                 "gpus_per_node), and orch asks for one node per run"
             )
         return (
-            f"run {p.run_name!r} needs {p.gpus} GPUs (tensor_parallel {p.gpus}) but host "
+            f"run {p.run_name!r} needs {p.gpus} GPUs ({p.parallelism.describe()}) but host "
             f"{p.host.name} has {self.host_gpus} (hosts.yaml: gpus: {p.host.gpus}): with "
             "share_gpus it could never get them"
         )

@@ -112,6 +112,14 @@ class SglangEngine(Engine):
     def spec_delta(self, before: Scrape, after: Scrape) -> SpecDelta:
         return sglang_spec_delta(before, after)
 
+    def expert_size(self, run: RunSpec, *, tensor: int, data: int) -> int:
+        """``--ep-size``: the experts sharded within the tensor-parallel group."""
+        return self.size_flag(run, "--expert-parallel-size")
+
+    def data_within_tensor(self, run: RunSpec) -> bool:
+        """``--enable-dp-attention``: the dp ranks are attention replicas inside the tp group."""
+        return bool(self.flags.switch([str(a) for a in run.extra_args], "--enable-dp-attention"))
+
     def base_argv(self, run: RunSpec, *, port: int) -> list[str]:
         argv = [
             "python",

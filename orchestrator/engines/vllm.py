@@ -113,6 +113,11 @@ class VllmEngine(Engine):
     def spec_delta(self, before: Scrape, after: Scrape) -> SpecDelta:
         return vllm_spec_delta(before, after)
 
+    def expert_size(self, run: RunSpec, *, tensor: int, data: int) -> int:
+        """``--enable-expert-parallel`` shards the experts over the tensor x data GPUs."""
+        on = self.flags.switch([str(a) for a in run.extra_args], "--enable-expert-parallel")
+        return tensor * data if on else 1
+
     def cache_reset_note(self, run: RunSpec, env: Mapping[str, str] | None = None) -> str | None:
         """/reset_prefix_cache is a development endpoint: absent (404) without dev mode."""
         value = (env if env is not None else run.env).get(DEV_MODE_ENV)

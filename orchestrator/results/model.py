@@ -50,6 +50,7 @@ __all__ = [
     "LagStats",
     "LoadgenClientLag",
     "LoadgenInfo",
+    "ParallelSettings",
     "PrometheusDelta",
     "Provenance",
     "RankedCause",
@@ -132,6 +133,16 @@ class WorkloadSettings(Frozen):
     noisy_ci: float = 0.10  # a figure whose 95% interval's half-width passes this x mean is noisy
 
 
+class ParallelSettings(Frozen):
+    """The server's parallel sizes (``engines/parallel.py``); ``RunSettings.gpu_count`` is the
+    GPUs they use (tensor x pipeline x data; expert parallelism adds none)."""
+
+    tensor: int
+    pipeline: int = 1
+    data: int = 1
+    expert: int = 1
+
+
 class RunSettings(Frozen):
     """What the run asked for. ``tensor_parallel`` and ``workload`` are None only in a result
     migrated from version 1 without its manifest.json beside it."""
@@ -143,7 +154,8 @@ class RunSettings(Frozen):
     max_model_len: int | None = None
     workload: WorkloadSettings | None = None
     gpu_name: str | None = None  # the host's GPU model, as its driver names it
-    gpu_count: int | None = None  # GPUs the server uses
+    gpu_count: int | None = None  # GPUs the server uses: the product of ``parallelism``
+    parallelism: ParallelSettings | None = None  # None in results before schema 4
     gpu_ids: list[int] | None = None  # CUDA_VISIBLE_DEVICES orch gave it on a shared host
 
     @property

@@ -73,6 +73,8 @@ CSV_COLUMNS = [
     "interactivity",
     "goodput_req_s",
     "slo_met",
+    # since issue 20: the prompts' content, so rows on a rewritten prompt file are told apart
+    "prompts_sha256",
 ]
 
 # Decimals kept per float column (trailing zeros dropped). Fixed-point, never an exponent:
@@ -210,6 +212,7 @@ def summary_row(result: RunResult) -> dict[str, CsvValue]:
         "interactivity": more.interactivity,
         "goodput_req_s": slo.goodput if slo else None,
         "slo_met": slo.met if slo else None,
+        "prompts_sha256": workload.prompts_sha256 if workload else None,
     }
 
 

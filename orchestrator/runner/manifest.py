@@ -119,6 +119,7 @@ def manifest(
         "argv": plan.argv,
         "env": plan.env_masked,
         "port": plan.port,
+        "parallelism": {**plan.parallelism.to_json(), "gpus": plan.gpus},
         "host_facts": dataclasses.asdict(facts) if facts else None,
         "engine_version": facts.engines.get(str(plan.run.engine)) if facts else None,
         "orch_version": __version__,

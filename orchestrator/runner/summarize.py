@@ -36,6 +36,7 @@ from orchestrator.results.model import (
     EngineLogFigures,
     FindingRecord,
     LoadgenInfo,
+    ParallelSettings,
     PrometheusDelta,
     Provenance,
     RankedCause,
@@ -347,7 +348,9 @@ def run_settings(
     prompts_sha256: str | None = None,
 ) -> RunSettings:
     """What the run asked for at one load point (``run``'s workload at that point), as its
-    result records it (its manifest.json has the whole spec)."""
+    result records it (its manifest.json has the whole spec). Its GPUs are the product of
+    its parallel sizes, read from the argv the server gets (``Engine.parallelism``)."""
+    sizes = get_engine(run.engine).parallelism(run)
     return RunSettings(
         engine=run.engine,
         model=run.model,
@@ -360,7 +363,8 @@ def run_settings(
         max_model_len=run.max_model_len,
         workload=workload_settings(run.workload, prompts_sha256),
         gpu_name=gpu_name,
-        gpu_count=run.tensor_parallel,
+        gpu_count=sizes.gpus,
+        parallelism=ParallelSettings.model_validate(sizes.to_json()),
         gpu_ids=gpu_ids,
     )
 

@@ -105,3 +105,14 @@ def test_differences_leave_out_what_a_comparison_is_for() -> None:
     base = {"model": "m", "prompts": "p", "prompts_sha256": None, "max_tokens": 8}
     assert differences(base, dict(base)) == []
     assert differences(base, {**base, "max_tokens": 9}) == ["max_tokens 8 vs 9"]
+
+
+def test_summary_csv_records_the_prompts_content(tmp_path: Path) -> None:
+    import csv
+
+    from orchestrator.results.report import write_summary_csv
+
+    result = changed(measurement(value=1), prompts="p.jsonl", prompts_sha256=SHA_A)
+    path = write_summary_csv(tmp_path / "summary.csv", [result])
+    (row,) = csv.DictReader(path.open())
+    assert (row["prompts"], row["prompts_sha256"], row["max_tokens"]) == ("p.jsonl", SHA_A, "160")

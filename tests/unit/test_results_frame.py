@@ -179,10 +179,11 @@ def test_no_results_folder_yet(tmp_path: Path) -> None:
 
 
 def test_summary_csv_appends_the_dashboard_columns() -> None:
-    assert CSV_COLUMNS[-11:] == [
+    assert CSV_COLUMNS[-12:] == [
         *("model", "gpu_name", "gpu_count", "load_kind", "load_value", "repeat"),
         *("output_tok_s_per_gpu", "total_tok_s_per_gpu", "interactivity", "goodput_req_s"),
         "slo_met",
+        "prompts_sha256",  # issue 20
     ]
     assert CSV_COLUMNS[:3] == ["run", "host", "engine"]  # the old columns keep their places
     row = summary_row(

@@ -132,11 +132,11 @@ def test_summary_row_and_csv(tmp_path) -> None:
     assert lines[1].startswith("vllm-dflash,h1,vllm,dflash,15,8,1,")
     # ... then model, gpu_name, gpu_count (tensor_parallel here), load_kind, load_value, repeat,
     # output and total tok/s per GPU (101.5 / 2; no token counts), interactivity (1000 / 9),
-    # goodput, slo_met
-    tail = ",Qwen/Qwen3.6-27B,,2,,,,50.75,0,111.111,,"
+    # goodput, slo_met, prompts_sha256 (none recorded here)
+    tail = ",Qwen/Qwen3.6-27B,,2,,,,50.75,0,111.111,,,"
     assert lines[1].endswith(",False,,z-lab/drafter,2,builtin:mixed,1,,160,27.33" + tail)
     assert lines[2].endswith(
-        ",False,died,z-lab/drafter,2,builtin:mixed,1,,160,,Qwen/Qwen3.6-27B,,2,,,,,,,,"
+        ",False,died,z-lab/drafter,2,builtin:mixed,1,,160,,Qwen/Qwen3.6-27B,,2,,,,,,,,,"
     )
 
 
