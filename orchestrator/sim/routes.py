@@ -26,6 +26,8 @@ if TYPE_CHECKING:
     from orchestrator.sim.server import SimServer
 
 _Handler = Any
+# what vLLM's streams say when its engine core died (EngineDeadError)
+DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
 class Routes:
@@ -304,6 +306,12 @@ class Routes:
             while True:
                 n, reason, _ = await req.queue.get()
                 if reason == "abort":
+                    if not self.s.ready:  # the engine died: vLLM's front-end answers each
+                        # open stream with its EngineDeadError as an error object, then [DONE]
+                        await resp.write(api.sse(api.error_body(self.cfg.engine, DEAD, 500)))
+                        await resp.write(api.sse("[DONE]"))
+                        await resp.write_eof()
+                        return resp
                     break
                 texts = api.token_texts(params.key, done, n)
                 done += n
