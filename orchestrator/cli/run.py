@@ -490,6 +490,7 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
             "[dim]decode tok/s, TTFT and TPOT: medians over requests; accept: acceptance length "
             "(tokens per step)[/]"
         )
+    _render_slo_answers(outcome)
     _render_not_run(outcome.results)
     for r in outcome.results:
         if not r.not_run:
@@ -577,6 +578,23 @@ def render_sweep(outcome: PlaybookOutcome) -> None:
             table.add_row(*(_cell(v) for v in row))
         out.print(table)
     out.print(f"[dim]{escape(COLUMNS_NOTE)} {escape(NOISY_LEGEND)}[/]")
+
+
+def _render_slo_answers(outcome: PlaybookOutcome) -> None:
+    """Each run's SLO search answer (what slo-search.json says), one line a run, the answer in
+    bold: the figure a search is run for, shown where the run ends."""
+    from orchestrator.results.report_doc import SLO_VERDICT_NOTE
+    from orchestrator.results.slo_answer import slo_answers
+
+    answers = slo_answers(outcome.results_dir, outcome.results)
+    if not answers:
+        return
+    targets = ", ".join(dict.fromkeys(t for a in answers for t in a.targets))
+    out.print(f"[bold]SLO search[/]{escape(f' ({targets})' if targets else '')}:")
+    for a in answers:
+        answer = f"[bold green]{escape(a.label)}[/]" if a.best is not None else "[bold red]none[/]"
+        out.print(f"  {escape(a.run)} on {escape(a.host)}: {answer}  [dim]{escape(a.detail)}[/]")
+    out.print(f"[dim]{escape(SLO_VERDICT_NOTE)}[/]")
 
 
 def _cell(value: Value) -> str:

@@ -26,9 +26,10 @@ from orchestrator.results.frame import frame_of, results_folders
 from orchestrator.results.model import RunResult
 from orchestrator.results.report import load_results
 from orchestrator.results.report_doc import TREND_HEADING, build_report, trend_section
-from orchestrator.results.report_figures import report_figures, trend_figures
+from orchestrator.results.report_figures import report_figures, slo_marks, trend_figures
 from orchestrator.results.report_html import render_html
 from orchestrator.results.report_markdown import render_markdown
+from orchestrator.results.slo_answer import slo_answers, slo_targets
 from orchestrator.results.store import utc_stamp
 
 REPORT_STEM = "report"
@@ -99,9 +100,11 @@ def report(
         if not results:  # a folder emptied between the look and the read
             raise OrchError(f"{folder} holds no run results (summary.json files)")
     frame = frame_of((str(folder), r) for folder, results in loaded for r in results)
-    plots = report_figures(frame, cdf_at=point)
+    answers = [a for folder, results in loaded for a in slo_answers(folder, results)]
+    targets = slo_targets([r for _, results in loaded for r in results])
+    plots = report_figures(frame, cdf_at=point, slo=slo_marks(frame, targets, answers))
     target = out if out is not None else folders[0] if len(folders) == 1 else default_out()
-    doc = build_report(frame, plots.figures, plots.notes, night_sections(folders))
+    doc = build_report(frame, plots.figures, plots.notes, night_sections(folders), answers)
     written = write_document(doc, target, REPORT_STEM, html=render_html, markdown=render_markdown)
     outcomes = [outcome_of(f, rs) for f, rs in loaded]
     return ReportOutcome(outcomes, written, len(doc.figures))

@@ -31,6 +31,7 @@ from orchestrator.results.document import (
 )
 from orchestrator.results.plot import engine_display_name
 from orchestrator.results.setup_info import setup_section
+from orchestrator.results.slo_answer import SloAnswer
 from orchestrator.results.stats import aggregate
 
 if TYPE_CHECKING:
@@ -66,6 +67,42 @@ COLUMNS_NOTE = (
     "SLO met: measurements meeting every target / measured; n: measurements in the figures; "
     "failed and not run are left out of them."
 )
+
+
+SLO_VERDICT_NOTE = (
+    "The verdict column says whether orch measured a point correctly (ok, failed, collapse, "
+    "sources disagree), not whether it met the SLO: a point measured correctly shows verdict "
+    "ok even when it missed its targets (SLO met 0/2)."
+)
+SLO_HEADING = "SLO search"
+SLO_SEARCH_NOTE = (
+    "Each run's search for the highest load at which every measurement met every SLO target "
+    "(targets: {targets}): bisection over the playbook's slo.range, the answer being the "
+    "highest load measured below every load that missed; the Pareto plots star it."
+)
+
+
+def slo_section(answers: Sequence[SloAnswer], several: bool) -> Section:
+    """The answer of every run's SLO search, in a table, with how it was found."""
+    rows = []
+    for a in answers:
+        where = f"[{Path(a.results_dir).name}] " if several else ""
+        tone: Tone = "good" if a.best is not None else "bad"
+        rows.append(
+            (
+                Value(where + a.run),
+                Value(a.host),
+                Value(a.label, tone=tone),
+                Value(a.detail),
+            )
+        )
+    targets = ", ".join(dict.fromkeys(t for a in answers for t in a.targets)) or "-"
+    table = Table("", ("run", "host", "answer", "what the search found"), tuple(rows))
+    return Section(
+        SLO_HEADING,
+        paragraphs=(SLO_SEARCH_NOTE.format(targets=targets),),
+        tables=(table,),
+    )
 
 
 def config_label(engine: str, method: str) -> str:
@@ -265,10 +302,12 @@ def build_report(
     figures: Sequence[Figure],
     plot_notes: Sequence[str] = (),
     lead: Sequence[Section] = (),
+    answers: Sequence[SloAnswer] = (),
 ) -> Document:
     """The report of the measurements in ``frame`` (``frame.load``) with ``figures`` drawn;
     ``plot_notes``: why a plot is missing; ``lead``: sections before all others (a night's
-    trend)."""
+    trend); ``answers``: the runs' SLO searches (``slo_answer.slo_answers``), a section of
+    their own before the tables."""
     agg = aggregate(frame, METRICS)
     configs = frame.groupby(["results_dir", "key"], sort=False).ngroups
     generated = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
@@ -284,12 +323,20 @@ def build_report(
         )
         for d in folders
     ]
+    has_slo = bool(frame["slo_met"].notna().any())
     results = Section(
         "Results by configuration and load point",
-        paragraphs=(COLUMNS_NOTE,),
+        paragraphs=(COLUMNS_NOTE, *((SLO_VERDICT_NOTE,) if has_slo else ())),
         tables=tuple(point_tables(frame, agg)),
         notes=tuple(problem_notes(frame)),
     )
     plots = Section("Plots", figures=tuple(figures), notes=tuple(plot_notes))
-    sections = (*lead, *setups, results, *((plots,) if figures or plot_notes else ()))
+    searches = (slo_section(answers, len(folders) > 1),) if answers else ()
+    sections = (
+        *lead,
+        *setups,
+        *searches,
+        results,
+        *((plots,) if figures or plot_notes else ()),
+    )
     return Document(report_title(frame), subtitle, sections)

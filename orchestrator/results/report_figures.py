@@ -24,10 +24,12 @@ from orchestrator.errors import OrchError
 from orchestrator.nightly.trend import NightTrend
 from orchestrator.results import figures as fg
 from orchestrator.results.document import Figure
+from orchestrator.results.figures.slo import SloMarks
 from orchestrator.results.figures.style import folder_labels
 from orchestrator.results.figures.trend import trend_plot
 from orchestrator.results.report_doc import load_label, measured
 from orchestrator.results.setup_info import run_folder
+from orchestrator.results.slo_answer import SloAnswer
 from orchestrator.results.stats import aggregate
 
 # every metric a plot reads from the per-point aggregate
@@ -177,6 +179,27 @@ def draw_cdfs(
         plots.add(name, f"{words} distribution (empirical CDF) at {label}", png)
 
 
+def slo_marks(
+    frame: pd.DataFrame, targets: Sequence[str], answers: Sequence[SloAnswer]
+) -> SloMarks:
+    """What the Pareto plots draw of the SLO: ``targets``, the points of ``frame`` that a
+    measured repeat of missed, and each run's search answer (``slo_answer.slo_answers`` of the
+    folders, whose ``results_dir`` is the frame's)."""
+    done = measured(frame)
+    missed = done[done["slo_met"].eq(False).fillna(False).astype(bool)]
+    return SloMarks(
+        targets=tuple(targets),
+        answers={(a.results_dir, a.key): a.best for a in answers if a.best is not None},
+        missed=frozenset(
+            (str(w), str(k), float(v))
+            for w, k, v in zip(
+                missed["results_dir"], missed["key"], missed["load_value"], strict=True
+            )
+            if not pd.isna(v)
+        ),
+    )
+
+
 MAX_TIMELINES = 12  # rows of the timeline figure, one per server
 
 
@@ -197,17 +220,23 @@ def first_timelines(
     return kept, {k: v for k, v in spans.items() if k in kept}, note
 
 
-def report_figures(frame: pd.DataFrame, *, cdf_at: LoadAt | None = None) -> Plots:
+def report_figures(
+    frame: pd.DataFrame, *, cdf_at: LoadAt | None = None, slo: SloMarks | None = None
+) -> Plots:
     """The report's plots: Pareto fronts (output and total throughput per GPU vs
-    interactivity), figures against the load, acceptance, latency CDFs, the servers' timelines."""
+    interactivity, with ``slo`` drawn), figures against the load, acceptance, latency CDFs, the
+    servers' timelines."""
     plots = Plots()
     agg = aggregate(frame, PLOT_METRICS)
     colors = fg.figure_colors(frame)
     dirs = list(dict.fromkeys(frame["results_dir"]))
     keys = series_keys(frame, folder_labels(dirs) if len(dirs) > 1 else {})
     for y, what in (("output_tok_s_per_gpu", "Output"), ("total_tok_s_per_gpu", "Total")):
-        png = fg.pareto_plot(agg, y=y, colors=colors)
-        plots.add(f"pareto-{what.lower()}", f"{what} throughput per GPU vs interactivity", png)
+        png = fg.pareto_plot(agg, y=y, colors=colors, slo=slo)
+        caption = f"{what} throughput per GPU vs interactivity"
+        if slo:
+            caption += " with the SLO: target lines, misses crossed, the search's answer starred"
+        plots.add(f"pareto-{what.lower()}", caption, png)
     plots.add(
         "by-load", "Throughput and latency against the load", fg.load_plot(agg, colors=colors)
     )

@@ -87,7 +87,7 @@ def test_report_of_an_empty_folder_is_one_clear_error(tmp_path) -> None:
 @pytest.fixture
 def no_plots(monkeypatch: pytest.MonkeyPatch) -> None:
     """Reports without drawing (the plots have their own tests): these tests are about the CLI."""
-    monkeypatch.setattr(report_command_module, "report_figures", lambda frame, cdf_at: Plots())
+    monkeypatch.setattr(report_command_module, "report_figures", lambda frame, **_: Plots())
     monkeypatch.setattr(compare_command_module, "compare_figures", lambda *a: Plots())
 
 

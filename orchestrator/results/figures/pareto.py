@@ -4,7 +4,9 @@ The view public engine comparisons decide on: x = interactivity (tok/s/user = 10
 TPOT), y = throughput per GPU, a point per load level. A configuration's front (``stats.
 pareto_front``) is what it can offer: at each level of interactivity, the most throughput any
 of its points reached. Every point is drawn, labelled with its load, with its 95% interval in
-both directions when repeated, hollow when a figure of it is noisy.
+both directions when repeated, hollow when a figure of it is noisy. With ``slo`` (``SloMarks``)
+the SLO is drawn too (``figures/slo.py``): target lines, missed points crossed, search answers
+starred.
 """
 
 from __future__ import annotations
@@ -15,6 +17,13 @@ from typing import TYPE_CHECKING, Any
 import numpy
 import pandas as pd
 
+from orchestrator.results.figures.slo import (
+    SloMarks,
+    draw_answer,
+    draw_missed,
+    draw_targets,
+    legend_entries,
+)
 from orchestrator.results.figures.style import (
     Series,
     draw_points,
@@ -75,8 +84,9 @@ def _errorbars(ax: Any, rows: pd.DataFrame, y: str, series: Series) -> None:
         )
 
 
-def _draw(ax: Any, series: Series, rows: pd.DataFrame, y: str) -> int:
-    """One configuration's points, intervals, front and load labels; the points drawn."""
+def _draw(ax: Any, series: Series, rows: pd.DataFrame, y: str, slo: SloMarks) -> int:
+    """One configuration's points, intervals, front and load labels (and what ``slo`` marks on
+    them); the points drawn."""
     xs, ys = floats(rows[f"{X}_mean"]), floats(rows[f"{y}_mean"])
     known = ~(numpy.isnan(xs) | numpy.isnan(ys))
     rows, xs, ys = rows[known], xs[known], ys[known]
@@ -85,6 +95,9 @@ def _draw(ax: Any, series: Series, rows: pd.DataFrame, y: str) -> int:
     _errorbars(ax, rows, y, series)
     noisy = flags(rows[f"{X}_noisy"]) | flags(rows[f"{y}_noisy"])
     draw_points(ax, xs, ys, noisy, series)
+    if slo:
+        draw_missed(ax, rows, xs, ys, slo, series.label)
+        draw_answer(ax, rows, xs, ys, slo, series.label, series.color)
     front = pareto_front(list(zip(xs.tolist(), ys.tolist(), strict=True)))
     ax.plot(
         xs[front],
@@ -112,14 +125,18 @@ def pareto_figure(
     y: str = "output_tok_s_per_gpu",
     colors: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
+    slo: SloMarks | None = None,
 ) -> Figure:
     """The figure (the caller closes it) of an aggregate (``stats.aggregate``) holding
-    ``interactivity`` and ``y``; ``labels`` names the results folders of a compare."""
+    ``interactivity`` and ``y``; ``labels`` names the results folders of a compare; ``slo``:
+    the targets and search answers to draw."""
     require(agg, (X, y))
+    slo = slo or SloMarks()
     plt = pyplot()
     fig, ax = plt.subplots(figsize=(9.5, 6.8), layout="constrained")
     series = series_of(agg, colors=colors, labels=labels)
-    drawn = [s for s, rows in series if _draw(ax, s, rows, y)]
+    elsewhere = draw_targets(ax, slo, agg, y) if slo else []
+    drawn = [s for s, rows in series if _draw(ax, s, rows, y, slo)]
     name, unit = metric_name(y)
     ax.set_xlabel("Interactivity (tok/s/user = 1000 / median TPOT)")
     ax.set_ylabel(f"{name} ({unit})")
@@ -127,7 +144,10 @@ def pareto_figure(
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
     noisy = any(c.startswith("noisy:") for c in _gids(ax))
-    legend(fig, drawn, extra=[(noisy_text(agg), hollow_handle())] if noisy else ())
+    crossed = any(c.startswith("missed:") for c in _gids(ax))
+    extra = [(noisy_text(agg), hollow_handle())] if noisy else []
+    extra += legend_entries(slo, elsewhere, crossed) if slo else []
+    legend(fig, drawn, extra=extra)
     counts = pd.concat([agg[f"{X}_n"], agg[f"{y}_n"]]) if len(agg) else []
     what = f"{name} vs interactivity, Pareto front per configuration"
     fig.suptitle(title(what, setup_line(agg), statistic(counts) + unmeasured(series, drawn)))
@@ -144,6 +164,7 @@ def pareto_plot(
     y: str = "output_tok_s_per_gpu",
     colors: Mapping[str, str] | None = None,
     labels: Mapping[str, str] | None = None,
+    slo: SloMarks | None = None,
 ) -> bytes:
     """PNG bytes of ``pareto_figure``."""
-    return to_png(pareto_figure(agg, y=y, colors=colors, labels=labels))
+    return to_png(pareto_figure(agg, y=y, colors=colors, labels=labels, slo=slo))
