@@ -17,7 +17,19 @@ import json
 import random
 import resource
 import time
-from typing import Any, Awaitable, Callable, Coroutine, Dict, List, Optional, Set, Tuple, TypeVar
+from typing import (
+    Any,
+    Awaitable,
+    Callable,
+    Coroutine,
+    Dict,
+    List,
+    Optional,
+    Sequence,
+    Set,
+    Tuple,
+    TypeVar,
+)
 
 from .httpconn import Client, Response
 from .loadgen import (
@@ -180,7 +192,7 @@ class Runner:
             arrival_clock=self.client.arrival_clock,
         )
 
-    async def _stop(self, helpers: List["asyncio.Future[None]"]) -> None:
+    async def _stop(self, helpers: Sequence["asyncio.Future[None]"]) -> None:
         for task in helpers:
             task.cancel()
         await asyncio.gather(*helpers, return_exceptions=True)
