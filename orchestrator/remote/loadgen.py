@@ -65,6 +65,9 @@ failed reset means. Events (``wire``):
 
 - ``PhaseEvent`` when a phase (warmup, measure) starts;
 - ``RequestRecord`` per finished request, failed ones too; only chunks that carry tokens;
+  ``finish_reason`` as the engine said it and ``failure`` (a ``wire.RequestFailure`` kind;
+  None: completed): a request is completed only when the engine said so and its token counts
+  agree (``completion``'s rules);
 - ``ProgressEvent`` every ``progress_interval_s`` (``tok_s``: tokens streamed over the last
   interval).
 
@@ -80,7 +83,9 @@ them, e.g. over https or on another OS; ``mixed``),
 prompts: true when every one has its length in tokens exactly, false when the host had no
 tokenizer and lengths are in words, or when some missed; null for a list),
 ``random_prompts``/``random_prompts_exact`` (how many random prompts, how many exact in tokens),
-``request_seeds`` (whether requests carried a ``seed``), with ``metrics_path``,
+``request_seeds`` (whether requests carried a ``seed``), ``reconciled`` (completed requests
+whose usage was checked against the client's count and ``max_tokens``) and
+``token_count_mismatches`` (requests failed as ``token_count_mismatch``), with ``metrics_path``,
 ``metrics_before``/``metrics_after`` and, with ``cache_reset``, ``cache_reset`` (``ok`` or
 ``failed: <why>``).
 
