@@ -286,7 +286,11 @@ def test_the_step_is_named_with_what_changed(histories: Any) -> None:
         m for c in second.doc["cases"] for m in c["metrics"] if m["metric"] == "output_tok_s"
     ]
     assert metric["since"] == first.doc["night"]
-    assert metric["last_good"] == nights[STEP_NIGHT - 1].doc["night"]
+    # the last good night is the newest baseline night before the step: which one that is
+    # depends on the baseline nights' own noise (a busy machine may set one apart)
+    before = [n.doc["night"] for n in nights[:STEP_NIGHT]]
+    assert metric["last_good"] in before
+    assert metric["last_good"] == [b for b in metric["baseline_nights"] if b in before][-1]
     assert metric["change"] < -0.15  # the step is diluted by the prefill in output tok/s
     (decode,) = [
         m for c in second.doc["cases"] for m in c["metrics"] if m["metric"] == "decode_tok_s_median"
