@@ -123,7 +123,7 @@ def test_a_lagging_client_fails_the_measurement() -> None:
     result = _result(45.0, records)
     (failure,) = failures_of(result, records, None)
     assert failure.kind == "ClientSaturated"
-    assert failure.text.startswith("client saturated: event-loop delay p99 45.0 ms > 20 ms")
+    assert failure.text.startswith("client saturated: event-loop delay p99 45.0 ms > 15 ms")
     assert result.error is not None and result.error.type == "ClientSaturated"
     assert result.error.message == failure.text and result.verdict == "failed"
 

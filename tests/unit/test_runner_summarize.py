@@ -23,6 +23,9 @@ from orchestrator.metrics.summary import ClientLag, LagStats
 from orchestrator.results.model import RunResult, RunTimes, WorkloadSettings
 from orchestrator.runner.execute import LiveState, RunJob
 from orchestrator.runner.summarize import (
+    LOOP_DELAY_WARN_MS,
+    SEND_LAG_WARN_MS,
+    SHARED_READ_WARN_PCT,
     DecodeSteps,
     build_result,
     client_warnings,
@@ -292,9 +295,9 @@ def test_saturated_client_is_warned_about(plans) -> None:
     assert result.loadgen.achieved_request_rate == pytest.approx(1.0)
     assert result.loadgen.scheduled_request_rate == pytest.approx(4.0)
     assert [w for w in result.warnings if w.startswith("client")] == [
-        "client saturated: event-loop delay p99 35.0 ms > 20 ms: the load generator's host is "
+        "client saturated: event-loop delay p99 35.0 ms > 15 ms: the load generator's host is "
         "busy (CPU-bound client, or the engine starving it); latencies include client time",
-        "client saturated: send lag p99 1485.0 ms > 100 ms: requests left later than due",
+        "client saturated: send lag median 750.0 ms > 50 ms: requests left later than due",
         "client saturated: sent 1.00 req/s against a schedule of 4.00 req/s (request_rate 4): the "
         "open loop fell behind; lower request_rate or raise the concurrency cap",
     ]
@@ -304,14 +307,19 @@ def test_saturated_client_is_warned_about(plans) -> None:
     ("lag", "rate", "achieved", "scheduled", "count"),
     [
         (
-            ClientLag(loop_delay_ms=LagStats(p99=20.0), send_lag_ms=LagStats(p99=100.0)),
+            ClientLag(
+                loop_delay_ms=LagStats(p99=LOOP_DELAY_WARN_MS),
+                send_lag_ms=LagStats(p50=SEND_LAG_WARN_MS, p99=1000.0),  # a wave's tail
+                shared_read_pct=SHARED_READ_WARN_PCT,
+            ),
             None,
             None,
             None,
             0,
         ),
-        (ClientLag(loop_delay_ms=LagStats(p99=20.1)), None, None, None, 1),
-        (ClientLag(send_lag_ms=LagStats(p99=100.5)), None, None, None, 1),
+        (ClientLag(loop_delay_ms=LagStats(p99=LOOP_DELAY_WARN_MS + 0.1)), None, None, None, 1),
+        (ClientLag(send_lag_ms=LagStats(p50=SEND_LAG_WARN_MS + 0.5)), None, None, None, 1),
+        (ClientLag(shared_read_pct=SHARED_READ_WARN_PCT + 0.1), None, None, None, 1),
         (ClientLag(), 10.0, 8.0, 10.0, 0),  # 80%: still keeping up
         (ClientLag(), 10.0, 7.9, 10.0, 1),
         (ClientLag(), None, 1.0, 10.0, 0),  # closed loop: no schedule to fall behind
