@@ -158,6 +158,8 @@ def run_command(
     plans = run_plan.plans
     for note in prompt_notes(plans, run_plan.prompts):
         err.print(f"[yellow]note:[/] {escape(note)}")
+    for note in run_plan.notes:
+        err.print(f"[yellow]warning:[/] {escape(note)}")
     if dry_run:
         schedule = estimate(plans, share_gpus=run_plan.playbook.share_gpus, past=read_past(results))
         if as_json:

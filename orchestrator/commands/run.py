@@ -60,6 +60,7 @@ from orchestrator.runner.preflight import (
     open_hosts,
 )
 from orchestrator.runner.server import ServerRegistry
+from orchestrator.sweep.pins import check_resume, pin_inputs
 from orchestrator.sweep.points import searched
 from orchestrator.sweep.resume import (
     PLAN_FILE,
@@ -86,6 +87,7 @@ class RunPlan:
     prompts: list[PromptSet]  # one per plan
     record: PlanRecord | None = None
     resume_dir: Path | None = None
+    notes: tuple[str, ...] = ()  # warnings to show before anything starts
 
 
 @dataclass
@@ -152,6 +154,8 @@ def plan_run(
         playbook, [p for p in plans if playbook.share_gpus or p.host.cluster is not None]
     )
     data = playbook_file.read_bytes()
+    prompts = load_run_prompts(playbook, plans)
+    hosts = {p.host.name: p.host for p in plans}
     record = PlanRecord(
         playbook=str(playbook_file.resolve()),
         playbook_sha256=sha256(data),
@@ -159,8 +163,9 @@ def plan_run(
         only=list(only or []),
         force=force,
         runs=[],
+        inputs=pin_inputs(prompts, list(hosts.values())),
     )
-    return RunPlan(playbook, inventory, plans, load_run_prompts(playbook, plans), record)
+    return RunPlan(playbook, inventory, plans, prompts, record)
 
 
 def split_only(
@@ -230,7 +235,14 @@ def plan_resume(results_dir: Path, hosts_file: Path | None) -> RunPlan:
             f"{results_dir}: the hosts changed since the run began",
             hint=f"resume with the hosts file the run used ({record.hosts_file})",
         )
-    return dataclasses.replace(plan, record=record, resume_dir=results_dir)
+    assert plan.record is not None and plan.record.inputs is not None
+    notes = check_resume(
+        record.inputs,
+        plan.record.inputs,
+        folder=str(results_dir),
+        plan_file=str(results_dir / PLAN_FILE),
+    )
+    return dataclasses.replace(plan, record=record, resume_dir=results_dir, notes=tuple(notes))
 
 
 def and_more(more: int, noun: str) -> str:

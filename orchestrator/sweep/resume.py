@@ -6,6 +6,11 @@ back and runs the same playbook, refused if the file changed since (its runs wou
 ones measured), so the same runs land in the same folders. No copy of the playbook is kept: it
 may hold literal secrets (an ``--api-key`` in extra_args), which never go into results.
 
+The content of every prompt file and each hosts entry the runs use is pinned beside it
+(``inputs``, see ``sweep/pins.py``): a resume that would measure on other prompts or another
+host's setup is refused, the change named. A plan.json written before ``inputs`` existed
+resumes with a warning that they could not be checked.
+
 Per run folder: a measurement whose ``summary.json`` holds a result without an error is kept
 (collapses included: they are measurements). Anything else that is in the way of measuring
 again (a measurement cut short, with no summary; one that failed; one not run) is renamed
@@ -24,6 +29,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
+from typing import Any
 
 from orchestrator.errors import OrchError
 from orchestrator.results.model import ResultError, RunResult
@@ -65,6 +71,9 @@ class PlanRecord:
     force: bool
     runs: list[RunRecord]
     version: int = PLAN_VERSION
+    # the content of the prompt files and hosts entries (``pins.pin_inputs``); None in a plan
+    # written by an orch before they were pinned
+    inputs: dict[str, Any] | None = None
 
     def folder_of(self, key: str) -> str | None:
         return next((r.folder for r in self.runs if r.key == key), None)
