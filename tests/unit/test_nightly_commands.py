@@ -27,6 +27,7 @@ from orchestrator.nightly.history import History, HistoryRow
 from orchestrator.nightly.night import judge_results
 from orchestrator.nightly.report import could_not_measure, render_markdown
 from orchestrator.nightly.verdict import Policy, Thresholds, replay
+from orchestrator.results.mdtext import md_block
 from orchestrator.results.model import RunResult
 from tests.fixtures.cli import CliResult, orch_in_process
 from tests.fixtures.nightly_histories import Scenario, history, night_id
@@ -736,5 +737,5 @@ def test_a_history_that_cannot_be_appended_to_hides_no_verdict(
         assert len(found["cases"]) == 1
     md = (folder / "nightly.md").read_text().splitlines()
     assert md[0] == f"# Nightly: {verdict.upper()} (exit {exit_code})"
-    assert md[3] == f"> {note}"
+    assert md[3] == f"> {md_block(note)}"  # as text: a note may quote an error message
     assert History(root, "nightly").path.read_bytes() == rows  # nothing appended twice
