@@ -2,6 +2,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import io
 import json
 import shutil
@@ -12,6 +13,7 @@ import pytest
 import orchestrator.commands.compare as compare_command_module
 import orchestrator.commands.report as report_command_module
 from orchestrator.cli.main import run as run_cli
+from orchestrator.loadgen.records import Chunk, RequestRecord
 from orchestrator.results.frame import COLUMNS
 from orchestrator.results.model import RankedCause
 from orchestrator.results.report_figures import Plots
@@ -189,3 +191,30 @@ def test_a_sweep_prints_a_row_per_load_point_with_its_interval(
     assert set(rows) == {"c=1", "c=2"}
     assert "105.0 ±63.5" in rows["c=1"] and "200.0 ±0.0" in rows["c=2"]
     assert "noisy" in out  # the legend under the tables
+
+
+def test_report_names_and_skips_a_hostile_request_line(tmp_path: Path) -> None:
+    """A requests.jsonl line claiming a billion tokens (orch report once died of MemoryError
+    on one) or not JSON at all is named file:line in the report and left out; the report is
+    written from the rest."""
+    folder = _sweep(tmp_path / "20261202T100000Z-demo")
+    good = RequestRecord(
+        index=0, warmup=False, start=0.0, start_wall=0.0, end=1.0, status=200, ttft=0.1,
+        e2el=0.3, chunks=(Chunk(0.1, 1), Chunk(0.3, 2)), output_tokens=3,
+        token_count_method="usage", finish_reason="stop",
+    )  # fmt: skip
+    hostile = dataclasses.replace(
+        good, index=1, chunks=(Chunk(0.1, 1), Chunk(0.3, 10**9)), output_tokens=10**9 + 1
+    )
+    lines = [json.dumps(r.to_json()) for r in (good, hostile)] + ["{not json"]
+    paths = sorted(folder.glob("**/summary.json"))
+    for summary in paths:
+        (summary.parent / "requests.jsonl").write_text("\n".join(lines) + "\n")
+    code, out, err = _cli("report", str(folder))
+    assert code == 0, err
+    assert "Traceback" not in err
+    md = " ".join((folder / "report.md").read_text().replace("\\", "").split())  # unescaped
+    path = folder / "vllm-dflash_h1" / "points" / "01-c2-r1" / "requests.jsonl"  # the CDFs' point
+    assert f"{path}:2: skipped: 1000000001 output tokens claimed" in md
+    assert f"{path}:3: skipped: not a request record" in md
+    assert "per-token ITL distribution" in md  # drawn from the good line
