@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.main import run as run_cli
+from orchestrator.remote import loadgen as loadgen_verb
 from orchestrator.results.model import RunResult
 from orchestrator.sim.sandbox import prepare_sandbox
 
@@ -199,3 +200,23 @@ def test_requests_cut_by_the_engine_dying_are_failed(
     assert all(0 < r["output_tokens"] < 3000 for r in records)
     stats = RunResult.load(folder / "summary.json").requests
     assert stats is not None and (stats.completed, stats.failed) == (0, 4)
+
+
+def test_the_verbs_result_counts_reconciled_requests_and_mismatches(hostile: Hostile) -> None:
+    """The loadgen verb itself (what runs on a host): its result says how many completed
+    requests were reconciled against usage and how many failed on their token counts."""
+    spec = {
+        "base_url": f"http://127.0.0.1:{hostile.port}",
+        "model": MODEL,
+        "prompts": {"kind": "list", "items": ["hi"]},
+        "num_prompts": len(SCRIPT),
+        "concurrency": 1,
+        "max_tokens": 16,
+        "ignore_eos": True,
+        "progress_interval_s": 60,
+    }
+    events: list[object] = []
+    result = loadgen_verb.run(spec, events.append)
+    assert (result.requests, result.completed, result.failed) == (len(SCRIPT), 2, 6)
+    assert (result.reconciled, result.token_count_mismatches) == (2, 2)
+    assert result.output_tokens == 32
