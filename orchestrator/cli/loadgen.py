@@ -86,7 +86,8 @@ def render(done: LoadgenOutcome) -> None:
             f"p99 {_figure(loop)} ms"
         )
     for warning in result.warnings:
-        err.print(f"[yellow]warning:[/] {escape(warning)}")
+        if warning.message not in done.failures:  # those are told as the failure, below
+            err.print(f"[yellow]warning:[/] {escape(warning.message)}")
     out.print(f"results:  {done.folder}")
     if done.ok:
         out.print("[green]ok[/]")
@@ -196,11 +197,20 @@ def loadgen_command(
     timeout: Annotated[
         float, typer.Option("--timeout", help="Seconds per request, whole stream.", min=0.001)
     ] = 600.0,
+    max_failed_fraction: Annotated[
+        float | None,
+        typer.Option(
+            "--max-failed-fraction",
+            help="Failed requests (a fraction of those measured) past which the measurement "
+            "fails, as a playbook's workload.max_failed_fraction [default: 0: any].",
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
     """Drive an OpenAI-compatible server with orch's load generator, from this machine (no
     playbook, no SSH), and write a run's files: requests.jsonl, summary.json, manifest.json.
-    Exits 1 when the measurement failed: failed requests, or a client that fell behind."""
+    Exits 1 when the measurement failed, by the policy `orch run` uses: failed requests past
+    --max-failed-fraction, a client that fell behind, lost records, contradicted token counts."""
     from orchestrator.commands.loadgen import LoadgenOptions, measure
 
     options = LoadgenOptions(
@@ -225,6 +235,7 @@ def loadgen_command(
         api_key_env=api_key_env,
         metrics_path=metrics_path or None,
         timeout_s=timeout,
+        max_failed_fraction=max_failed_fraction,
         argv=tuple(sys.argv[2:]) if sys.argv[1:2] == ["loadgen"] else (),
     )
     done = measure(options, environ=dict(os.environ), listener=Progress(quiet=as_json))

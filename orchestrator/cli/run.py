@@ -616,12 +616,15 @@ def point_label(r: RunResult) -> str:
 def grouped_warnings(
     results: Sequence[RunResult],
 ) -> list[tuple[tuple[str, str], str, list[str]]]:
-    """Each run's warnings once, with the points that gave them when a sweep repeats one."""
+    """Each run's warnings once, with the points that gave them when a sweep repeats one (a
+    warning that failed its measurement is told with the failure, not again here)."""
     found: dict[tuple[str, str, str], list[str]] = {}
     sweeps = {r.run.key for r in results if r.point and (r.point.index or r.point.repeats > 1)}
     for r in results:
         for warning in r.warnings:
-            points = found.setdefault((r.run.name, r.run.host, warning), [])
+            if r.error is not None and warning.message in r.error.message:
+                continue
+            points = found.setdefault((r.run.name, r.run.host, warning.message), [])
             if r.run.key in sweeps:
                 points.append(point_label(r))
     return [((name, host), text, pts) for (name, host, text), pts in found.items()]

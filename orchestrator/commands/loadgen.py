@@ -5,15 +5,16 @@ docstring is the spec) runs in this process, driving the URL it is given, and wr
 run's measurement writes, in the same format: ``requests.jsonl`` (one record per request, as it
 arrives), ``summary.json`` (a ``RunResult``, with the vLLM-bench keys), the two /metrics scrapes,
 and a ``manifest.json`` saying what was asked. The spec is built by the same function a run
-uses (``build_loadgen_spec``), the statistics by the same code (``metrics/summary.py``,
-``runner/summarize.py``), so a figure means the same thing here and in ``orch run``.
+uses (``build_loadgen_spec``), the result by the same assembler (``runner/assemble.py``), so a
+figure, a warning and a verdict mean the same thing here and in ``orch run``.
 
 Every invocation writes a new folder, ``OUT/<UTC time>-<name>/<name>/`` (the layout of a
 playbook's results, so ``orch report`` and ``orch compare`` read it), never over another.
 
-A measurement is right or marked failed: failed requests, a client that could not keep up (the
-run's "client saturated" warnings) or a records file that lost lines make the result's
-``error`` say so, and the command exit 1.
+A measurement is right or marked failed, by the one policy every command uses
+(``results.validity.assess``): failed requests past ``--max-failed-fraction`` (default 0), a
+client that could not keep up, a records file that lost lines or a token count the server
+contradicted make the result's ``error`` say so, and the command exit 1.
 """
 
 from __future__ import annotations
@@ -23,11 +24,9 @@ import dataclasses
 import shlex
 import sys
 import time
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
@@ -35,19 +34,15 @@ from pydantic import ValidationError
 from orchestrator import __version__
 from orchestrator.config.hostconfig import Secrets, mask, mask_json
 from orchestrator.config.playbook import WorkloadSpec
-from orchestrator.engines.failures import REQUESTS_FAILED, describe
+from orchestrator.engines import engine_serving
 from orchestrator.errors import ConfigError, OrchError, ResultsWriteError
 from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec, load_prompts
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
-from orchestrator.metrics.acceptance import combine_acceptance
-from orchestrator.metrics.prom import SpecDelta
-from orchestrator.metrics.summary import request_stats
 from orchestrator.remote.protocol import AgentFailure
 from orchestrator.remote.wire import ErrorKind, LoadgenSpec, PhaseEvent, ProgressEvent
 from orchestrator.results.model import (
     LoadPoint,
     Provenance,
-    RunError,
     RunIdentity,
     RunResult,
     RunSettings,
@@ -62,19 +57,11 @@ from orchestrator.results.store import (
     write_json,
     write_text,
 )
-from orchestrator.runner.summarize import (
-    acceptance_result,
-    client_warnings,
-    lag_stats,
-    loadgen_info,
-    prometheus_delta,
-    send_rates,
-    workload_settings,
-)
+from orchestrator.runner.assemble import Measured, assemble
+from orchestrator.runner.summarize import prometheus_delta, workload_settings
 
 WHERE = "orch loadgen"  # ConfigError's "file": the command line
-ENGINES = ("vllm", "sglang")  # engines whose /metrics orch reads
-SATURATED = "client saturated"  # how client_warnings begins each of its warnings
+UNKNOWN = "unknown"  # the engine (or speculative method) of a server that does not say
 
 
 @dataclass(frozen=True)
@@ -102,6 +89,7 @@ class LoadgenOptions:
     api_key_env: str | None = None
     metrics_path: str | None = "/metrics"
     timeout_s: float = 600.0
+    max_failed_fraction: float | None = None
     argv: tuple[str, ...] = ()  # the command line, for the manifest
 
 
@@ -177,6 +165,7 @@ def workload_of(opts: LoadgenOptions) -> WorkloadSpec:
         "temperature": opts.temperature,
         "warmup": opts.warmup,
         "seed": opts.seed,
+        "max_failed_fraction": opts.max_failed_fraction,
     }
     fields |= {key: value for key, value in optional.items() if value is not None}
     try:
@@ -266,7 +255,7 @@ def measure(
         result = _drive(spec, records, log, secrets, listener)
     finally:
         log.close()
-    summary = summarize(
+    summary, reasons = summarize(
         opts,
         workload,
         folder=folder.name,
@@ -281,7 +270,7 @@ def measure(
         ),
         lost=log.error,
     )
-    failures = [mask(f.text, secrets) for f in failures_of(summary, records, log.error)]
+    failures = [mask(text, secrets) for text in reasons]
     summary = summary.masked(secrets) if secrets else summary
     for name, text in (
         ("metrics_before.txt", result.metrics_before),
@@ -349,13 +338,6 @@ def manifest(opts: LoadgenOptions, spec: LoadgenSpec, prompts: PromptSet) -> dic
 # ---------------------------------------------------------------- the result (pure)
 
 
-def engine_of(scrape: str | None) -> str | None:
-    """vllm or sglang, from the metric names its /metrics serves (None: neither, or no scrape)."""
-    if not scrape:
-        return None
-    return next((e for e in ENGINES if f"\n{e}:" in "\n" + scrape), None)
-
-
 def summarize(
     opts: LoadgenOptions,
     workload: WorkloadSpec,
@@ -366,122 +348,46 @@ def summarize(
     records: list[RequestRecord],
     times: RunTimes,
     lost: OrchError | None = None,
-) -> RunResult:
-    """The measurement's ``RunResult``, from the same statistics and warnings as a run's.
+) -> tuple[RunResult, list[str]]:
+    """The measurement's ``RunResult``, assembled as a run's is, and why the verdict policy
+    failed it (empty: its figures stand).
 
     ``folder`` is relative to the invocation's folder (as a run's is to its playbook's
-    results folder); ``run_id`` names the invocation."""
-    lag = loadgen.client_lag
-    stats = None
-    if records:
-        loop = lag_stats(lag.loop_delay_ms) if lag else None
-        stats = request_stats(records, window_s=loadgen.duration_s, loop_delay_ms=loop)
-    achieved, scheduled = send_rates(records) if loadgen.mode == "open" else (None, None)
-    warnings = client_warnings(
-        client_lag=stats.client_lag if stats else None,
-        request_rate=loadgen.request_rate,
-        achieved_rate=achieved,
-        scheduled_rate=scheduled,
-    )
-    if loadgen.failed:
-        warnings.append(
-            f"{loadgen.failed} of {loadgen.requests} measured requests failed: the figures "
-            "cover only the ones that completed (requests.jsonl holds each error)"
-        )
-    engine = engine_of(loadgen.metrics_before)
-    prom: SpecDelta | None = None
-    notes: list[str] = []
-    if engine is not None:
-        prom, note = prometheus_delta(engine, loadgen)
-        notes += [note] if note else []
+    results folder); ``run_id`` names the invocation. The engine is the one whose metrics the
+    server serves (unknown when it serves none orch reads); its speculative method is unknown,
+    but whether it drafted at all its counters say."""
+    engine = engine_serving(loadgen.metrics_before)
+    prom = prometheus_delta(engine, loadgen)[0] if engine else None
     speculative = bool(prom is not None and prom.drafts)
-    acc = combine_acceptance(
-        prometheus=prom.acceptance_length if prom else None,
-        log=None,
-        client=stats.tokens_per_chunk if stats else None,
-        per_position_prometheus=(prom.per_position or None) if prom else None,
-        speculative=speculative,
-        notes=notes,
-    )
     open_loop = loadgen.mode == "open"
     value = loadgen.request_rate if open_loop else loadgen.concurrency
-    result = RunResult(
-        run=RunIdentity(
-            name=opts.name,
-            key=f"{opts.name}@{urlsplit(opts.url).netloc}",
-            host=urlsplit(opts.url).netloc,
-            folder=folder,
-            order=0,
-            run_id=run_id,
-        ),
-        settings=RunSettings(
-            engine=engine or "unknown",
-            model=opts.model,
-            speculative=SpeculativeSettings(method="unknown" if speculative else "none"),
-            workload=workload_settings(workload),
-        ),
-        times=times,
-        point=LoadPoint(
-            kind="request_rate" if open_loop else "concurrency", value=float(value or 0)
-        ),
-        requests=stats,
-        acceptance=acceptance_result(acc, prom),
-        loadgen=loadgen_info(loadgen, achieved=achieved, scheduled=scheduled),
-        warnings=warnings,
-        provenance=Provenance(orch_version=__version__),
-    )
-    failures = failures_of(result, records, lost)
-    error = measurement_error(failures, none_completed=loadgen.completed == 0)
-    return result.model_copy(update={"error": error}) if error else result
-
-
-class Failure(NamedTuple):
-    """One reason a measurement is not right: its kind (the result's ``error.type``) and text."""
-
-    kind: str
-    text: str
-
-
-def failures_of(
-    result: RunResult, records: list[RequestRecord], lost: OrchError | None
-) -> list[Failure]:
-    """Why this measurement is not right (empty: it is): requests failed, the client set the
-    pace (a run's "client saturated" warnings), or the records file lost lines."""
-    loadgen = result.loadgen
-    assert loadgen is not None
-    out: list[Failure] = []
-    if loadgen.failed or loadgen.completed == 0:
-        measured = [r for r in records if not r.warmup]
-        errors = Counter(r.error or f"HTTP {r.status}" for r in measured if not r.ok)
-        common = "; ".join(f"{n} x {text}" for text, n in errors.most_common(3))
-        title = describe(REQUESTS_FAILED)[0] if loadgen.completed == 0 else "requests failed"
-        out.append(
-            Failure(
-                "RequestsFailed",
-                f"{title} ({loadgen.failed} of {loadgen.requests})"
-                + (f": {common}" if common else ""),
-            )
+    where = urlsplit(opts.url).netloc
+    assembled = assemble(
+        Measured(
+            run=RunIdentity(
+                name=opts.name,
+                key=f"{opts.name}@{where}",
+                host=where,
+                folder=folder,
+                order=0,
+                run_id=run_id,
+            ),
+            settings=RunSettings(
+                engine=engine or UNKNOWN,
+                model=opts.model,
+                speculative=SpeculativeSettings(method=UNKNOWN if speculative else "none"),
+                workload=workload_settings(workload),
+            ),
+            times=times,
+            point=LoadPoint(
+                kind="request_rate" if open_loop else "concurrency", value=float(value or 0)
+            ),
+            records=records,
+            loadgen=loadgen,
+            slo=workload.slo,
+            lost=lost,
+            provenance=Provenance(orch_version=__version__),
         )
-    out += [Failure("ClientSaturated", w) for w in result.warnings if w.startswith(SATURATED)]
-    if lost is not None:
-        out.append(Failure(type(lost).__name__, lost.message))
-    return out
-
-
-def measurement_error(failures: list[Failure], *, none_completed: bool) -> RunError | None:
-    """The result's ``error`` for these failures (None: the measurement is right)."""
-    if not failures:
-        return None
-    if none_completed:
-        hint = describe(REQUESTS_FAILED)[1]
-    else:
-        hint = (
-            "a failed measurement's figures are not to be trusted: requests.jsonl holds each "
-            "request's error, the result's loadgen.client_lag how far the client fell behind"
-        )
-    return RunError(
-        type=failures[0].kind,
-        message=" | ".join(f.text for f in failures),
-        hint=hint,
-        cause=REQUESTS_FAILED if none_completed else None,
     )
+    reasons = assembled.assessment.reasons if assembled.assessment else ()
+    return assembled.result, [r.message for r in reasons]

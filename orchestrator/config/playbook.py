@@ -327,6 +327,11 @@ class WorkloadSpec(StrictModel):
         description="A figure whose 95% t-interval over the repeats is wider than this fraction"
         " of its mean (half-width / mean) is marked noisy.",
     )
+    max_failed_fraction: Annotated[float, Field(ge=0, lt=1)] = Field(
+        0.0,
+        description="Failed requests, as a fraction of the measured ones, past which a"
+        " measurement is failed; 0 (the default): any failed request fails it.",
+    )
     slo: SloSpec | None = Field(
         None, description="Service-level targets: goodput at every point, and a search."
     )

@@ -51,6 +51,15 @@ def engine_for(run: RunSpec) -> Engine:
     return get_engine(run.engine, run=run.name)
 
 
+def engine_serving(scrape: str | None) -> str | None:
+    """The engine whose /metrics text ``scrape`` is (None: no scrape, or no engine orch knows):
+    each engine's Prometheus metrics are namespaced by its name (``vllm:...``, ``sglang:...``)."""
+    if not scrape:
+        return None
+    text = "\n" + scrape
+    return next((name for name in _registry() if f"\n{name}:" in text), None)
+
+
 def engine_packages() -> dict[str, str]:
     """Engine name -> the Python package a host's probe reports its version of."""
     return {name: engine.package for name, engine in _registry().items()}
@@ -75,4 +84,4 @@ class _Registry(Mapping[str, "Engine"]):
 # Engine name -> its object, in registry order (vllm first): what enums and columns list.
 ENGINES: Mapping[str, Engine] = _Registry()
 
-__all__ = ["ENGINES", "engine_for", "engine_packages", "get_engine"]
+__all__ = ["ENGINES", "engine_for", "engine_packages", "engine_serving", "get_engine"]

@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from typing import Final
 
 MANIFEST_FILE = "manifest.json"
-SCHEMA_VERSION: Final = 3  # the version this orch writes
+SCHEMA_VERSION: Final = 4  # the version this orch writes
 V1_IDENTITY = (
     "run",
     "host",
@@ -61,9 +61,11 @@ def migrate(
     if version == SCHEMA_VERSION:
         return obj
     if version == 1:
-        return v2_to_v3(v1_to_v2(obj, manifest))
+        return v3_to_v4(v2_to_v3(v1_to_v2(obj, manifest)))
     if version == 2:
-        return v2_to_v3(obj)
+        return v3_to_v4(v2_to_v3(obj))
+    if version == 3:
+        return v3_to_v4(obj)
     if version > SCHEMA_VERSION:
         raise ValueError(
             f"schema_version {version} was written by a newer orch; this one reads 1 to {SCHEMA_VERSION}"
@@ -110,7 +112,7 @@ def v2_to_v3(v2: Mapping[str, object]) -> dict[str, object]:
     """Version 2 measured one load point per run: the point is the workload's own (a closed
     loop's concurrency, an open loop's rate), measured once."""
     out = dict(v2)
-    out["schema_version"] = SCHEMA_VERSION
+    out["schema_version"] = 3
     provenance = _mapping(out.get("provenance")) or {}
     provenance.setdefault("migrated_from", 2)
     out["provenance"] = provenance
@@ -124,6 +126,43 @@ def v2_to_v3(v2: Mapping[str, object]) -> dict[str, object]:
     elif concurrency is not None:
         out["point"] = {"kind": "concurrency", "value": concurrency}
     return out
+
+
+# Versions 1 to 3 wrote warnings as text; these openings (client_warnings' and the failed
+# requests' sentences of those versions) name the kind such a warning has now.
+V3_WARNING_KINDS = (
+    ("client saturated", "client_saturated"),
+    ("the load generator never marked its measured window", "log_window_unmarked"),
+    ("log: no ", "acceptance_log_missing"),
+    ("short measuring window", "short_log_window"),
+    ("prefix cache not reset", "cache_not_reset"),
+)
+
+
+def v3_to_v4(v3: Mapping[str, object]) -> dict[str, object]:
+    """Version 3 kept its warnings as sentences: each becomes a typed warning, its kind read
+    from the sentence's opening (``note`` when none is known). The verdict is not judged
+    again: a result keeps the one it was written with."""
+    out = dict(v3)
+    out["schema_version"] = SCHEMA_VERSION
+    provenance = _mapping(out.get("provenance")) or {}
+    provenance.setdefault("migrated_from", 3)
+    out["provenance"] = provenance
+    warnings = out.get("warnings")
+    if isinstance(warnings, list):
+        out["warnings"] = [_v3_warning(w) for w in warnings]
+    return out
+
+
+def _v3_warning(text: object) -> object:
+    if not isinstance(text, str):
+        return text  # not a version-3 warning: the model says what is wrong with it
+    kind = next((k for opening, k in V3_WARNING_KINDS if text.startswith(opening)), "note")
+    if " measured requests failed: the figures cover only" in text:
+        kind = "requests_failed"
+    elif text.startswith("the connection to ") and "dropped while measuring" in text:
+        kind = "connection_dropped"
+    return {"kind": kind, "message": text, "details": {}}
 
 
 def _v1_settings(

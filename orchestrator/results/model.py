@@ -4,12 +4,13 @@ Everything that reads a run's outcome (summary.csv, the results table, the plot,
 ``--json``) reads this model, never the file's keys, so a renamed field is a type error or a
 validation error, not a silent "-" in a table. Every model is frozen and rejects unknown keys.
 
-``summary.json`` holds ``RunResult.to_json()``: the tree under ``schema_version`` 2, plus the
+``summary.json`` holds ``RunResult.to_json()``: the tree under ``schema_version`` 4, plus the
 request statistics once more at the top level under the key names of ``vllm bench serve``'s
 result JSON (``completed``, ``duration``, ``median_ttft_ms``, ``spec_decode_acceptance_length``
 ...; ``VLLM_BENCH_KEYS``), so tools written for those files read orch's. Those keys are a view
 derived from the tree (``vllm_bench``); loading drops and recomputes them. Files written before
-schema_version existed (version 1) are migrated on load (``orchestrator.results.migrate``).
+schema_version existed (version 1), and those of versions 2 and 3 (a single point per run;
+warnings as text), are migrated on load (``orchestrator.results.migrate``).
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from orchestrator.doctor.findings import Severity
 from orchestrator.errors import OrchError
 from orchestrator.metrics.summary import ClientLag, LagStats, RequestStats, Stats
 from orchestrator.results.migrate import MANIFEST_FILE, SCHEMA_VERSION, migrate, schema_version
+from orchestrator.results.validity import RunWarning, WarningKind
 from orchestrator.results.vllm_bench import VLLM_BENCH_KEYS, VllmBench, vllm_bench
 
 AcceptanceSource = Literal["prometheus", "log", "client"]
@@ -61,11 +63,13 @@ __all__ = [
     "RunResult",
     "RunSettings",
     "RunTimes",
+    "RunWarning",
     "SloCheck",
     "SloResult",
     "SpeculativeSettings",
     "Stats",
     "VllmBench",
+    "WarningKind",
     "WorkloadSettings",
 ]
 
@@ -131,6 +135,7 @@ class WorkloadSettings(Frozen):
     seed: int = 0
     repeat: int = 1  # measurements of each load point
     noisy_ci: float = 0.10  # a figure whose 95% interval's half-width passes this x mean is noisy
+    max_failed_fraction: float = 0.0  # failed requests past this share fail the measurement
 
 
 class ParallelSettings(Frozen):
@@ -372,6 +377,8 @@ class LoadgenInfo(Frozen):
     cache_reset: str | None = None  # the prefix cache reset before the point: "ok", "failed: ..."
     event_loop: str | None = None  # the client's event loop and JSON parser: "asyncio, json"
     arrival_clock: str | None = None  # who stamped each chunk's arrival: "kernel" or "loop"
+    reconciled: int = 0  # completed requests whose token counts were checked against usage
+    token_count_mismatches: int = 0  # requests failed because their token counts disagreed
 
 
 class Provenance(Frozen):
@@ -387,7 +394,7 @@ class Provenance(Frozen):
 class RunResult(Frozen):
     """One run's result: what ran, what it asked for, what was measured, what went wrong."""
 
-    schema_version: Literal[3] = SCHEMA_VERSION
+    schema_version: Literal[4] = SCHEMA_VERSION
     run: RunIdentity
     settings: RunSettings
     times: RunTimes
@@ -400,7 +407,7 @@ class RunResult(Frozen):
     collapse: CollapseVerdict | None = None
     engine_changes: list[FindingRecord] = Field(default_factory=list)  # settings it overrode
     doctor: list[FindingRecord] = Field(default_factory=list)  # errors and warnings only
-    warnings: list[str] = Field(default_factory=list)
+    warnings: list[RunWarning] = Field(default_factory=list)  # results.validity's kinds
     provenance: Provenance = Field(default_factory=Provenance)
     slo: SloResult | None = None
 

@@ -30,7 +30,6 @@ import contextlib
 import json
 import os
 import time
-from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -53,14 +52,14 @@ from orchestrator.config.hostconfig import Secrets, mask, mask_json, mask_lines
 from orchestrator.doctor import ModelConfig
 from orchestrator.doctor.findings import Finding
 from orchestrator.engines import engine_for
-from orchestrator.engines.failures import REQUESTS_FAILED, describe
+from orchestrator.engines.failures import REQUESTS_FAILED
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import EngineError, HostError, HostUnreachable, OrchError
 from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.logparse import LogFollower
 from orchestrator.remote.wire import PhaseEvent, ProgressEvent
-from orchestrator.results.model import NOT_RUN, RunError, RunResult, RunTimes
+from orchestrator.results.model import NOT_RUN, RunError, RunResult, RunTimes, RunWarning
 from orchestrator.results.store import (
     AppendLog,
     make_dir,
@@ -69,8 +68,9 @@ from orchestrator.results.store import (
     write_json,
     write_text,
 )
+from orchestrator.runner.assemble import build_result
 from orchestrator.runner.server import Server, ServerRegistry
-from orchestrator.runner.summarize import build_result, iso_time
+from orchestrator.runner.summarize import iso_time
 from orchestrator.sweep.points import Measurement, measurement, planned, searched
 from orchestrator.sweep.search import SloSearch
 
@@ -331,7 +331,7 @@ def _write_last(
     elif stop_error is not None:
         update["warnings"] = [
             *pending.result.warnings,
-            f"{stop_error.message} ({stop_error.hint})",
+            RunWarning(kind="stop_failed", message=f"{stop_error.message} ({stop_error.hint})"),
         ]
     result = pending.result.model_copy(update=update) if update else pending.result
     _write_result(session, pending.measurement, result.masked(session.state.secrets))
@@ -480,18 +480,18 @@ async def _measure_one(session: _Session, m: Measurement, *, hold: bool = False)
     started = time.time()
     loadgen: LoadgenResult | None = None
     error: RunError | None = None
-    warnings: list[str] = []
+    warnings: list[RunWarning] = []
     alive = True
     try:
         loadgen, requests = await _attempts(session, m, folder, requests, warnings)
         await session.server.check_serving(when="while measuring")
-        await _check_requests(job, session.server, loadgen, state)
         if loadgen.cache_reset is not None and loadgen.cache_reset != "ok":
-            warnings.append(f"prefix cache not reset before this point: {loadgen.cache_reset}")
+            why = f"prefix cache not reset before this point: {loadgen.cache_reset}"
+            warnings.append(RunWarning(kind="cache_not_reset", message=why))
         elif loadgen.cache_reset is None and session.done > 0:
             note = session.server.engine.cache_reset_note(m.run, job.plan.env)
             if note:
-                warnings.append(note)
+                warnings.append(RunWarning(kind="cache_not_reset", message=note))
     except OrchError as exc:
         error = run_error(exc)
         if session.fail_reason is None:
@@ -506,7 +506,7 @@ async def _measure_one(session: _Session, m: Measurement, *, hold: bool = False)
         for log in point_events:
             log.close()
     lost = requests.error
-    if lost is not None and error is None:
+    if lost is not None and error is None and loadgen is None:
         error = run_error(lost)
     if loadgen is not None:
         _write_scrapes(folder, loadgen, state.secrets)
@@ -519,10 +519,17 @@ async def _measure_one(session: _Session, m: Measurement, *, hold: bool = False)
     )
     session.warmed = True
     result = build_result(
-        job, state=state, loadgen=loadgen, error=error, times=times, measurement=m
+        job,
+        state=state,
+        loadgen=loadgen,
+        error=error,
+        times=times,
+        measurement=m,
+        lost=lost,
+        warnings=warnings,
     )
-    if warnings:
-        result = result.model_copy(update={"warnings": [*result.warnings, *warnings]})
+    if error is None and result.error is not None:  # the verdict policy failed it
+        result = await _judged_failed(session, result)
     result = result.masked(state.secrets)
     if hold:
         session.pending = _Pending(m, result)
@@ -546,7 +553,7 @@ async def _attempts(
     m: Measurement,
     folder: Path,
     requests: AppendLog,
-    warnings: list[str],
+    warnings: list[RunWarning],
 ) -> tuple[LoadgenResult, AppendLog]:
     """The load generator's run at ``m``; a dropped connection (the engine still the one this
     run launched) measures again once from a fresh warm-up, the cut attempt set aside."""
@@ -571,9 +578,12 @@ async def _attempts(
             attempt += 1
             session.warmed = False  # a fresh warm-up
             warnings.append(
-                f"the connection to {host} dropped while measuring; the server "
-                f"kept running; measured again from a fresh warm-up (attempt {attempt}; the "
-                f"first attempt's records are in requests.attempt-{attempt - 1}.jsonl)"
+                RunWarning(
+                    kind="connection_dropped",
+                    message=f"the connection to {host} dropped while measuring; the server "
+                    f"kept running; measured again from a fresh warm-up (attempt {attempt}; the "
+                    f"first attempt's records are in requests.attempt-{attempt - 1}.jsonl)",
+                )
             )
             session.phase(
                 RunPhase.WARM_UP, f"connection dropped: measuring again (attempt {attempt})"
@@ -755,24 +765,17 @@ async def _died_meanwhile(server: Server, exc: OrchError) -> None:
         return
 
 
-async def _check_requests(
-    job: RunJob, server: Server, loadgen: LoadgenResult, state: LiveState
-) -> None:
-    """A window in which no measured request completed measured nothing: the run failed."""
-    measured = [r for r in state.records if not r.warmup]
-    if loadgen.completed > 0 or any(r.ok for r in measured):
-        return
-    errors = Counter(r.error or f"HTTP {r.status}" for r in measured if not r.ok)
-    common = "; ".join(f"{n} x {text}" for text, n in errors.most_common(3))
-    title, hint = describe(REQUESTS_FAILED)
-    raise EngineError(
-        job.plan.host.name,
-        f"run {job.plan.run.name!r}: {title} ({loadgen.failed} of {loadgen.requests})"
-        + (f": {common}" if common else ""),
-        cause=REQUESTS_FAILED,
-        log_tail=await server.log_tail(),
-        hint=hint,
-    )
+async def _judged_failed(session: _Session, result: RunResult) -> RunResult:
+    """A measurement the verdict policy failed: the run says so, and when no request completed
+    the result carries the engine's last log lines (the engine answered, but not with figures)."""
+    assert result.error is not None and session.server is not None
+    if session.fail_reason is None:
+        name = session.job.plan.run.name
+        session.fail_reason = mask(f"run {name!r}: {result.error.message}", session.state.secrets)
+    if result.error.cause != REQUESTS_FAILED:
+        return result
+    tail = await session.server.log_tail()
+    return result.model_copy(update={"error": result.error.model_copy(update={"log_tail": tail})})
 
 
 def run_error(exc: OrchError) -> RunError:

@@ -1,8 +1,10 @@
-"""A run's result (``RunResult``, written as its ``summary.json``): request statistics,
-acceptance three ways, collapse verdict, times, and warnings about the client itself.
+"""The parts of a measurement's result (``RunResult``, written as its ``summary.json``):
+the settings it records, acceptance three ways, the collapse verdict, the client's saturation
+warnings, the log's notes. ``runner/assemble.py`` puts them together, for ``orch run`` and
+``orch loadgen`` alike.
 
-Pure apart from reading the job's fields: everything it needs was collected while the run went
-on (request records, the log followers, the two /metrics scrapes of the load generator).
+Pure: everything they need was collected while the run went on (request records, the log
+followers, the two /metrics scrapes of the load generator).
 """
 
 from __future__ import annotations
@@ -16,44 +18,33 @@ from datetime import datetime, timezone
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
-from orchestrator import __version__
 from orchestrator.config.playbook import RunSpec, WorkloadSpec
-from orchestrator.doctor import RequestedSettings, detect_collapse, engine_silent_changes
+from orchestrator.doctor import RequestedSettings
 from orchestrator.doctor.collapse import Cause, Collapse
-from orchestrator.doctor.findings import Finding, problems
-from orchestrator.doctor.runspec import causes_for_run
+from orchestrator.doctor.findings import Finding
 from orchestrator.engines import get_engine
 from orchestrator.loadgen.records import LagStats as WireLagStats
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
-from orchestrator.metrics.acceptance import Acceptance, combine_acceptance
-from orchestrator.metrics.logparse import LogSummary
+from orchestrator.metrics.acceptance import Acceptance
 from orchestrator.metrics.prom import Scrape, SpecDelta
-from orchestrator.metrics.summary import ClientLag, LagStats, request_stats
+from orchestrator.metrics.summary import ClientLag, LagStats
 from orchestrator.results.model import (
     AcceptanceResult,
     AcceptanceSource,
     CollapseVerdict,
-    EngineLogFigures,
     FindingRecord,
     LoadgenInfo,
     ParallelSettings,
     PrometheusDelta,
-    Provenance,
     RankedCause,
-    RunError,
-    RunIdentity,
-    RunResult,
     RunSettings,
-    RunTimes,
+    RunWarning,
     SpeculativeSettings,
     WorkloadSettings,
 )
-from orchestrator.results.store import safe_name
-from orchestrator.sweep.points import Measurement, planned
-from orchestrator.sweep.slo import evaluate
 
 if TYPE_CHECKING:
-    from orchestrator.runner.execute import LiveState, RunJob
+    from orchestrator.runner.execute import LiveState
 
 ACCEPTANCE_SOURCES: dict[str, AcceptanceSource] = {
     "prometheus": "prometheus",
@@ -284,8 +275,9 @@ def client_warnings(
     request_rate: float | None,
     achieved_rate: float | None,
     scheduled_rate: float | None,
-) -> list[str]:
-    """Signs that the load generator, not the server, set the pace (so latencies are inflated).
+) -> list[RunWarning]:
+    """Signs that the load generator, not the server, set the pace (so latencies are inflated):
+    ``client_saturated`` warnings, each of which fails the measurement (``results.validity``).
 
     The event loop's delay counts even when the kernel stamps each read (``arrival_clock``
     "kernel"): a loop later than a stream's gap between chunks reads several of its chunks at
@@ -293,26 +285,41 @@ def client_warnings(
     lag (a closed loop's request is due when the previous one's response ended).
     """
     lag = client_lag or ClientLag()
-    out = []
+    out: list[RunWarning] = []
     loop = lag.loop_delay_ms.p99 if lag.loop_delay_ms else None
     if loop is not None and loop > LOOP_DELAY_WARN_MS:
         out.append(
-            f"client saturated: event-loop delay p99 {loop:.1f} ms > {LOOP_DELAY_WARN_MS:g} "
-            "ms: the load generator's host is busy (CPU-bound client, or the engine "
-            "starving it); latencies include client time"
+            _saturated(
+                f"client saturated: event-loop delay p99 {loop:.1f} ms > {LOOP_DELAY_WARN_MS:g} "
+                "ms: the load generator's host is busy (CPU-bound client, or the engine "
+                "starving it); latencies include client time",
+                signal="loop_delay_p99_ms",
+                value=loop,
+                limit=LOOP_DELAY_WARN_MS,
+            )
         )
     shared = lag.shared_read_pct
     if shared is not None and shared > SHARED_READ_WARN_PCT:
         out.append(
-            f"client saturated: {shared:.1f}% of token chunks were read together with the one "
-            f"before them (> {SHARED_READ_WARN_PCT:g}%): the client read its streams later than "
-            "the server sent them, so their times (TTFT, ITL) are wrong"
+            _saturated(
+                f"client saturated: {shared:.1f}% of token chunks were read together with the "
+                f"one before them (> {SHARED_READ_WARN_PCT:g}%): the client read its streams "
+                "later than the server sent them, so their times (TTFT, ITL) are wrong",
+                signal="shared_read_pct",
+                value=shared,
+                limit=SHARED_READ_WARN_PCT,
+            )
         )
     send = lag.send_lag_ms.p50
     if send is not None and send > SEND_LAG_WARN_MS:
         out.append(
-            f"client saturated: send lag median {send:.1f} ms > {SEND_LAG_WARN_MS:g} ms: "
-            "requests left later than due"
+            _saturated(
+                f"client saturated: send lag median {send:.1f} ms > {SEND_LAG_WARN_MS:g} "
+                "ms: requests left later than due",
+                signal="send_lag_p50_ms",
+                value=send,
+                limit=SEND_LAG_WARN_MS,
+            )
         )
     if (
         request_rate is not None
@@ -321,11 +328,25 @@ def client_warnings(
         and achieved_rate < RATE_SHORTFALL * scheduled_rate
     ):
         out.append(
-            f"client saturated: sent {achieved_rate:.2f} req/s against a schedule of "
-            f"{scheduled_rate:.2f} req/s (request_rate {request_rate:g}): the open loop "
-            "fell behind; lower request_rate or raise the concurrency cap"
+            _saturated(
+                f"client saturated: sent {achieved_rate:.2f} req/s against a schedule of "
+                f"{scheduled_rate:.2f} req/s (request_rate {request_rate:g}): the open loop "
+                "fell behind; lower request_rate or raise the concurrency cap",
+                signal="achieved_rate_fraction",
+                value=achieved_rate / scheduled_rate,
+                limit=RATE_SHORTFALL,
+            )
         )
     return out
+
+
+def _saturated(message: str, *, signal: str, value: float, limit: float) -> RunWarning:
+    """A ``client_saturated`` warning: which signal passed its limit, and by how much."""
+    return RunWarning(
+        kind="client_saturated",
+        message=message,
+        details={"signal": signal, "value": round(value, 3), "limit": limit},
+    )
 
 
 def workload_settings(w: WorkloadSpec, prompts_sha256: str | None = None) -> WorkloadSettings:
@@ -348,6 +369,7 @@ def workload_settings(w: WorkloadSpec, prompts_sha256: str | None = None) -> Wor
         seed=w.seed,
         repeat=w.repeat,
         noisy_ci=w.noisy_ci,
+        max_failed_fraction=w.max_failed_fraction,
     )
 
 
@@ -424,178 +446,5 @@ def collapse_verdict(collapse: Collapse, causes: Sequence[Cause]) -> CollapseVer
         {
             **dataclasses.asdict(collapse),
             "likely_causes": [RankedCause.model_validate(c, from_attributes=True) for c in causes],
-        }
-    )
-
-
-def _engine_version(job: RunJob) -> str | None:
-    version = job.manifest.get("engine_version")
-    return version if isinstance(version, str) else None
-
-
-def build_result(
-    job: RunJob,
-    *,
-    state: LiveState,
-    loadgen: LoadgenResult | None,
-    error: RunError | None,
-    times: RunTimes,
-    measurement: Measurement | None = None,
-) -> RunResult:
-    """One measurement's result from what was collected while it went on (secrets not yet
-    masked); ``measurement`` defaults to the run's first."""
-    m = measurement or planned(job.plan.run)[0]
-    run, host = m.run, job.plan.host
-    settings = run_settings(
-        run, gpu_name=_gpu_name(job), gpu_ids=job.gpu_ids, prompts_sha256=job.prompts.sha256
-    )
-    base = safe_name(job.run_dir.name)
-    requests = None
-    if state.records:
-        lag = (
-            lag_stats(loadgen.client_lag.loop_delay_ms) if loadgen and loadgen.client_lag else None
-        )
-        requests = request_stats(
-            state.records, window_s=loadgen.duration_s if loadgen else None, loop_delay_ms=lag
-        )
-    whole_log = state.follower.summary() if state.follower.engine else None
-    window_log = state.window.summary() if state.window and state.window.engine else None
-    log_src = window_log or whole_log
-    result = RunResult(
-        run=RunIdentity(
-            name=run.name,
-            key=job.key,
-            host=host.name,
-            folder=f"{base}/{m.folder}" if m.folder else base,
-            order=job.order,
-            run_id=job.run_id,
-        ),
-        settings=settings,
-        times=times,
-        point=m.point,
-        error=error,
-        requests=requests,
-        engine_metrics=EngineLogFigures(
-            generation_throughput_mean=log_src.mean_generation_throughput if log_src else None,
-            log_events=dict(whole_log.events) if whole_log else {},
-            malformed_log_lines=whole_log.malformed if whole_log else 0,
-        ),
-        engine_changes=[
-            finding_record(f)
-            for f in engine_silent_changes(state.head_lines, requested_settings(run))
-        ],
-        doctor=[finding_record(f) for f in problems(job.doctor)],
-        provenance=Provenance(
-            orch_version=__version__,
-            engine_version=_engine_version(job),
-            log_lines=_pair(log_lines(state)),
-        ),
-    )
-    if loadgen is None:
-        return result
-    result = _with_measurement(result, job, m, loadgen=loadgen, state=state, log_src=log_src)
-    slo = run.workload.slo
-    if slo is not None:
-        window = loadgen.duration_s
-        result = result.model_copy(
-            update={"slo": evaluate(slo.parsed, result.requests, state.records, window)}
-        )
-    return result
-
-
-def _gpu_name(job: RunJob) -> str | None:
-    """The host's GPU model as its driver names it (from the facts the probe read)."""
-    facts = job.manifest.get("host_facts")
-    gpus = facts.get("gpus") if isinstance(facts, dict) else None
-    if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict):
-        name = gpus[0].get("name")
-        return name if isinstance(name, str) else None
-    return None
-
-
-def _pair(lines: list[int] | None) -> tuple[int, int] | None:
-    return (lines[0], lines[1]) if lines else None
-
-
-def _with_measurement(
-    result: RunResult,
-    job: RunJob,
-    m: Measurement,
-    *,
-    loadgen: LoadgenResult,
-    state: LiveState,
-    log_src: LogSummary | None,
-) -> RunResult:
-    """``result`` with what the load generator's window adds: its account, the client's
-    warnings, acceptance three ways and the collapse verdict."""
-    run, settings = m.run, result.settings
-    engine, spec = settings.engine, settings.speculative
-    achieved, scheduled = send_rates(state.records) if loadgen.mode == "open" else (None, None)
-    requests = result.requests
-    warnings = client_warnings(
-        client_lag=requests.client_lag if requests else None,
-        request_rate=loadgen.request_rate,
-        achieved_rate=achieved,
-        scheduled_rate=scheduled,
-    )
-    if loadgen.failed:  # the figures describe the requests that succeeded, and say so
-        warnings.append(
-            f"{loadgen.failed} of {loadgen.requests} measured requests failed: the figures "
-            "cover only the ones that completed (requests.jsonl holds each error)"
-        )
-    if state.window is None:  # no "measure" phase arrived: the log figures include warm-up
-        warnings.append(
-            "the load generator never marked its measured window: log figures were read over "
-            "the whole server log, warm-up included"
-        )
-    prom, note = prometheus_delta(engine, loadgen)
-    notes = [note] if note else []
-    completed = requests.completed if requests else None
-    if spec.enabled and (log_src is None or log_src.acceptance_length is None):
-        missing = log_missing_note(
-            engine,
-            window_s=loadgen.duration_s,
-            env=job.plan.env,
-            argv=job.plan.argv,
-            steps=decode_steps(state.records),
-            completed=completed,
-        )
-        notes.append(missing)
-        warnings.append(missing)  # the console shows warnings: say it there too
-    elif spec.enabled:
-        short = short_window_warning(
-            engine,
-            window_s=loadgen.duration_s,
-            env=job.plan.env,
-            argv=job.plan.argv,
-            completed=completed,
-        )
-        if short is not None:
-            warnings.append(short)
-    acc = combine_acceptance(
-        prometheus=prom.acceptance_length if prom else None,
-        log=log_src.acceptance_length if log_src else None,
-        client=requests.tokens_per_chunk if requests else None,
-        per_position_prometheus=(prom.per_position or None) if prom else None,
-        per_position_log=log_src.per_position_acceptance if log_src else None,
-        speculative=spec.enabled,
-        notes=notes,
-    )
-    collapse = detect_collapse(
-        method=spec.method,
-        num_draft_tokens=spec.num_draft_tokens,
-        acceptance_length=acc.length,
-        per_position=acc.per_position,
-    )
-    verdict = None
-    if collapse is not None:
-        causes = causes_for_run(run, list(job.doctor), drafter=job.drafter, env=job.plan.env)
-        verdict = collapse_verdict(collapse, causes)
-    return result.model_copy(
-        update={
-            "loadgen": loadgen_info(loadgen, achieved=achieved, scheduled=scheduled),
-            "warnings": warnings,
-            "acceptance": acceptance_result(acc, prom),
-            "collapse": verdict,
         }
     )

@@ -417,7 +417,9 @@ def test_a_run_whose_every_request_fails_is_failed(
     assert "every measured request failed (6 of 6)" in result.error.message
     assert "6 x HTTP 500" in result.error.message
     assert any('" 500 ' in line for line in result.error.log_tail)  # the access log's 500s
-    assert "allfail on gpu failed: run 'allfail': every measured request failed" in console
+    assert "allfail: failed: run 'allfail': every measured request failed (6 of 6)" in console
+    assert "allfail on gpu failed: every measured request failed (6 of 6)" in console
+    assert "warning: allfail on gpu: every measured" not in console  # told once, as the failure
     assert "Traceback" not in console
     [record] = server_records(host)
     assert not alive(json.loads(record.read_text())["pid"])  # still stopped, though healthy

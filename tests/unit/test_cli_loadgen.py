@@ -18,14 +18,12 @@ import pytest
 
 from orchestrator.cli.main import run as run_cli
 from orchestrator.commands.loadgen import (
-    Failure,
     LoadgenOptions,
     base_url,
-    engine_of,
-    failures_of,
     summarize,
     workload_of,
 )
+from orchestrator.engines import engine_serving
 from orchestrator.errors import ConfigError
 from orchestrator.loadgen.records import ClientLag, LagStats, LoadgenResult, RequestRecord
 from orchestrator.remote.wire import Chunk
@@ -75,11 +73,12 @@ def test_options_become_a_playbooks_workload() -> None:
     assert free.open_loop_cap is None  # no --concurrency: the open loop has no cap
 
 
-def test_engine_of_a_scrape() -> None:
-    assert engine_of("# HELP vllm:num_requests_running x\nvllm:num_requests_running 0\n") == "vllm"
-    assert engine_of('sglang:num_running_reqs{model_name="m"} 0\n') == "sglang"
-    assert engine_of("process_cpu_seconds_total 1.5\n") is None
-    assert engine_of(None) is None
+def test_the_engine_serving_a_scrape() -> None:
+    scrape = "# HELP vllm:num_requests_running x\nvllm:num_requests_running 0\n"
+    assert engine_serving(scrape) == "vllm"
+    assert engine_serving('sglang:num_running_reqs{model_name="m"} 0\n') == "sglang"
+    assert engine_serving("process_cpu_seconds_total 1.5\n") is None
+    assert engine_serving(None) is None
 
 
 def _record(index: int, tokens: int = 8) -> RequestRecord:
@@ -97,8 +96,11 @@ def _lag(loop_p99: float) -> ClientLag:
     return ClientLag(send_lag_ms=send, loop_delay_ms=loop, loop_tick_ms=20.0)
 
 
-def _result(loop_p99: float, records: list[RequestRecord], failed: int = 0) -> RunResult:
-    opts = LoadgenOptions(url="http://127.0.0.1:9/v1", model="m", concurrency=2, num_prompts=2)
+def _judged(
+    loop_p99: float, records: list[RequestRecord], failed: int = 0, limit: float | None = None
+) -> tuple[RunResult, list[str]]:
+    opts = LoadgenOptions(url="http://127.0.0.1:9/v1", model="m", concurrency=2, num_prompts=2,
+                          max_failed_fraction=limit)  # fmt: skip
     loadgen = LoadgenResult(
         requests=len(records), completed=len(records) - failed, failed=failed, duration_s=1.2,
         started_at=1e9, ended_at=1e9 + 1.2, output_tokens=8 * (len(records) - failed),
@@ -108,35 +110,48 @@ def _result(loop_p99: float, records: list[RequestRecord], failed: int = 0) -> R
     return summarize(opts, workload_of(opts), folder="x", run_id="T-x", loadgen=loadgen, records=records, times=times)  # fmt: skip
 
 
+def _result(loop_p99: float, records: list[RequestRecord], failed: int = 0) -> RunResult:
+    return _judged(loop_p99, records, failed)[0]
+
+
 def test_a_client_that_kept_up_is_a_right_measurement() -> None:
-    result = _result(5.0, [_record(0), _record(1)])
+    result, reasons = _judged(5.0, [_record(0), _record(1)])
     assert result.error is None and result.verdict == "ok"
     assert result.run.host == "127.0.0.1:9" and result.run.folder == "x"
     assert result.settings.engine == "unknown"  # no /metrics scrape to tell
     assert result.requests is not None and result.requests.completed == 2
     assert result.point is not None and result.point.label == "c=2"
-    assert failures_of(result, [_record(0), _record(1)], None) == []
+    assert reasons == [] and result.warnings == []
 
 
 def test_a_lagging_client_fails_the_measurement() -> None:
     records = [_record(0), _record(1)]
-    result = _result(45.0, records)
-    (failure,) = failures_of(result, records, None)
-    assert failure.kind == "ClientSaturated"
-    assert failure.text.startswith("client saturated: event-loop delay p99 45.0 ms > 15 ms")
-    assert result.error is not None and result.error.type == "ClientSaturated"
-    assert result.error.message == failure.text and result.verdict == "failed"
+    result, (reason,) = _judged(45.0, records)
+    assert reason.startswith("client saturated: event-loop delay p99 45.0 ms > 15 ms")
+    assert result.error is not None
+    assert (result.error.type, result.error.kind) == ("MeasurementFailed", "client_saturated")
+    assert result.error.message == reason and result.verdict == "failed"
 
 
 def test_failed_requests_fail_the_measurement_and_are_counted() -> None:
     bad = RequestRecord(index=2, warmup=False, start=2.0, start_wall=1e9 + 2, end=2.1, due=2.0,
                         status=500, error="HTTP 500: boom")  # fmt: skip
     records = [_record(0), _record(1), bad]
-    result = _result(5.0, records, failed=1)
-    assert failures_of(result, records, None) == [
-        Failure("RequestsFailed", "requests failed (1 of 3): 1 x HTTP 500: boom")
+    result, reasons = _judged(5.0, records, failed=1)
+    assert reasons == [
+        "1 of 3 measured requests failed (33.3%, more than max_failed_fraction 0 allows): "
+        "1 x HTTP 500: boom"
     ]
     assert result.error is not None and result.error.cause is None
+    assert result.error.kind == "requests_failed"
+    (warning,) = result.warnings
+    assert warning.details["by_kind"] == {"http_status": 1}
+    # with --max-failed-fraction 0.5 one of three is within it: kept, and said to be partial
+    kept, none = _judged(5.0, records, failed=1, limit=0.5)
+    assert none == [] and kept.error is None and kept.verdict == "ok"
+    assert kept.requests is not None and kept.requests.completed == 2
+    assert [w.kind for w in kept.warnings] == ["requests_failed"]
+    assert "within max_failed_fraction 0.5" in kept.warnings[0].message
 
 
 # ---------------------------------------------------------------- bad input, on the CLI
@@ -274,5 +289,5 @@ def test_every_request_failing_fails_the_command(
     assert "every measured request failed (4 of 4): 4 x HTTP 500:" in err
     (summary,) = (tmp_path / "results").glob("*/loadgen/summary.json")
     result = RunResult.load(summary)
-    assert result.error is not None and result.error.type == "RequestsFailed"
+    assert result.error is not None and result.error.type == "MeasurementFailed"
     assert result.error.cause == "all_requests_failed" and result.verdict == "failed"

@@ -49,6 +49,7 @@ WORKLOAD_DEFAULTS: dict[str, Any] = {
     "seed": 0,
     "repeat": 1,
     "noisy_ci": 0.1,
+    "max_failed_fraction": 0.0,
     "slo": None,
 }
 

@@ -21,6 +21,7 @@ from orchestrator.results.model import (
     RunError,
     RunResult,
     RunTimes,
+    RunWarning,
     WorkloadSettings,
 )
 from orchestrator.results.report import load_results, write_summary_csv
@@ -43,7 +44,7 @@ def test_every_v1_fixture_is_there() -> None:
 
 def test_v1_demo_loads_with_its_manifest() -> None:
     broken = RunResult.load(V1 / "demo" / "vllm-dflash-broken_sim-a6000-2" / "summary.json")
-    assert broken.schema_version == 3 and broken.provenance.migrated_from == 1
+    assert broken.schema_version == 4 and broken.provenance.migrated_from == 1
     assert broken.point == LoadPoint(kind="concurrency", value=1)
     assert (broken.run.name, broken.run.key, broken.run.order) == (
         "vllm-dflash-broken",
@@ -85,7 +86,11 @@ def test_v1_without_manifest_loads_without_workload() -> None:
     assert agent.error is not None and agent.error.kind == "port_in_use"
     assert agent.to_json().get("completed") is None  # never measured: no vllm bench keys
     saturated = RunResult.load(V1 / "synthetic" / "open-loop-warnings.json")
-    assert len(saturated.warnings) == 3 and saturated.loadgen is not None
+    # version 1 wrote warnings as sentences: each has the kind its sentence names now, and the
+    # verdict it was written with (a later policy does not judge an old result again)
+    assert [w.kind for w in saturated.warnings] == ["client_saturated"] * 3
+    assert saturated.warnings[0].message.startswith("client saturated: ")
+    assert saturated.error is None and saturated.loadgen is not None
     assert saturated.loadgen.achieved_request_rate == pytest.approx(1.0)
 
 
@@ -125,8 +130,8 @@ def test_unknown_keys_are_rejected(tmp_path: Path) -> None:
             obj["extra"] = 1
         with pytest.raises(ValueError, match="Extra inputs are not permitted"):
             RunResult.from_json(obj)
-    (tmp_path / "summary.json").write_text(json.dumps({**good, "schema_version": 4}))
-    with pytest.raises(ResultError, match="schema_version 4 was written by a newer orch"):
+    (tmp_path / "summary.json").write_text(json.dumps({**good, "schema_version": 5}))
+    with pytest.raises(ResultError, match="schema_version 5 was written by a newer orch"):
         RunResult.load(tmp_path / "summary.json")
 
 
@@ -285,14 +290,14 @@ def test_masked_hides_secrets_everywhere() -> None:
                 message="login failed with sk-secret-0123456789",
                 log_tail=["args: {'api_key': ['whatever']}"],
             ),
-            "warnings": ["token sk-secret-0123456789 seen"],
+            "warnings": [RunWarning(kind="note", message="token sk-secret-0123456789 seen")],
         }
     )
     masked = result.masked({"sk-secret-0123456789"})
     text = json.dumps(masked.to_json())
     assert "sk-secret-0123456789" not in text and "whatever" not in text
     assert masked.error is not None and masked.error.message == "login failed with ***"
-    assert masked.warnings == ["token *** seen"]
+    assert masked.warnings == [RunWarning(kind="note", message="token *** seen")]
 
 
 def test_times_keep_milliseconds_and_exact_spans() -> None:
@@ -315,7 +320,8 @@ def test_times_keep_milliseconds_and_exact_spans() -> None:
 def test_a_secret_equal_to_a_closed_value_does_not_break_the_result() -> None:
     # `--api-key chat` would otherwise turn the workload's api "chat" into "***", which the
     # model refuses: the result must still be written, the closed value kept, secrets hidden.
-    result = make_result("a").model_copy(update={"warnings": ["key chat in use"]})
+    warning = RunWarning(kind="note", message="key chat in use")
+    result = make_result("a").model_copy(update={"warnings": [warning]})
     assert result.settings.workload is not None and result.settings.workload.api == "chat"
     masked = result.masked({"chat"})
     assert masked.settings.workload is not None and masked.settings.workload.api == "chat"

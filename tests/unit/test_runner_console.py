@@ -6,6 +6,7 @@ import contextlib
 import io
 
 from orchestrator.cli.main import run as run_cli
+from orchestrator.results.model import RunWarning
 from tests.fixtures.run_results import make_result, request_stats, write_results
 
 
@@ -13,6 +14,7 @@ def test_warnings_are_printed_under_the_table(tmp_path) -> None:
     warning = (
         "client saturated: event-loop delay p99 35.0 ms > 20 ms: the load generator's host is busy"
     )
+    saturated = RunWarning(kind="client_saturated", message=warning)
     write_results(
         tmp_path,
         [
@@ -20,7 +22,7 @@ def test_warnings_are_printed_under_the_table(tmp_path) -> None:
                 "fast[concurrency=64]",
                 method="none",
                 order=0,
-                warnings=[warning],
+                warnings=[saturated],
                 requests=request_stats(completed=64, out=12345.67),
             ),
             make_result(

@@ -474,7 +474,7 @@ def test_a_connection_dropped_while_measuring_measures_again_from_a_fresh_warm_u
         "again from a fresh warm-up (attempt 2; the first attempt's records are in "
         "requests.attempt-1.jsonl)"
     )
-    assert warning in result.warnings
+    assert [(w.kind, w.message) for w in result.warnings] == [("connection_dropped", warning)]
     aside = (job.run_dir / "requests.attempt-1.jsonl").read_text().splitlines()
     kept = (job.run_dir / "requests.jsonl").read_text().splitlines()
     assert [json.loads(line)["index"] for line in aside] == [0, 1]
@@ -489,7 +489,7 @@ def test_a_connection_dropped_while_measuring_measures_again_from_a_fresh_warm_u
         RunPhase.DONE,
     ]
     summary = json.loads((job.run_dir / "summary.json").read_text())
-    assert warning in summary["warnings"]
+    assert [w["message"] for w in summary["warnings"]] == [warning]
 
 
 def test_a_second_dropped_connection_fails_the_run(tmp_path: Path) -> None:

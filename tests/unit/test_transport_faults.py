@@ -207,7 +207,7 @@ def test_a_failed_stop_is_told_and_recorded_beside_the_runs_own_error(tmp_path: 
 
     [result] = asyncio.run(scenario())
     assert result.error is not None and "without a result" in result.error.message
-    [warning] = [w for w in result.warnings if "may still be running" in w]
+    [warning] = [w.message for w in result.warnings if w.kind == "stop_failed"]
     assert "run 'r1' (run id r1-id, port 8000) may still be running on fake-gpu" in warning
     assert "orch ps --only fake-gpu" in warning and "orch stop --all --only fake-gpu" in warning
     reasons = [
@@ -218,7 +218,7 @@ def test_a_failed_stop_is_told_and_recorded_beside_the_runs_own_error(tmp_path: 
     assert len(reasons) == 2 and reasons[1] is not None
     assert "may still be running on fake-gpu" in reasons[1]
     summary = json.loads((job.run_dir / "summary.json").read_text())
-    assert warning in summary["warnings"]
+    assert {"kind": "stop_failed", "message": warning, "details": {}} in summary["warnings"]
     assert [c.verb for c in agent.calls].count("stop") == 1  # not retried blindly
 
 
