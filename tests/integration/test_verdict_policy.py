@@ -1,0 +1,130 @@
+"""One verdict policy end to end (issue 20, item 5): a sweep point whose client could not keep
+its schedule is failed in `orch run` (its repeats stay out of the point's figures, the run
+exits 1, the sweep goes on), and the same measurement fails `orch loadgen` the same way.
+
+The client is made to fall behind for real, not mocked: an open loop due at 1000 requests/s
+with a cap of one request in flight, against a simulator whose every decode step takes 5 ms,
+can send only about one request per 16 tokens x 5 ms; the policy reads that shortfall (and the
+send lag it causes) as a saturated client."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from orchestrator.cli.main import run as run_cli
+from orchestrator.results.frame import load
+from orchestrator.results.model import RunResult
+from orchestrator.results.report import load_results
+from orchestrator.results.stats import aggregate
+from tests.fixtures.procs import kill_tree, pids_with_env
+from tests.fixtures.sshd import free_port
+from tests.unit.test_cli_loadgen import MODEL, _start_sim, _stop
+
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+
+STEP_MS = "5"  # the simulator's fixed decode step: 16 tokens take about 80 ms
+CALM, FLOODED = 2.0, 1000.0  # requests/s: one the client keeps, one it cannot with a cap of 1
+WORKLOAD = {"prompts": "builtin:chat", "num_prompts": 6, "max_tokens": 16, "ignore_eos": True}
+
+
+def playbook(path: Path) -> Path:
+    run = {
+        "name": "flood",
+        "engine": "vllm",
+        "model": MODEL,
+        "tensor_parallel": 2,
+        "port": free_port(),
+        "workload": {
+            **WORKLOAD,
+            "request_rate": [CALM, FLOODED],
+            "concurrency": 1,  # the open loop's cap
+            "repeat": 2,
+            "warmup": 1,
+        },
+    }
+    path.write_text(yaml.safe_dump({"name": "flood", "hosts": ["emb-1"], "runs": [run]}))
+    return path
+
+
+def hosts(path: Path) -> Path:
+    env = {"ORCH_SIM_LOAD_S": "0.2", "ORCH_SIM_STEP_MS": STEP_MS, "ORCH_SIM_CHUNK_TOKENS": "1"}
+    book = {"hosts": {"emb-1": {"transport": "embedded", "gpus": "2 x RTX A6000", "env": env}}}
+    path.write_text(yaml.safe_dump(book))
+    return path
+
+
+def saturated(result: RunResult) -> bool:
+    """Failed by the policy, and first for the client's saturation."""
+    error = result.error
+    return error is not None and (error.type, error.kind) == (
+        "MeasurementFailed",
+        "client_saturated",
+    )
+
+
+def test_a_saturated_sweep_point_is_failed_in_orch_run(tmp_path: Path) -> None:
+    root = tmp_path / "embedded"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "orchestrator", "run", str(playbook(tmp_path / "p.yaml")),
+             "--hosts", str(hosts(tmp_path / "hosts.yaml")), "--results", str(tmp_path / "r")],
+            cwd=tmp_path, env={**os.environ, "ORCH_EMBEDDED_ROOT": str(root)},
+            capture_output=True, text=True, timeout=240,
+        )  # fmt: skip
+    finally:
+        for pid in pids_with_env("HOME", str(root / "emb-1" / "home")):
+            kill_tree(pid)
+    console = proc.stdout + proc.stderr
+    assert proc.returncode == 1, console  # a measurement failed: the run did
+    assert "Traceback" not in console
+    (folder,) = (tmp_path / "r").iterdir()
+    results = load_results(folder)
+    assert [(r.point.value, r.point.repeat) for r in results if r.point] == [
+        (CALM, 1), (CALM, 2), (FLOODED, 1), (FLOODED, 2),
+    ]  # fmt: skip
+    calm, flooded = results[:2], results[2:]
+    for r in flooded:
+        assert saturated(r), r.error
+        assert r.requests is not None and r.requests.completed == 6  # every request answered
+        assert r.loadgen is not None and r.loadgen.achieved_request_rate is not None
+        assert r.loadgen.achieved_request_rate < 0.8 * FLOODED
+        kinds = {w.kind for w in r.warnings}
+        assert "client_saturated" in kinds and "requests_failed" not in kinds
+        assert r.error is not None and r.error.message.startswith("client saturated: ")
+    # the calm point was measured on the same server, by the same policy (on a machine busy
+    # enough to starve the client its only possible failure is that same finding)
+    assert all(r.requests is not None and r.requests.completed == 6 for r in calm)
+    assert all(r.error is None or saturated(r) for r in calm), [r.error for r in calm]
+    # a failed repeat never enters its point's interval
+    points = aggregate(load(folder), ["output_tok_s"]).set_index("load_value")
+    assert (points.loc[FLOODED, "failed_repeats"], points.loc[FLOODED, "output_tok_s_n"]) == (2, 0)
+    assert points.loc[CALM, "failed_repeats"] == sum(r.error is not None for r in calm)
+    assert "client saturated" in console
+
+
+def test_the_same_measurement_fails_orch_loadgen(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    proc, url = _start_sim(tmp_path / "sim", {"ORCH_SIM_STEP_MS": STEP_MS, "ORCH_SIM_CHUNK_TOKENS": "1"})  # fmt: skip
+    try:
+        code = run_cli(
+            ["loadgen", url, "-m", MODEL, "-n", "6", "--warmup", "1", "--max-tokens", "16",
+             "--ignore-eos", "--request-rate", str(FLOODED), "-c", "1",
+             "--out", str(tmp_path / "results")]
+        )  # fmt: skip
+    finally:
+        _stop(proc)
+    err = " ".join(capsys.readouterr().err.split())
+    assert code == 1
+    assert "measurement failed: - client saturated: " in err
+    (summary,) = (tmp_path / "results").glob("*/loadgen/summary.json")
+    result = RunResult.load(summary)
+    assert saturated(result) and result.verdict == "failed"
+    assert result.settings.engine == "vllm"  # told by its /metrics, through the engines package
+    assert result.requests is not None and result.requests.completed == 6
