@@ -21,6 +21,7 @@ BENCHMARKS = {
     "logpath": "Log path: lines per second and delay, host to parsed event",
     "overhead": "Overhead of a run around its workload",
     "reports": "Reports over 1,000 runs",
+    "saturation": "Client saturation: the detector against the simulator's truth",
 }
 HEAD = """\
 # orch's benchmarks of itself
