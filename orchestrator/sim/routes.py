@@ -306,7 +306,9 @@ class Routes:
             while True:
                 n, reason, _ = await req.queue.get()
                 if reason == "abort":
-                    if not self.s.ready:  # the engine died: vLLM's front-end answers each
+                    if self.s.stopping:  # vLLM's shutdown: the stream ends, marked aborted
+                        await resp.write(api.sse(chunk(texts=[], finish_reason="abort")))
+                    elif not self.s.ready:  # the engine died: vLLM's front-end answers each
                         # open stream with its EngineDeadError as an error object, then [DONE]
                         await resp.write(api.sse(api.error_body(self.cfg.engine, DEAD, 500)))
                         await resp.write(api.sse("[DONE]"))

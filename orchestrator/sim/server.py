@@ -39,6 +39,8 @@ from orchestrator.sim.stats import SglangBatchLogger, VllmStatLogger, ground_tru
 from orchestrator.sim.timing import request_rng
 from orchestrator.sim.versions import SGLANG_VERSION, VLLM_VERSION
 
+SHUTDOWN_S = 2.0  # longest wait for request handlers once the listener is closed
+
 
 class SimServer:
     def __init__(self, cfg: LaunchConfig, environ: Mapping[str, str]) -> None:
@@ -52,6 +54,7 @@ class SimServer:
         self.state = state_dir(environ)
         self.stop = asyncio.Event()
         self.ready = False
+        self.stopping = False  # SIGTERM came: requests are being aborted
         self.plan: Plan | None = None
         self.engine: EngineCore | None = None
         self.metrics: VllmMetrics | SglangMetrics | None = None
@@ -87,7 +90,7 @@ class SimServer:
             await self.stop.wait()
             if self._crashed:
                 return 1
-            self.say.shutdown()
+            await self._shut_down()
             return 0
         except StartupFailure as failure:
             self.say.failure(failure)
@@ -101,6 +104,20 @@ class SimServer:
                 sock.close()
             unregister_process(self.state, os.getpid())
             self._write_truth()
+
+    async def _shut_down(self) -> None:
+        """SIGTERM as vLLM's default shutdown (``mode=abort``) does it: in-flight requests end at
+        once (streams with ``finish_reason: abort`` and ``[DONE]``), then the HTTP server closes
+        and the process exits in about a second. Left open, a stream kept aiohttp's clean-up
+        waiting for its handler (60 s) after "Finished server process" was printed."""
+        self.stopping = True
+        if self.engine is not None:
+            for req in list(self.engine.running) + list(self.engine.waiting):
+                self.engine.abort(req)
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        self.say.shutdown()
 
     async def _pause(self, seconds: float) -> bool:
         """Sleep; True when a stop signal arrived meanwhile."""
@@ -197,7 +214,10 @@ class SimServer:
 
     async def _serve(self, sock: socket.socket) -> None:
         routes = Routes(self)
-        self._runner = web.AppRunner(routes.app(), access_log=None, handle_signals=False)
+        # a client that stops reading must not hold the exit for aiohttp's default 60 s
+        self._runner = web.AppRunner(
+            routes.app(), access_log=None, handle_signals=False, shutdown_timeout=SHUTDOWN_S
+        )
         await self._runner.setup()
         try:
             await web.SockSite(self._runner, sock).start()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import http.client
 import json
 import re
+import signal
 import socket
 import subprocess
 import time
@@ -543,3 +544,41 @@ def test_crash_after_ready(start_sim) -> None:
     sim.wait_ready()
     assert sim.wait_exit() == 1
     assert "EngineDeadError" in sim.text()
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_sigterm_aborts_open_streams_and_exits_at_once(start_sim, engine: str) -> None:
+    """SIGTERM mid-stream, as vLLM's default shutdown (mode=abort) does it: the open stream
+    ends with finish_reason "abort" and [DONE], and the process exits 0 long before orch's
+    stop grace (30 s) or aiohttp's 60 s wait for request handlers."""
+    from orchestrator.remote.wire import StopSpec
+    from orchestrator.sim.server import SHUTDOWN_S
+
+    port = free_port()
+    sim = start_sim(
+        vllm_argv(port) if engine == "vllm" else sglang_argv(port), {"ORCH_SIM_SPEED": "1"}
+    )
+    sim.wait_ready()
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    body = {
+        "model": "qwen",
+        "prompt": "hello",
+        "max_tokens": 4000,
+        "ignore_eos": True,
+        "stream": True,
+    }
+    conn.request("POST", "/v1/completions", json.dumps(body), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    assert resp.status == 200
+    first = resp.readline()
+    assert first.startswith(b"data: {"), first  # tokens are flowing
+    sent = time.monotonic()
+    sim.proc.send_signal(signal.SIGTERM)
+    rest = [line.strip()[6:].decode() for line in resp.read().splitlines() if line.strip()]
+    code = sim.wait_exit(timeout=StopSpec.timeout_s)
+    took = time.monotonic() - sent
+    conn.close()
+    assert code == 0 and took < SHUTDOWN_S + 3, f"exited {code} after {took:.1f} s"
+    assert rest[-1] == "[DONE]"
+    assert json.loads(rest[-2])["choices"][0]["finish_reason"] == "abort"
+    assert f"Finished server process [{sim.proc.pid}]" in sim.text()
