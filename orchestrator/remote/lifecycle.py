@@ -2,7 +2,7 @@
 
 Layout of one run: ``<workdir>/runs/<run_id>/`` holds ``server.log`` (engine stdout+stderr,
 appended), ``server.json`` (pid, process group, argv, env keys, port, start time) and, once the
-engine has exited, ``exit.json`` (its return code).
+engine has exited, ``exit.json`` (its return code); ``stop.json`` when `orch stop` stopped it.
 
 Why a supervisor: each agent call is a short-lived process behind one SSH command, so the agent
 that starts the engine cannot ``wait()`` for it later, and a detached engine's exit status is
@@ -36,17 +36,19 @@ import time
 from typing import Any, Dict, Iterator, List, Optional, Tuple, Type, TypeVar
 
 from .gpus import check_gpus, wait_gpu_released
+from .holders import describe_all, named_holders
 from .probe import identity
 from .procs import (
     boot_id,
+    engine_listeners,
     group_members,
     kill_quietly,
-    port_holders,
     port_owner,
     same_process,
     signal_group,
     start_ticks,
     wait_group_gone,
+    wait_stopped,
 )
 from .protocol import AgentFailure, Emit, parse_spec
 from .util import atomic_write_json, port_is_free, read_text, wait_until
@@ -61,6 +63,7 @@ from .wire import (
     StatusResult,
     StatusSpec,
     StopOutcome,
+    StopRecord,
     StopResult,
     StopSpec,
     TailHeartbeat,
@@ -73,12 +76,14 @@ from .wire import (
 RUN_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 SERVER_JSON = "server.json"
 EXIT_JSON = "exit.json"
+STOP_JSON = "stop.json"  # who stopped the server on purpose (`orch stop`), and when
 SERVER_LOG = "server.log"
 SUPERVISOR_LOG = "supervisor.log"
 LOCKS = "locks"
 LOG_MODE = 0o600  # engines print their API key and arguments: the logs are the user's alone
 SUPERVISOR_START_TIMEOUT_S = 30.0
 HEARTBEAT_S = 5.0
+LINGER_S = StopSpec.linger_s  # an engine whose port closed gets this long to exit
 READ_CHUNK = 1 << 16
 FIRST_POLL_S = 0.001  # tail: the first look after new lines; doubled up to the poll interval
 
@@ -133,6 +138,18 @@ def read_exit(directory: str) -> Optional[ExitRecord]:
     return from_disk(ExitRecord, raw) if raw is not None else None
 
 
+def read_stop(directory: str, started_at: float) -> Optional[StopRecord]:
+    """stop.json when it is about this launch (written after it started), else None."""
+    raw = read_json(os.path.join(directory, STOP_JSON))
+    if raw is None:
+        return None
+    try:
+        found = StopRecord.from_json(raw)
+    except WireError:
+        return None
+    return found if found.at >= started_at else None
+
+
 def record_fields(record: ServerRecord) -> Dict[str, Any]:
     """The server.json fields of ``record``, to build the results that extend it."""
     return {f.name: getattr(record, f.name) for f in dataclasses.fields(ServerRecord)}
@@ -172,6 +189,7 @@ def server_state(directory: str, *, check_port: bool = True) -> Optional[ServerS
         uptime_s=round(time.time() - record.started_at, 1) if alive else None,
         port_owner=owner,
         port_holders=holders,
+        stop=read_stop(directory, record.started_at),
     )
 
 
@@ -297,21 +315,19 @@ def check_port(workdir: str, port: int) -> None:
         raise AgentFailure(ErrorKind.BAD_SPEC, f"launch: port {port} is outside 1-65535")
     if port_is_free(port, "127.0.0.1"):
         return
-    holders = port_holders(port)
-    runs = [
+    holders = named_holders(port, workdir)
+    runs = [h.run_id for h in holders if h.run_id] or [
         state.run_id
         for state in (server_state(d, check_port=False) for d in all_run_dirs(workdir))
         if state and state.port == port and (state.alive or state.group_pids)
     ]
-    named = (
-        "; ".join(f"pid {h['pid']} ({h['cmdline']})" for h in holders)
-        or "a process this user cannot see"
-    )
-    message = f"port {port} on 127.0.0.1 is already in use by {named}"
+    message = f"port {port} on 127.0.0.1 is already in use by {describe_all(holders)}"
     if runs:
         message += f" — orch run {runs[0]!r}, stop it with `orch stop {runs[0]}`"
     raise AgentFailure(
-        ErrorKind.PORT_IN_USE, message, {"port": port, "holders": holders, "runs": runs}
+        ErrorKind.PORT_IN_USE,
+        message,
+        {"port": port, "holders": [h.to_json() for h in holders], "runs": runs},
     )
 
 
@@ -726,7 +742,14 @@ def stop(raw: Dict[str, Any], emit: Emit) -> StopResult:
         record = read_json(os.path.join(directory, SERVER_JSON))
         if record is not None:
             results.append(
-                stop_one(directory, record, timeout=spec.timeout_s, gpu_timeout=spec.gpu_timeout_s)
+                stop_one(
+                    directory,
+                    record,
+                    timeout=spec.timeout_s,
+                    gpu_timeout=spec.gpu_timeout_s,
+                    linger=spec.linger_s,
+                    requested_by=spec.requested_by,
+                )
             )
     failed = [r for r in results if r.remaining_pids or r.gpu_released is False]
     if failed and not spec.all:
@@ -741,19 +764,32 @@ def stop(raw: Dict[str, Any], emit: Emit) -> StopResult:
 
 
 def stop_one(
-    directory: str, record: Dict[str, Any], *, timeout: float, gpu_timeout: float
+    directory: str,
+    record: Dict[str, Any],
+    *,
+    timeout: float,
+    gpu_timeout: float,
+    linger: float = LINGER_S,
+    requested_by: Optional[str] = None,
 ) -> StopOutcome:
-    """SIGTERM the group, wait, SIGKILL what is left, then wait for the GPUs to let go."""
+    """SIGTERM the group, wait (the grace, shortened once its port has closed: see
+    ``wait_stopped``), SIGKILL what is left, then wait for the GPUs to let go. Who asked is
+    written down first, so the run measuring on this server sees why it died."""
     started = time.monotonic()
     pids = set(group_members(record))
     if same_process(record):
         pids.add(int(record["pid"]))
     signals: List[str] = []
     if pids:
+        if requested_by:  # a note for the run; a stop goes on without it
+            mark = StopRecord(by=requested_by, at=time.time(), grace_s=timeout)
+            with contextlib.suppress(OSError):
+                atomic_write_json(os.path.join(directory, STOP_JSON), mark.to_json())
+        listeners = engine_listeners(record)
         signal_group(record, signal.SIGTERM)
         signals.append("SIGTERM")
         pids |= set(group_members(record))
-        if not wait_group_gone(record, timeout):
+        if not wait_stopped(record, timeout, min(linger, timeout), listeners):
             pids |= set(group_members(record))
             signal_group(record, signal.SIGKILL)
             signals.append("SIGKILL")

@@ -17,6 +17,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 from .gpus import gpu_facts
+from .holders import named_holders
 from .protocol import AgentFailure, Emit, parse_spec
 from .util import existing_parent, port_is_free, read_text
 from .wire import (
@@ -179,7 +180,14 @@ def run(raw: Dict[str, Any], emit: Emit) -> ProbeResult:
         driver_version=gpu.driver_version,
         nvidia_smi=gpu.status,
         packages=package_versions(spec.packages),
-        ports=PortsInfo(checked=list(spec.ports), free=free, bind_host=spec.bind_host),
+        ports=PortsInfo(
+            checked=list(spec.ports),
+            free=free,
+            bind_host=spec.bind_host,
+            holders=[
+                h for p in spec.ports if p not in free for h in named_holders(p, spec.workdir)
+            ],
+        ),
         modules=importable(list(spec.modules)),
         **identity(spec.workdir),
     )

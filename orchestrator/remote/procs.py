@@ -13,6 +13,7 @@ import contextlib
 import os
 import re
 import signal
+import time
 from typing import Any, Dict, List, Optional, Tuple
 
 from .protocol import AgentFailure
@@ -96,6 +97,26 @@ def signal_group(record: Dict[str, Any], sig: int) -> None:
 
 def wait_group_gone(record: Dict[str, Any], timeout: float) -> bool:
     return wait_until(lambda: not group_members(record), timeout, interval=0.1)
+
+
+def wait_stopped(record: Dict[str, Any], grace: float, linger: float, listeners: List[str]) -> bool:
+    """After a SIGTERM: wait up to ``grace`` for the group to exit, but once the engine's
+    ``listeners`` (held when the SIGTERM went) have closed, at most ``linger`` more. An engine
+    whose HTTP server has closed has nothing left to do but exit; one hung on an open stream
+    (vLLM can) would otherwise hold the GPUs for the whole grace."""
+    port = record.get("port")
+    deadline = time.monotonic() + grace
+    if not isinstance(port, int):
+        listeners, port = [], 0
+    watching = bool(listeners)
+    while group_members(record):
+        now = time.monotonic()
+        if now >= deadline:
+            return False
+        if watching and not still_listening(listeners, port):
+            deadline, watching = min(deadline, now + linger), False
+        time.sleep(0.1)
+    return True
 
 
 def kill_quietly(pid: int) -> None:
@@ -295,6 +316,23 @@ def port_owner(port: int, record: Dict[str, Any]) -> Tuple[str, List[Dict[str, A
     if ours and len(ours) == len(holders) and set(inodes) <= set(socket_inodes_of(ours)):
         return "launched", holders
     return "foreign", holders
+
+
+def engine_listeners(record: Dict[str, Any]) -> List[str]:
+    """Socket inodes listening on the engine's port that its process group holds: what closes
+    when its HTTP server shuts down, so a stop can tell "closed, lingering" from "still serving"."""
+    port, tables = record.get("port"), _tcp_tables()
+    if not isinstance(port, int) or tables is None:
+        return []
+    listening = set(listening_inodes(tables, port))
+    if not listening:
+        return []
+    return sorted(listening & set(socket_inodes_of(group_members(record))))
+
+
+def still_listening(inodes: List[str], port: int) -> bool:
+    """Whether any of ``inodes`` still listens on ``port`` (one read of /proc/net/tcp{,6})."""
+    return bool(set(inodes) & set(listening_inodes(_tcp_tables() or [], port)))
 
 
 def socket_inodes_of(pids: List[int]) -> List[str]:

@@ -188,6 +188,7 @@ class PortsInfo(Wire):
     checked: List[int]
     free: List[int]
     bind_host: str
+    holders: List["PortHolder"] = field(default_factory=list)  # who listens on a taken port
 
 
 @dataclass(frozen=True)
@@ -305,6 +306,9 @@ class PortHolder(Wire):
     pid: int
     cmdline: str
     launched: bool  # in the launched engine's session, process group or process tree
+    port: Optional[int] = None  # which port (a probe asks about several)
+    user: Optional[str] = None  # the process's owner, so a person knows whom to ask
+    run_id: Optional[str] = None  # set when the process is an orch server: that run's id
 
 
 @dataclass(frozen=True)
@@ -320,6 +324,7 @@ class ServerState(ServerRecord):
     # None when not checked (a server long gone, in a listing of every run).
     port_owner: Optional[str] = None
     port_holders: List[PortHolder] = field(default_factory=list)
+    stop: Optional["StopRecord"] = None  # someone stopped it on purpose (`orch stop`)
 
 
 @dataclass(frozen=True)
@@ -373,11 +378,28 @@ class TailResult(Wire):
 
 @dataclass(frozen=True)
 class StopSpec(Wire):
+    """``timeout_s``: the grace between SIGTERM and SIGKILL. ``linger_s``: once the engine's
+    port has closed, the longest wait for its processes to exit (an engine hung on an open
+    stream after closing its listener); ``timeout_s`` caps it. ``requested_by``: who asked
+    (``orch stop``: "user@controller"), recorded in ``stop.json`` before the SIGTERM so the
+    interrupted run can say why its server died; None when a run stops its own server."""
+
     workdir: str
     run_id: Optional[str] = None
     all: bool = False
     timeout_s: float = 30.0
     gpu_timeout_s: float = 60.0
+    linger_s: float = 5.0
+    requested_by: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class StopRecord(Wire):
+    """stop.json: a server stopped on purpose (``orch stop``), written before its SIGTERM."""
+
+    by: str
+    at: float
+    grace_s: float
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import socket
 import subprocess
 import sys
@@ -411,11 +412,16 @@ def test_probe_reports_free_and_busy_ports(pyz: Path, tmp_path: Path) -> None:
         data = probe(
             pyz, tmp_path, {"workdir": str(tmp_path), "ports": [busy_port, free_port]}, None
         )
+    holders = data["ports"].pop("holders")
     assert data["ports"] == {
         "checked": [busy_port, free_port],
         "free": [free_port],
         "bind_host": "127.0.0.1",
     }
+    # the taken port's holder is named: this test's process, its user, no orch run
+    assert [(h["pid"], h["port"], h["run_id"]) for h in holders] == [(os.getpid(), busy_port, None)]
+    assert holders[0]["user"] == pwd.getpwuid(os.getuid()).pw_name
+    assert "pytest" in holders[0]["cmdline"]
 
 
 # ---------------------------------------------------------------------------------------------

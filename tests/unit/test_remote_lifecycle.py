@@ -494,3 +494,86 @@ def test_records_of_another_agent_version_do_not_break_status(tmp_path: Path) ->
     state = server_state(str(newer), check_port=False)
     assert state is not None and state.run_id == "newer" and state.alive is False
     assert server_state(str(broken), check_port=False) is None
+
+
+# An engine that listens on its port and, on SIGTERM, either ignores it ("ignore": a hung
+# engine still serving) or closes its listener and lingers ("close": vLLM hung on an open
+# stream after its HTTP server shut down). It prints "listening" once the port is bound.
+HUNG_ENGINE = (
+    "import signal, socket, sys, time\n"
+    "sock = socket.socket()\n"
+    "sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+    "sock.bind(('127.0.0.1', int(sys.argv[1])))\n"
+    "sock.listen()\n"
+    "def on_term(*_):\n"
+    "    if sys.argv[2] == 'close':\n"
+    "        sock.close()\n"
+    "signal.signal(signal.SIGTERM, on_term)\n"
+    "print('listening', flush=True)\n"
+    "while True:\n"
+    "    time.sleep(0.1)\n"
+)
+
+
+def launch_hung(host: Host, run_id: str, mode: str) -> tuple[dict[str, Any], int]:
+    port = free_port()
+    argv = ["python", "-c", HUNG_ENGINE, str(port), mode]
+    record = host.call("launch", {"run_id": run_id, "argv": argv, "env": {}, "port": port})
+    deadline = time.monotonic() + 20
+    while not lines_of(host.run("tail", {"run_id": run_id})):
+        assert time.monotonic() < deadline, "the hung engine never started listening"
+        time.sleep(0.05)
+    return record, port
+
+
+def port_free(port: int) -> bool:
+    """Whether a server could listen on ``port`` now (SO_REUSEADDR, as servers bind: the
+    closed connections' TIME_WAIT does not count)."""
+    with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def test_an_engine_ignoring_sigterm_is_killed_after_the_grace(host: Host) -> None:
+    """Still listening after SIGTERM: it gets the whole grace, then SIGKILL, and nothing of it
+    is left (process, port)."""
+    record, port = launch_hung(host, "g1", "ignore")
+    grace = 2.0
+    result = host.call("stop", {"run_id": "g1", "timeout_s": grace, "linger_s": 0.5})
+    outcome = result["stopped"][0]
+    assert outcome["signals"] == ["SIGTERM", "SIGKILL"]
+    assert grace <= outcome["waited_s"] < grace + 15  # the grace, then the kill (a hang guard)
+    assert outcome["remaining_pids"] == [] and not alive(record["pid"])
+    assert outcome["exit"]["signal"] == "SIGKILL" and port_free(port)
+
+
+def test_an_engine_lingering_after_its_port_closed_is_killed_after_linger_s(host: Host) -> None:
+    """Its HTTP server is down but the process stays (vLLM hung on an open stream): SIGKILL
+    comes ``linger_s`` after the port closed, not at the end of a long grace."""
+    record, port = launch_hung(host, "g2", "close")
+    grace, linger = 120.0, 1.0
+    outcome = host.call("stop", {"run_id": "g2", "timeout_s": grace, "linger_s": linger})[
+        "stopped"
+    ][0]
+    assert outcome["signals"] == ["SIGTERM", "SIGKILL"]
+    assert linger <= outcome["waited_s"] < grace / 4
+    assert outcome["remaining_pids"] == [] and not alive(record["pid"]) and port_free(port)
+
+
+def test_a_requested_stop_is_recorded_for_the_run_to_read(host: Host) -> None:
+    """`orch stop` names who asked; the agent writes it before the SIGTERM and status reports
+    it for this launch only. A run stopping its own server writes nothing."""
+    launch_hung(host, "m1", "close")
+    before = time.time()
+    host.call("stop", {"run_id": "m1", "timeout_s": 10, "requested_by": "alice@laptop"})
+    state = host.call("status", {"run_id": "m1"})["servers"][0]
+    assert state["stop"]["by"] == "alice@laptop" and state["stop"]["grace_s"] == 10
+    assert before <= state["stop"]["at"] <= state["exit"]["ended_at"]
+    launch_hung(host, "m2", "close")
+    host.call("stop", {"run_id": "m2", "timeout_s": 10})
+    assert host.call("status", {"run_id": "m2"})["servers"][0]["stop"] is None
+    assert not (host.workdir / "runs" / "m2" / "stop.json").exists()
