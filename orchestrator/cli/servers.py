@@ -31,7 +31,7 @@ from orchestrator.cli.common import (
 from orchestrator.commands import clean as clean_command
 from orchestrator.commands import servers as command
 from orchestrator.commands.clean import CleanReport, parse_age
-from orchestrator.commands.servers import ClusterJobs, HostServers
+from orchestrator.commands.servers import STOP_GRACE_S, ClusterJobs, HostServers
 from orchestrator.commands.session import load_hosts
 from orchestrator.remote.wire import ServerState
 from orchestrator.slurm.jobs import JobState
@@ -224,8 +224,15 @@ def stop(
     hosts_file: HostsFileOpt = Path(DEFAULT_HOSTS_FILE),
     only: OnlyOpt = None,
     timeout: Annotated[
-        float, typer.Option("--timeout", help="Seconds between SIGTERM and SIGKILL.")
-    ] = 30.0,
+        float,
+        typer.Option(
+            "--grace",
+            "--timeout",
+            min=0.0,
+            help="Seconds from SIGTERM to SIGKILL (at most 5 once the server's port has "
+            "closed and only its processes linger).",
+        ),
+    ] = STOP_GRACE_S,
     as_json: JsonOpt = False,
     accept_new_host_keys: AcceptNewOpt = False,
     known_hosts: KnownHostsOpt = None,

@@ -16,6 +16,9 @@ A login node that cannot be reached is a cluster's failure, as an unreachable ho
 from __future__ import annotations
 
 import asyncio
+import getpass
+import os
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
@@ -32,6 +35,9 @@ from orchestrator.slurm.jobs import JOB_NAME_PREFIX
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
+
+STOP_GRACE_S = StopSpec.timeout_s  # `orch stop --grace`: seconds from SIGTERM to SIGKILL
+STOP_LINGER_S = StopSpec.linger_s  # once the server's port has closed, this long at most
 
 
 @dataclass
@@ -174,21 +180,39 @@ async def distinct_hosts(
     return [(by_name[e.host], e.also) for e in await list_servers(pool, hosts)]
 
 
+def who_stops() -> str:
+    """``user@controller``: what the interrupted run names as having stopped its server."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):  # no login name (a container without a passwd entry)
+        user = str(os.getuid())
+    return f"{user}@{socket.gethostname()}"
+
+
 async def stop_servers(
     pool: ConnectionPool,
     hosts: list[HostConfig],
     *,
     run_id: str | None = None,
-    timeout_s: float = 30.0,
+    timeout_s: float = STOP_GRACE_S,
 ) -> StopReport:
-    """Stop ``run_id`` wherever it exists, or every server (``run_id=None``); per-host results."""
+    """Stop ``run_id`` wherever it exists, or every server (``run_id=None``); per-host results.
+    ``timeout_s`` is the grace between SIGTERM and SIGKILL (shorter once the port has closed:
+    ``StopSpec.linger_s``). Each server is marked as stopped by this user first, so a run
+    measuring on it says so rather than guessing at its death."""
 
     also = dict((h.name, names) for h, names in await distinct_hosts(pool, hosts))
+    by = who_stops()
 
     async def job(host: HostConfig) -> HostServers:
         agent = Agent(await pool.get(host), host)
         spec = StopSpec(
-            workdir=await agent.workdir(), timeout_s=timeout_s, run_id=run_id, all=run_id is None
+            workdir=await agent.workdir(),
+            timeout_s=timeout_s,
+            linger_s=min(STOP_LINGER_S, timeout_s),
+            run_id=run_id,
+            all=run_id is None,
+            requested_by=by,
         )
         try:
             data = await agent.stop(spec, timeout=timeout_s + 120)

@@ -24,6 +24,7 @@ TOO_FEW_GPUS = "too_few_gpus"
 # Deaths and refusals seen from outside the log (not start-up lines): the controller names them.
 ANOTHER_SERVER = "another_server_answered"
 ENGINE_DIED = "engine_died"
+STOPPED = "stopped_by_orch_stop"  # someone ran `orch stop` on the run's server
 REQUESTS_FAILED = "all_requests_failed"
 
 
@@ -135,6 +136,11 @@ RUN_CAUSES: dict[str, tuple[str, str]] = {
         "the engine died while serving",
         "read the last log lines; an engine killed by a signal (SIGKILL) may have been ended "
         "by the kernel's OOM killer (dmesg) or by someone else",
+    ),
+    STOPPED: (
+        "stopped by `orch stop`",
+        "the server was stopped on purpose, so this measurement is incomplete: measure it "
+        "again (`orch run --resume` on the results folder, or a new `orch run`)",
     ),
     REQUESTS_FAILED: (
         "every measured request failed",

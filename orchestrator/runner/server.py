@@ -282,6 +282,9 @@ class Server:
         return "health ok, waiting for the model list"
 
     async def _died(self, state: ServerState, *, when: str = "during start-up") -> EngineError:
+        stopped = self.stopped_error(state, when=when)
+        if stopped is not None:
+            return stopped
         for _ in range(20):
             if state.returncode is not None:
                 break
@@ -307,6 +310,27 @@ class Server:
             hint = self.engine.describe_failure(cause)[1]
         return EngineError(
             self.host.name, message, cause=cause, log_tail=tail, exit_code=code, hint=hint
+        )
+
+    def stopped_error(self, state: ServerState, *, when: str) -> EngineError | None:
+        """The error of a server someone stopped with `orch stop` (its ``stop.json``), or None.
+        Its SIGKILL after the grace is then no mystery to blame on the OOM killer."""
+        mark = state.stop
+        if mark is None:
+            return None
+        at = time.strftime("%H:%M:%S", time.localtime(mark.at))
+        message = (
+            f"{self.engine.name} server of run {self.run.name!r} was stopped by `orch stop` "
+            f"at {at} (from {mark.by}) {when}"
+        )
+        if state.exit is not None and state.exit.signal:
+            message += f" (ended by {state.exit.signal})"
+        return EngineError(
+            self.host.name,
+            message,
+            cause=failures.STOPPED,
+            exit_code=state.returncode,
+            hint=self.engine.describe_failure(failures.STOPPED)[1],
         )
 
     # -- identity: what answers is the engine this run launched ----------------------------
@@ -337,6 +361,9 @@ class Server:
         """After measuring: the engine must still be alive and still the one answering, or the
         figures may be another server's (or no server's): raises EngineError otherwise."""
         state = await self.status()
+        stopped = self.stopped_error(state, when=when)  # shutting down: its figures are cut
+        if stopped is not None:
+            raise stopped
         if not state.alive:
             raise await self._died(state, when=when)
         self.check_identity(state)
