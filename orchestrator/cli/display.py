@@ -11,6 +11,7 @@ silent, and a log is never flooded.
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -39,6 +40,8 @@ from orchestrator.commands.progress import (
 )
 
 REASON_CHARS = 60  # of a failure's message, in the phase column
+RUN_PREFIX = re.compile(r"^\w+ server of run '[^']*':? ")  # "vllm server of run 'r' died"
+NUMBER_CHARS = 24  # a word with a digit up to this long is never cut (a pid, a port, a time)
 
 
 @dataclass
@@ -101,7 +104,8 @@ def host_line(host: str, progress: HostProgress, now: float) -> str:
 def phase_text(phase: RunPhase, reason: str | None) -> str:
     """How a phase reads: a failure with its reason, loading with the server's readiness."""
     if phase is RunPhase.FAILED and reason:
-        return f"failed: {reason[:REASON_CHARS]}"
+        # the row names the run already: its room goes to what happened
+        return f"failed: {short_reason(RUN_PREFIX.sub('', reason))}"
     if phase is RunPhase.COLLAPSE:
         return "done: COLLAPSE"
     if phase is RunPhase.QUEUED and reason:
@@ -109,6 +113,37 @@ def phase_text(phase: RunPhase, reason: str | None) -> str:
     if phase is RunPhase.LOADING and reason:
         return reason
     return str(phase.value)
+
+
+def short_reason(text: str, limit: int = REASON_CHARS) -> str:
+    """``text`` cut to about ``limit`` characters between words: a pid or port cut short
+    reads as another (``pid 332`` for 3322). A number (a word with a digit, up to
+    ``NUMBER_CHARS``) begun before the limit is kept whole, and so is one named by the word
+    the limit falls in (``pid 3322``); only prose is dropped, which the results table and
+    summary.json carry in full. A first word longer than the limit is cut, marked by "…".
+    """
+    if len(text) <= limit:
+        return text
+    words = text.split(" ")
+    kept: list[str] = []
+    used = 0  # characters of the kept words, a space after each
+    for i, word in enumerate(words):
+        if used + len(word) > limit:
+            after = words[i + 1] if i + 1 < len(words) else ""
+            if used < limit and _number(word):
+                kept.append(word)  # begun before the limit: whole
+            elif used < limit and _number(after) and len(word) <= NUMBER_CHARS:
+                kept += [word, after]  # "pid" keeps its "3322"
+            break
+        kept.append(word)
+        used += len(word) + 1
+    if not kept:
+        return text[:limit] + "…"
+    return " ".join(kept) + ("" if len(kept) == len(words) else " …")
+
+
+def _number(word: str) -> bool:
+    return 0 < len(word) <= NUMBER_CHARS and any(c.isdigit() for c in word)
 
 
 def progress_line(row: RunRow) -> str:

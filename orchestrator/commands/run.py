@@ -113,12 +113,31 @@ class DoctorRefused(OrchError):
         for plan, errors in refused:
             for f in errors:
                 lines.append(f"run {plan.run.name!r} on {plan.host.name}: [{f.check}] {f.message}")
+        checks = {f.check for _, errors in refused for f in errors}
         super().__init__(
-            "the doctor refused to launch:\n  " + "\n  ".join(lines),
-            hint="fix the configuration; or pass --force, or set `doctor: warn` on the run, to "
-            "launch anyway (e.g. to measure the collapse on purpose)",
+            "the doctor refused to launch:\n  " + "\n  ".join(lines), hint=refusal_hint(checks)
         )
         self.refused = refused
+
+
+PORT_HINT = (
+    "free the port (`orch ps` / `orch stop RUN_ID` when orch's own server holds it, else stop "
+    "the process named) or set the run's `port` to a free one; --force cannot launch on a "
+    "taken port"
+)
+FORCE_HINT = (
+    "fix the configuration; or pass --force, or set `doctor: warn` on the run, to launch "
+    "anyway (e.g. to measure the collapse on purpose)"
+)
+
+
+def refusal_hint(checks: set[str]) -> str:
+    """The hint fitting what was refused: a taken port is freed or moved, never forced."""
+    if checks == {"port"}:
+        return PORT_HINT
+    if "port" in checks:
+        return f"{PORT_HINT}. Other errors: {FORCE_HINT}"
+    return FORCE_HINT
 
 
 # -- planning (no host touched) ---------------------------------------------------------------

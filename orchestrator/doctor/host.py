@@ -16,7 +16,8 @@ from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import canonical_method, version_tuple
 from orchestrator.engines import get_engine
 from orchestrator.engines.parallel import Parallelism
-from orchestrator.remote.wire import GpuInfo, ProbeResult
+from orchestrator.remote.holders import describe_all
+from orchestrator.remote.wire import GpuInfo, PortHolder, ProbeResult
 
 GIB = 1024**3
 MIB = 1024**2
@@ -40,6 +41,7 @@ class HostProbe:
     engines: dict[str, str | None] = field(default_factory=dict)
     free_ports: set[int] | None = None
     checked_ports: set[int] | None = None
+    port_holders: list[PortHolder] = field(default_factory=list)  # of the taken ports
 
     @classmethod
     def from_facts(cls, facts: HostFacts) -> HostProbe:
@@ -49,6 +51,7 @@ class HostProbe:
             engines=dict(facts.engines),
             free_ports=set(facts.free_ports),
             checked_ports=set(facts.checked_ports),
+            port_holders=list(facts.probe.ports.holders),
         )
 
     @classmethod
@@ -279,7 +282,7 @@ def check_port(
     another), so a taken port means something else holds it and the launch would fail."""
     label = get_engine(engine).display_name
     what = f"port {port} ({label}'s default: the run sets no `port`)" if default else f"port {port}"
-    details = {"port": port, "default": default}
+    details: dict[str, Any] = {"port": port, "default": default}
     if port is None:
         return warning("port", "the run's port is not known: not checked.", **details)
     if host.free_ports is None or (
@@ -287,13 +290,26 @@ def check_port(
     ):
         return warning("port", f"{what} was not probed: not checked.", **details)
     if port not in host.free_ports:
-        return error(
-            "port",
-            f"{what} is already in use on the host: the server cannot listen "
-            "there. Fix: stop what listens there, or set the run's `port` to a free one.",
-            **details,
-        )
+        holders = [h for h in host.port_holders if h.port == port]
+        details["holders"] = [h.to_json() for h in holders]
+        return error("port", port_taken(what, holders), **details)
     return ok("port", f"{what} is free.", **details)
+
+
+def port_taken(what: str, holders: list[PortHolder]) -> str:
+    """The refusal of a taken port: who holds it (pid, user, command; orch's run id) and the
+    one thing to do about it, so nobody has to hunt with ``ss``."""
+    runs = [h.run_id for h in holders if h.run_id]
+    if runs:
+        fix = f"`orch stop {runs[0]}` (see `orch ps`)"
+    elif holders:
+        fix = "stop that process"
+    else:
+        fix = "free it (`ss -ltnp` run as root names the process)"
+    return (
+        f"{what} is already in use on the host by {describe_all(holders)}: the server cannot "
+        f"listen there. Fix: {fix}, or set the run's `port` to a free one."
+    )
 
 
 # --- weight estimate ----------------------------------------------------------------------------

@@ -876,7 +876,7 @@ def test_simulator_broken_drafter_is_caught(engine: str) -> None:
 
 from orchestrator.doctor import HostProbe, estimate_parameters, run_host_checks  # noqa: E402
 from orchestrator.doctor.host import estimate_weight_bytes  # noqa: E402
-from orchestrator.remote.wire import GpuInfo  # noqa: E402
+from orchestrator.remote.wire import GpuInfo, PortHolder  # noqa: E402
 
 
 def probe(
@@ -1012,9 +1012,9 @@ def test_host_probe_free_memory_and_unprobed_ports() -> None:
             [],
             [30000],
             "error",
-            "port 30000 (SGLang's default: the run sets no `port`) is already in use on the host: the "
-            "server cannot listen there. Fix: stop what listens there, or set the run's `port` to a "
-            "free one.",
+            "port 30000 (SGLang's default: the run sets no `port`) is already in use on the host "
+            "by a process this user cannot see: the server cannot listen there. Fix: free it "
+            "(`ss -ltnp` run as root names the process), or set the run's `port` to a free one.",
         ),
         (
             38232,
@@ -1022,8 +1022,9 @@ def test_host_probe_free_memory_and_unprobed_ports() -> None:
             [],
             [38232],
             "error",
-            "port 38232 is already in use on the host: the server cannot listen there. Fix: stop "
-            "what listens there, or set the run's `port` to a free one.",
+            "port 38232 is already in use on the host by a process this user cannot see: the "
+            "server cannot listen there. Fix: free it (`ss -ltnp` run as root names the process), "
+            "or set the run's `port` to a free one.",
         ),
         (
             8000,
@@ -1048,4 +1049,49 @@ def test_port_finding(
 
     finding = check_port(probe(gpus=[H100], free=free, checked=checked), port, **options)
     assert (finding.check, finding.severity, finding.message) == ("port", severity, message)
-    assert finding.details == {"port": port, "default": options.get("default", False)}
+    holders: dict[str, Any] = {"holders": []} if severity == "error" else {}
+    assert finding.details == {"port": port, "default": options.get("default", False), **holders}
+
+
+@pytest.mark.parametrize(
+    ("holder", "named", "fix"),
+    [
+        (
+            PortHolder(3322, "/usr/bin/python3 -", False, port=38232, user="bench"),
+            "pid 3322 (user bench: /usr/bin/python3 -)",
+            "stop that process",
+        ),
+        (
+            PortHolder(3322111, "vllm serve m", False, port=38232, user="ci", run_id="v-1a2b"),
+            "orch's server of run v-1a2b, pid 3322111 (user ci: vllm serve m)",
+            "`orch stop v-1a2b` (see `orch ps`)",
+        ),
+    ],
+)
+def test_a_taken_port_names_its_holder_and_the_fix(
+    holder: PortHolder, named: str, fix: str
+) -> None:
+    """The probe's holder of the port (pid, user, command; orch's run id) is in the refusal,
+    with the one command that frees the port; holders of other ports are not."""
+    from orchestrator.doctor.host import check_port
+
+    other = PortHolder(77, "nginx", False, port=80, user="www")
+    host = probe(gpus=[H100], free=[], checked=[38232, 80])
+    host.port_holders = [other, holder]
+    finding = check_port(host, 38232)
+    assert finding.severity == "error"
+    assert finding.message == (
+        f"port 38232 is already in use on the host by {named}: the server cannot listen there. "
+        f"Fix: {fix}, or set the run's `port` to a free one."
+    )
+    assert finding.details["holders"] == [holder.to_json()]
+
+
+def test_a_port_refusal_hints_at_the_port_not_at_force() -> None:
+    from orchestrator.commands.run import FORCE_HINT, PORT_HINT, refusal_hint
+
+    assert refusal_hint({"port"}) == PORT_HINT and "--force cannot" in PORT_HINT
+    assert "collapse" not in PORT_HINT and "doctor: warn" not in PORT_HINT
+    assert refusal_hint({"mask_token_id"}) == FORCE_HINT
+    assert refusal_hint({"port", "mask_token_id"}).startswith(PORT_HINT)
+    assert refusal_hint({"port", "mask_token_id"}).endswith(FORCE_HINT)

@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from orchestrator.cli.display import Display
+from orchestrator.cli.display import Display, short_reason
 from orchestrator.commands.progress import (
     LatestAcceptance,
     LiveThroughput,
@@ -105,7 +105,7 @@ def test_phase_lines_say_why_a_run_failed_and_name_a_collapse() -> None:
     assert buf.getvalue().splitlines() == [
         "h r: loading model",
         "h r: loading (health 503)",
-        "h r: failed: " + "x" * 60,
+        "h r: failed: " + "x" * 60 + "…",  # a word longer than the room: cut, and marked
         "h s: done: COLLAPSE",
     ]
     assert [row.phase.under_way for row in display.rows.values()] == [False, False]
@@ -124,3 +124,30 @@ def test_a_queued_run_shows_its_jobs_queue_state() -> None:
         "hpc r: queued: job 12 PENDING (Resources)",
         "hpc r: queued",
     ]
+
+
+def test_a_failure_never_cuts_a_pid_short() -> None:
+    """The newcomer's `pid 332` for 3322: a number in the reason is printed whole wherever
+    the room runs out; prose after it is dropped instead, and the run's name (the row shows
+    it) is not repeated."""
+    display, buf, _clock = plain_display()
+    for key, pid in (("a", 3322), ("b", 3322111)):
+        display.on_event(RunAdded(key, run=f"r-{key}", host="h", total=4))
+        display.on_event(
+            PhaseChanged(
+                key,
+                RunPhase.FAILED,
+                reason=f"sglang server of run 'r-{key}' port 38252 on 127.0.0.1 is already "
+                f"in use by pid {pid} (user bench: /root/.pyenv/versions/3.11.9/bin/python3 -)",
+            )
+        )
+    assert buf.getvalue().splitlines() == [
+        "h r-a: failed: port 38252 on 127.0.0.1 is already in use by pid 3322 (user …",
+        "h r-b: failed: port 38252 on 127.0.0.1 is already in use by pid 3322111 …",
+    ]
+    # wherever the limit falls, the pid is whole or absent, never cut
+    reason = "port 38252 on 127.0.0.1 is already in use by pid 3322111 (python3 -)"
+    for limit in range(1, len(reason) + 1):
+        shown = short_reason(reason, limit)
+        assert "3322111" in shown or "pid 3" not in shown, (limit, shown)
+        assert "3825" not in shown or "38252" in shown, (limit, shown)
