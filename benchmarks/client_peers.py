@@ -195,7 +195,7 @@ def run_orch(case: Case, url: str, cwd: Path, core: int | None) -> ToolRun:
         cpu_s=done.cpu_s,
         wall_s=done.wall_s,
         lag=f"send p99 {_ms(send)}, loop p99 {_ms(loop)}",
-        flagged=error.get("type"),
+        flagged=error.get("kind") or error.get("type"),  # "client_saturated" ...
     )
 
 

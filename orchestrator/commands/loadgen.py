@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Final
 from urllib.parse import urlsplit
 
 from pydantic import ValidationError
@@ -61,7 +62,7 @@ from orchestrator.runner.assemble import Measured, assemble
 from orchestrator.runner.summarize import prometheus_delta, workload_settings
 
 WHERE = "orch loadgen"  # ConfigError's "file": the command line
-UNKNOWN = "unknown"  # the engine (or speculative method) of a server that does not say
+UNKNOWN: Final = "unknown"  # the engine (or speculative method) of a server that does not say
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,7 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import TYPE_CHECKING
 
+from orchestrator.engines.methods import ENGINE_NAMES, EngineName
 from orchestrator.errors import SpecError
 
 if TYPE_CHECKING:
@@ -51,13 +52,13 @@ def engine_for(run: RunSpec) -> Engine:
     return get_engine(run.engine, run=run.name)
 
 
-def engine_serving(scrape: str | None) -> str | None:
+def engine_serving(scrape: str | None) -> EngineName | None:
     """The engine whose /metrics text ``scrape`` is (None: no scrape, or no engine orch knows):
     each engine's Prometheus metrics are namespaced by its name (``vllm:...``, ``sglang:...``)."""
     if not scrape:
         return None
     text = "\n" + scrape
-    return next((name for name in _registry() if f"\n{name}:" in text), None)
+    return next((name for name in ENGINE_NAMES if f"\n{name}:" in text), None)
 
 
 def engine_packages() -> dict[str, str]:

@@ -32,6 +32,7 @@ from pydantic import (
 
 from orchestrator.config.hostconfig import Secrets, mask_json
 from orchestrator.doctor.findings import Severity
+from orchestrator.engines.methods import EngineName
 from orchestrator.errors import OrchError
 from orchestrator.metrics.summary import ClientLag, LagStats, RequestStats, Stats
 from orchestrator.results.migrate import MANIFEST_FILE, SCHEMA_VERSION, migrate, schema_version
@@ -152,7 +153,8 @@ class RunSettings(Frozen):
     """What the run asked for. ``tensor_parallel`` and ``workload`` are None only in a result
     migrated from version 1 without its manifest.json beside it."""
 
-    engine: str
+    # "unknown": `orch loadgen` against a server whose /metrics names no engine orch knows
+    engine: EngineName | Literal["unknown"]
     model: str
     speculative: SpeculativeSettings = Field(default_factory=SpeculativeSettings)
     tensor_parallel: int | None = None

@@ -20,6 +20,7 @@ from orchestrator.results.model import (
     ResultError,
     RunError,
     RunResult,
+    RunSettings,
     RunTimes,
     RunWarning,
     WorkloadSettings,
@@ -358,3 +359,11 @@ def test_a_notebook_may_pass_plain_strings() -> None:
     assert [r.run.name for r in load_results(str(folder))] == [
         r.run.name for r in load_results(folder)
     ]
+
+
+def test_the_engine_is_one_orch_knows_or_unknown() -> None:
+    """`orch loadgen` against a server whose /metrics names no engine writes "unknown"; any
+    other name is not a result this orch wrote."""
+    assert RunSettings(engine="unknown", model="m").engine == "unknown"
+    with pytest.raises(ValueError, match="engine"):
+        RunSettings(engine="trtllm", model="m")  # type: ignore[arg-type]
