@@ -345,14 +345,14 @@ def test_results_layout(embedded_e2e: Outcome) -> None:
 
 
 def test_every_summary_is_a_run_result_with_vllm_bench_keys(embedded_e2e: Outcome) -> None:
-    """summary.json validates against the result model (schema 2) and, for a run that sent
+    """summary.json validates against the result model (the current schema) and, for a run that sent
     requests, carries `vllm bench serve`'s keys with the model's own figures."""
     paths = sorted(embedded_e2e.results.glob("*/summary.json"))
     assert len(paths) == 3
     for path in paths:
         raw = read_json(path)
         result = RunResult.load(path)
-        assert raw["schema_version"] == result.schema_version == 3
+        assert raw["schema_version"] == result.schema_version == 4
         assert RunResult.from_json(raw).to_json() == raw  # written exactly as the model says
         if result.error is not None:
             assert not set(VLLM_BENCH_KEYS) & set(raw)  # never measured: no figures to show
