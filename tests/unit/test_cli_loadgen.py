@@ -165,6 +165,8 @@ def test_failed_requests_fail_the_measurement_and_are_counted() -> None:
         (["--prompts", "notes.txt"], "--prompts: Value error, expected 'builtin:<name>'"),
         (["--prompts", "missing.jsonl"], "prompt file"),
         (["--request-rate", "0"], "--request-rate: Input should be greater than 0"),
+        (["--max-failed-fraction", "1"], "--max-failed-fraction: Input should be less than 1"),
+        (["--max-failed-fraction", "-0.1"], "--max-failed-fraction: Input should be greater than"),
         (["--api-key-env", "ORCH_TEST_UNSET_KEY"], "ORCH_TEST_UNSET_KEY is not set"),
         (["--tokenizer", "/nonexistent/tok"], "cannot load the tokenizer '/nonexistent/tok'"),
     ],
