@@ -60,12 +60,6 @@ class RunWarning(BaseModel):
     message: str
     details: dict[str, JsonValue] = Field(default_factory=dict)
 
-    @property
-    def fails(self) -> bool:
-        """A kind that fails a measurement (``requests_failed`` only past the threshold, which
-        ``assess`` decides: this says the kind can)."""
-        return self.kind in FAILING_KINDS
-
     def __str__(self) -> str:
         return self.message
 

@@ -17,7 +17,7 @@ from orchestrator.results.frame import frame_of
 from orchestrator.results.migrate import migrate
 from orchestrator.results.model import RunResult, RunWarning
 from orchestrator.results.stats import aggregate
-from orchestrator.results.validity import Evidence, assess
+from orchestrator.results.validity import FAILING_KINDS, Evidence, assess
 from orchestrator.runner.assemble import Measured, assemble, evidence, measurement_error
 from tests.fixtures.sweep_results import measurement, write_sweep
 
@@ -116,6 +116,7 @@ def test_every_reason_is_in_the_error_in_order() -> None:
         "window_truncated",
     ]
     assert judged.message().split(" | ")[1:] == ["client saturated: loop late", "cut"]
+    assert {r.kind for r in judged.reasons} <= FAILING_KINDS
 
 
 def record(index: int, *, failure: RequestFailure | None = None, warmup: bool = False) -> RequestRecord:  # fmt: skip
