@@ -69,7 +69,8 @@ def test_the_plan_uses_the_visible_gpus_and_tp_must_fit_them(box4: Sandbox) -> N
     with pytest.raises(StartupFailure) as info:
         plan(["--model-path", MODEL, "--tp-size", "2"], "1,1", engine="sglang")
     assert info.value.traceback == [
-        "RuntimeError: CUDA error: invalid device ordinal (tp_size=2, 0 GPUs visible)"
+        "RuntimeError: CUDA error: invalid device ordinal "
+        "(tp_size=2, pp_size=1, dp_size=1: 2 GPUs, 0 visible)"
     ]
 
 

@@ -143,14 +143,20 @@ def test_unknown_value_says_na() -> None:
             [("a", "vllm", "dflash", False, None), ("b", "sglang", "mtp", False, "died")],
             [("vLLM DFlash", PALETTE[0], None)],
         ),
-        # order of appearance; an engine or method orch has no name for is shown as written
+        # order of appearance, each configuration once; an engine or method orch has no name
+        # for is shown as written ("unknown": `orch loadgen` against a server that does not say)
         (
             [
                 ("a", "sglang", "mtp", False, None),
-                ("b", "trtllm", "eagle3", False, None),
+                ("b", "unknown", "eagle3", False, None),
                 ("c", "sglang", "mtp", False, None),
+                ("d", "vllm", "medusa", False, None),
             ],
-            [("SGLang MTP", PALETTE[0], None), ("trtllm EAGLE-3", PALETTE[1], None)],
+            [
+                ("SGLang MTP", PALETTE[0], None),
+                ("unknown EAGLE-3", PALETTE[1], None),
+                ("vLLM medusa", PALETTE[2], None),
+            ],
         ),
     ],
 )

@@ -26,6 +26,7 @@ from orchestrator.remote.gpus import (
     split_fields,
 )
 from orchestrator.remote.probe import parse_meminfo, parse_os_release
+from orchestrator.remote.procs import mask_argv
 from orchestrator.remote.wire import CONTRACT_VERSION, ProbeResult
 
 UUID0 = "GPU-5c5f0b7b-6a0e-7e6b-4c1e-0c8f3b1f9d2a"
@@ -421,7 +422,11 @@ def test_probe_reports_free_and_busy_ports(pyz: Path, tmp_path: Path) -> None:
     # the taken port's holder is named: this test's process, its user, no orch run
     assert [(h["pid"], h["port"], h["run_id"]) for h in holders] == [(os.getpid(), busy_port, None)]
     assert holders[0]["user"] == pwd.getpwuid(os.getuid()).pw_name
-    assert "pytest" in holders[0]["cmdline"]
+    # its command line as /proc says it, masked and cut as the probe does (under xdist a worker's
+    # command line is `python -u -c ...`, not pytest's)
+    argv = [part for part in Path("/proc/self/cmdline").read_text().split("\0") if part]
+    own = " ".join(" ".join(part.split()) for part in mask_argv(argv))[:160]
+    assert own and holders[0]["cmdline"] == own
 
 
 # ---------------------------------------------------------------------------------------------
