@@ -56,6 +56,7 @@ COLUMNS = [
     "send lag p50 / p99 ms",
     "loop delay p99 ms",
     "shared reads %",
+    "first-read shared %",
     "old rule",
     "orch now",
 ]
@@ -123,7 +124,11 @@ class Run:
         """What orch's detector says of this run now (a closed loop: no rate to fall short of)."""
         return bool(
             client_warnings(
-                client_lag=self.lag, request_rate=None, achieved_rate=None, scheduled_rate=None
+                client_lag=self.lag,
+                request_rate=None,
+                achieved_rate=None,
+                scheduled_rate=None,
+                arrival_clock=(self.summary.get("loadgen") or {}).get("arrival_clock"),
             )
         )
 
@@ -192,6 +197,7 @@ def row(run: Run) -> list[str | float | int | None]:
         f"{_num(send.p50)} / {_num(send.p99)}",
         loop,
         lag.shared_read_pct,
+        lag.first_read_shared_pct,
         "flagged" if run.old_rule else "–",
         "flagged" if run.flagged else "–",
     ]

@@ -167,6 +167,7 @@ def _measured(result: RunResult, m: Measured, loadgen: LoadgenResult) -> Assembl
         request_rate=loadgen.request_rate,
         achieved_rate=achieved,
         scheduled_rate=scheduled,
+        arrival_clock=loadgen.arrival_clock,
     )
     assessment = assess(
         evidence(loadgen, m.records, saturation=saturation, lost=m.lost, error=m.error),

@@ -53,11 +53,15 @@ ACCEPTANCE_SOURCES: dict[str, AcceptanceSource] = {
 }
 # A saturated client sets the pace instead of the server (issue 4: make it visible).
 # Calibrated against the simulator's record of every request (benchmarks/saturation.py).
-LOOP_DELAY_WARN_MS = 15.0  # p99 of how late the load generator's 20 ms ticker woke up
+# p99 of how late the load generator's 20 ms ticker woke up: judged only where the loop's own
+# time stamps the chunks (``arrival_clock`` not "kernel"); with kernel stamps a late loop moves
+# a time only by reading chunks together, which the shared reads below count directly
+LOOP_DELAY_WARN_MS = 15.0
 # median, not p99, of how late requests were sent versus due: a closed loop's wave of streams
 # ending at once is sent one after another, a tail that is no saturation and moves no timing
 SEND_LAG_WARN_MS = 50.0
-SHARED_READ_WARN_PCT = 10.0  # % of token chunks read together with the one before them
+SHARED_READ_WARN_PCT = 20.0  # % of token chunks read together with the one before them
+FIRST_READ_SHARED_WARN_PCT = 10.0  # % of requests whose first chunk was read with the second
 RATE_SHORTFALL = 0.8  # open loop: requests sent at under 80% of the scheduled rate
 # SGLang: a window of two log intervals surely holds a line, whatever the estimate's error
 LOG_INTERVALS_WANTED = 2
@@ -275,19 +279,22 @@ def client_warnings(
     request_rate: float | None,
     achieved_rate: float | None,
     scheduled_rate: float | None,
+    arrival_clock: str | None = None,
 ) -> list[RunWarning]:
     """Signs that the load generator, not the server, set the pace (so latencies are inflated):
     ``client_saturated`` warnings, each of which fails the measurement (``results.validity``).
 
-    The event loop's delay counts even when the kernel stamps each read (``arrival_clock``
-    "kernel"): a loop later than a stream's gap between chunks reads several of its chunks at
-    once, and they share the time of the last. How late a busy client sends again is the send
-    lag (a closed loop's request is due when the previous one's response ended).
+    A loop later than a stream's gap between chunks reads several of its chunks at once, and
+    they share the time of the last: the shared reads say how often that moved a time (any
+    chunk: the ITL; a request's first: its TTFT). Where the kernel stamps every read
+    (``arrival_clock`` "kernel") that is the only way a late loop moves a time, so its delay is
+    judged only where the loop stamps the chunks itself. How late a busy client sends is the
+    send lag (a closed loop's request is due when the previous one's response ended).
     """
     lag = client_lag or ClientLag()
     out: list[RunWarning] = []
     loop = lag.loop_delay_ms.p99 if lag.loop_delay_ms else None
-    if loop is not None and loop > LOOP_DELAY_WARN_MS:
+    if arrival_clock != "kernel" and loop is not None and loop > LOOP_DELAY_WARN_MS:
         out.append(
             _saturated(
                 f"client saturated: event-loop delay p99 {loop:.1f} ms > {LOOP_DELAY_WARN_MS:g} "
@@ -308,6 +315,18 @@ def client_warnings(
                 signal="shared_read_pct",
                 value=shared,
                 limit=SHARED_READ_WARN_PCT,
+            )
+        )
+    first = lag.first_read_shared_pct
+    if first is not None and first > FIRST_READ_SHARED_WARN_PCT:
+        out.append(
+            _saturated(
+                f"client saturated: {first:.1f}% of requests had their first token chunk read "
+                f"together with the second (> {FIRST_READ_SHARED_WARN_PCT:g}%): their TTFT is "
+                "a decode step late",
+                signal="first_read_shared_pct",
+                value=first,
+                limit=FIRST_READ_SHARED_WARN_PCT,
             )
         )
     send = lag.send_lag_ms.p50

@@ -24,6 +24,7 @@ from orchestrator.results.model import RunResult, RunTimes, WorkloadSettings
 from orchestrator.runner.assemble import build_result
 from orchestrator.runner.execute import LiveState, RunJob
 from orchestrator.runner.summarize import (
+    FIRST_READ_SHARED_WARN_PCT,
     LOOP_DELAY_WARN_MS,
     RATE_SHORTFALL,
     SEND_LAG_WARN_MS,
@@ -321,11 +322,19 @@ def test_saturated_client_fails_the_measurement(plans) -> None:
                 loop_delay_ms=LagStats(p99=LOOP_DELAY_WARN_MS),
                 send_lag_ms=LagStats(p50=SEND_LAG_WARN_MS, p99=1000.0),  # a wave's tail
                 shared_read_pct=SHARED_READ_WARN_PCT,
+                first_read_shared_pct=FIRST_READ_SHARED_WARN_PCT,
             ),
             None,
             None,
             None,
             0,
+        ),
+        (
+            ClientLag(first_read_shared_pct=FIRST_READ_SHARED_WARN_PCT + 0.1),
+            None,
+            None,
+            None,
+            1,
         ),
         (ClientLag(loop_delay_ms=LagStats(p99=LOOP_DELAY_WARN_MS + 0.1)), None, None, None, 1),
         (ClientLag(send_lag_ms=LagStats(p50=SEND_LAG_WARN_MS + 0.5)), None, None, None, 1),
@@ -342,6 +351,21 @@ def test_client_warning_thresholds(lag, rate, achieved, scheduled, count) -> Non
     )
     assert len(warnings) == count
     assert all(w.kind == "client_saturated" for w in warnings)
+
+
+@pytest.mark.parametrize(("clock", "count"), [("kernel", 0), ("loop", 1), ("mixed", 1), (None, 1)])
+def test_a_late_loop_counts_only_where_the_loop_stamps_the_chunks(clock, count) -> None:
+    """With the kernel's receive time on every read, a late loop moves a chunk's time only by
+    reading it with the next one, which the shared reads count; elsewhere its delay is the time."""
+    late = ClientLag(loop_delay_ms=LagStats(p99=LOOP_DELAY_WARN_MS * 3), shared_read_pct=0.0)
+    warnings = client_warnings(
+        client_lag=late,
+        request_rate=None,
+        achieved_rate=None,
+        scheduled_rate=None,
+        arrival_clock=clock,
+    )
+    assert [w.details.get("signal") for w in warnings] == ["loop_delay_p99_ms"] * count
 
 
 def test_send_rates_ignore_warmup() -> None:

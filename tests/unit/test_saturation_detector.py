@@ -4,8 +4,16 @@ client too late to read its streams must be."""
 
 from __future__ import annotations
 
+import pytest
+
 from orchestrator.loadgen.records import RequestRecord
-from orchestrator.metrics.summary import ClientLag, LagStats, request_stats, shared_read_pct
+from orchestrator.metrics.summary import (
+    ClientLag,
+    LagStats,
+    first_read_shared_pct,
+    request_stats,
+    shared_read_pct,
+)
 from orchestrator.runner.summarize import client_warnings
 
 
@@ -73,3 +81,16 @@ def test_shared_reads_count_chunks_that_came_with_the_one_before() -> None:
     assert shared_read_pct([]) is None
     stats = request_stats([apart, together])
     assert stats.client_lag.shared_read_pct == 25.0
+
+
+def test_a_first_chunk_read_with_the_second_is_counted_apart() -> None:
+    """The TTFT's share: a request whose first two chunks came in one read."""
+    apart = record(0, [0.01, 0.02, 0.03])
+    first = record(1, [0.02, 0.02, 0.03])  # its first token carries the second's time
+    later = record(2, [0.01, 0.02, 0.02])  # shared, but not its first
+    assert first_read_shared_pct([apart, first, later]) == pytest.approx(100 / 3)
+    assert first_read_shared_pct([record(3, [0.01])]) is None  # one chunk: nothing to share
+    stats = request_stats([apart, first, later])
+    assert stats.client_lag.first_read_shared_pct == pytest.approx(100 / 3)
+    # a wave's start where a third of the first tokens were read late is saturation
+    assert any("first token chunk read" in w for w in flagged(stats.client_lag))
