@@ -149,6 +149,8 @@ class Runner:
         self.measure_end: Optional[float] = None
         self.sent = self.done = self.failed = self.in_flight = self.output_tokens = 0
         self.reconciled = self.mismatches = 0  # measured requests, see ``completion``
+        self.cap_waits = 0  # measured requests an open loop's cap held back (``_capped``)
+        self.freed = 0.0  # when the cap's last slot freed (``now``'s clock)
         self.warmup_sent = 0
         self.streamed_tokens = 0  # of the requests that ended; progress adds the active ones
         self.active: Set[StreamParser] = set()
@@ -265,6 +267,7 @@ class Runner:
             metrics_after=after,
             reconciled=self.reconciled,
             token_count_mismatches=self.mismatches,
+            cap_waits=self.cap_waits,
         )
 
     async def _phase(
@@ -308,11 +311,19 @@ class Runner:
     async def _capped(
         self, cap: Optional[asyncio.Semaphore], k: int, due: float, warmup: bool
     ) -> None:
+        """An open loop's request under its concurrency cap. One that found every slot taken
+        was held back by the cap, i.e. by the server's pace, not by the client: it is due when
+        a slot freed (a closed loop's rule), so its send lag is the client's alone, and it is
+        counted (``cap_waits``) so the result says whose schedule was kept."""
         if cap is None:
             await self._request(k, due, warmup)
             return
+        waited = cap.locked()
         async with cap:
-            await self._request(k, due, warmup)
+            if waited:
+                due = max(due, self.freed)
+                self.cap_waits += not warmup
+            self.freed = max(self.freed, await self._request(k, due, warmup))
 
     def _body(self, k: int) -> bytes:
         """Request ``k``'s body: the prompt's JSON, serialised once, and the request's seed."""

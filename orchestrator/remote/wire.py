@@ -688,6 +688,7 @@ class LoadgenResult(Wire):
     arrival_clock: Optional[str] = None
     reconciled: int = 0  # completed requests whose counted tokens were checked against usage
     token_count_mismatches: int = 0  # requests failed as token_count_mismatch
+    cap_waits: int = 0  # open loop: measured requests its concurrency cap held back
 
 
 # ---------------------------------------------------------------------- read_model_configs

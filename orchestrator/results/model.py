@@ -381,6 +381,7 @@ class LoadgenInfo(Frozen):
     arrival_clock: str | None = None  # who stamped each chunk's arrival: "kernel" or "loop"
     reconciled: int = 0  # completed requests whose token counts were checked against usage
     token_count_mismatches: int = 0  # requests failed because their token counts disagreed
+    cap_waits: int = 0  # open loop: measured requests that waited for a slot under the cap
 
 
 class Provenance(Frozen):

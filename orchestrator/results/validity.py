@@ -43,6 +43,7 @@ WarningKind = Literal[
     "cache_not_reset",  # the prefix cache was not emptied before the point
     "connection_dropped",  # measured again after the connection to the host dropped
     "stop_failed",  # the server may still run
+    "cap_bound",  # an open loop's concurrency cap, i.e. the server's pace, held requests back
     "note",  # a warning of a result written before warnings had kinds
 ]
 FAILING_KINDS: frozenset[str] = frozenset(get_args(FailingKind))

@@ -173,7 +173,7 @@ def _measured(result: RunResult, m: Measured, loadgen: LoadgenResult) -> Assembl
         evidence(loadgen, m.records, saturation=saturation, lost=m.lost, error=m.error),
         max_failed_fraction=settings.workload.max_failed_fraction if settings.workload else 0.0,
     )
-    warnings = [*assessment.findings]
+    warnings = [*assessment.findings, *_cap_bound(loadgen, achieved)]
     prom, note = prometheus_delta(engine, loadgen) if engine in ENGINES else (None, None)
     notes = [note] if note else []
     log = m.log.figures if m.log else None
@@ -266,6 +266,31 @@ def measurement_error(assessment: Assessment) -> RunError | None:
         hint=describe(REQUESTS_FAILED)[1] if none else FAILED_HINT,
         cause=REQUESTS_FAILED if none else None,
     )
+
+
+def _cap_bound(loadgen: LoadgenResult, achieved: float | None) -> list[RunWarning]:
+    """An open loop whose concurrency cap held requests back: the server, not the client, set
+    the pace, so the load it measured is the cap's, not the schedule's. Not a failure (the
+    figures are right for the load that ran, and the client's own lateness is judged apart,
+    from when each slot freed), but said, with the rate that was sent."""
+    if loadgen.mode != "open" or not loadgen.cap_waits:
+        return []
+    sent = f"; {achieved:.2f} req/s were sent" if achieved is not None else ""
+    return [
+        RunWarning(
+            kind="cap_bound",
+            message=f"{loadgen.cap_waits} of {loadgen.requests} requests waited for one of the "
+            f"{loadgen.concurrency} slots of the concurrency cap: the server's pace, not the "
+            f"schedule of {loadgen.request_rate:g} req/s, set the load{sent}; raise the cap "
+            "to offer the scheduled rate",
+            details={
+                "cap_waits": loadgen.cap_waits,
+                "concurrency": loadgen.concurrency,
+                "request_rate": loadgen.request_rate,
+                "achieved_rate": achieved,
+            },
+        )
+    ]
 
 
 def _log_warnings(
