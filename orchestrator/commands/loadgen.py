@@ -270,6 +270,7 @@ def measure(
             measure_ended_at=result.ended_at,
         ),
         lost=log.error,
+        prompts_sha256=prompts.sha256,
     )
     failures = [mask(text, secrets) for text in reasons]
     summary = summary.masked(secrets) if secrets else summary
@@ -330,6 +331,7 @@ def manifest(opts: LoadgenOptions, spec: LoadgenSpec, prompts: PromptSet) -> dic
             "count": len(prompts.items),
             "skipped": prompts.skipped,
             "input_len": prompts.input_len,
+            "sha256": prompts.sha256,
         },
         "orch_version": __version__,
         "python": sys.version.split()[0],
@@ -349,12 +351,14 @@ def summarize(
     records: list[RequestRecord],
     times: RunTimes,
     lost: OrchError | None = None,
+    prompts_sha256: str | None = None,
 ) -> tuple[RunResult, list[str]]:
     """The measurement's ``RunResult``, assembled as a run's is, and why the verdict policy
     failed it (empty: its figures stand).
 
     ``folder`` is relative to the invocation's folder (as a run's is to its playbook's
-    results folder); ``run_id`` names the invocation. The engine is the one whose metrics the
+    results folder); ``run_id`` names the invocation; ``prompts_sha256`` the content of the
+    prompts read (none for random ones), so a compare tells rewritten prompts apart. The engine is the one whose metrics the
     server serves (unknown when it serves none orch reads); its speculative method is unknown,
     but whether it drafted at all its counters say."""
     engine = engine_serving(loadgen.metrics_before)
@@ -377,7 +381,7 @@ def summarize(
                 engine=engine or UNKNOWN,
                 model=opts.model,
                 speculative=SpeculativeSettings(method=UNKNOWN if speculative else "none"),
-                workload=workload_settings(workload),
+                workload=workload_settings(workload, prompts_sha256),
             ),
             times=times,
             point=LoadPoint(

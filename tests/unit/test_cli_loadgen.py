@@ -269,6 +269,9 @@ def test_measures_any_server_and_writes_a_runs_files(
     manifest = json.loads((folder / "manifest.json").read_text())
     assert manifest["url"] == spec_sim and manifest["loadgen_spec"]["api_key"] is None
     assert manifest["loadgen_spec"]["prompts"]["items"] == "13 prompts"
+    # the prompts' content is recorded, as a run's is
+    sha = result.settings.workload.prompts_sha256
+    assert sha is not None and len(sha) == 64 and manifest["prompts"]["sha256"] == sha
     # a second invocation never touches the first one's folder
     assert run_cli([*args, "--name", "again"]) in (0, 1)
     assert len(list(tmp_path.iterdir())) == 2
@@ -293,3 +296,34 @@ def test_every_request_failing_fails_the_command(
     result = RunResult.load(summary)
     assert result.error is not None and result.error.type == "MeasurementFailed"
     assert result.error.cause == "all_requests_failed" and result.verdict == "failed"
+
+
+def test_two_loadgens_on_a_rewritten_prompt_file_are_not_compared(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The same file name, other content: `orch compare` says "not compared" (the content is
+    part of the workload), never a percentage between the two."""
+    proc, url = _start_sim(tmp_path / "sim", {"ORCH_SIM_STEP_MS": "10", "ORCH_SIM_CHUNK_TOKENS": "1"})  # fmt: skip
+    prompts = tmp_path / "prompts.jsonl"
+    folders = []
+    try:
+        for n, text in enumerate(("Say hello.", "Write a long essay about the history of tea.")):
+            prompts.write_text(json.dumps({"prompt": text}) + "\n")
+            args = ["loadgen", url, "-m", MODEL, "-n", "3", "-c", "1", "--warmup", "0",
+                    "--max-tokens", "8", "--ignore-eos", "--prompts", str(prompts),
+                    "--out", str(tmp_path / f"out{n}"), "--json"]  # fmt: skip
+            assert run_cli(args) in (0, 1)
+            folders.append(Path(json.loads(capsys.readouterr().out)["folder"]).parent)
+    finally:
+        _stop(proc)
+    a, b = (RunResult.load(f / "loadgen" / "summary.json") for f in folders)
+    assert a.settings.workload is not None and b.settings.workload is not None
+    assert a.settings.workload.prompts == b.settings.workload.prompts  # the same name ...
+    assert a.settings.workload.prompts_sha256 != b.settings.workload.prompts_sha256  # ... not
+    out = tmp_path / "compare"
+    assert run_cli(["compare", str(folders[0]), str(folders[1]), "--out", str(out)]) in (0, 1)
+    md = (out / "compare.md").read_text()
+    assert "| loadgen | c=1 | B vs A | prompts_sha256 " in md  # the table of unlike workloads
+    cells = [line for line in md.splitlines() if line.startswith("| loadgen | c=1 |")]
+    assert cells and all("not compared: prompts_sha256 differ" in c for c in cells[1:])
+    assert "%" not in "".join(cells[1:])  # never a percentage between the two
