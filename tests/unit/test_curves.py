@@ -3,6 +3,7 @@ matplotlib artists (line data, markers, colours, labels), never from pixels."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 from collections.abc import Iterator
@@ -504,6 +505,36 @@ def test_request_latencies_name_and_skip_a_hostile_line(tmp_path: Path) -> None:
     assert "not a request record" in notes[2]
     with pytest.raises(OrchError, match="cannot read"):
         request_latencies(tmp_path / "missing.jsonl")
+
+
+def test_a_line_past_the_limit_is_read_in_pieces_and_skipped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A line longer than MAX_LINE (with or without its newline) never sits in memory whole:
+    it is read MAX_LINE bytes at a time, counted, named and skipped; the lines after it count."""
+    import orchestrator.results.figures.latency as latency
+
+    monkeypatch.setattr(latency, "MAX_LINE", 600)
+    reads: list[int] = []
+
+    class Watched(io.BufferedReader):
+        def readline(self, size: int | None = -1) -> bytes:
+            line = super().readline(size)
+            reads.append(len(line))
+            return line
+
+    good = write_records(tmp_path / "a.jsonl", [record(0, [(0.1, 1), (0.2, 2)])]).read_bytes()
+    path = tmp_path / "requests.jsonl"
+    path.write_bytes(good + b"x" * 1500 + b"\n" + good + b"y" * 700)  # the last has no end
+    notes: list[str] = []
+    with io.FileIO(path) as raw, Watched(raw) as f:
+        got = list(latency._records(path, f, notes))
+    assert [r.index for r in got] == [0, 0]
+    assert notes == [
+        f"{path}:2: skipped: a line of 1501 bytes",
+        f"{path}:4: skipped: a line of 700 bytes",
+    ]
+    assert max(reads) <= 601  # never more than MAX_LINE + 1 bytes at a time
 
 
 def test_weighted_cdf_draws_what_the_expanded_values_draw() -> None:

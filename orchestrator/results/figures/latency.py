@@ -41,12 +41,30 @@ def read_records(path: Path, notes: list[str] | None = None) -> list[RequestReco
         raise OrchError(f"{path}: cannot read: {exc.strerror}", hint=_HINT) from exc
 
 
-def _records(path: Path, f: BinaryIO, notes: list[str]) -> Iterator[RequestRecord]:
-    for n, raw in enumerate(f, start=1):
-        if not raw.strip():
+def _lines(f: BinaryIO) -> Iterator[bytes | int]:
+    """Each line, or the length of one past ``MAX_LINE``: read in bounded pieces, so a line
+    with no end never sits in memory whole."""
+    while True:
+        raw = f.readline(MAX_LINE + 1)
+        if not raw:
+            return
+        if len(raw) <= MAX_LINE or raw.endswith(b"\n"):
+            yield raw
             continue
-        if len(raw) > MAX_LINE:
-            notes.append(f"{path}:{n}: skipped: a line of {len(raw)} bytes")
+        size = len(raw)
+        while raw and not raw.endswith(b"\n"):  # the rest of the long line, dropped
+            raw = f.readline(MAX_LINE + 1)
+            size += len(raw)
+        yield size
+
+
+def _records(path: Path, f: BinaryIO, notes: list[str]) -> Iterator[RequestRecord]:
+    for n, raw in enumerate(_lines(f), start=1):
+        if isinstance(raw, int) or len(raw) > MAX_LINE:
+            size = raw if isinstance(raw, int) else len(raw)
+            notes.append(f"{path}:{n}: skipped: a line of {size} bytes")
+            continue
+        if not raw.strip():
             continue
         try:
             record = RequestRecord.from_json(json.loads(raw))
