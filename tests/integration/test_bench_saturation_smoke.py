@@ -24,10 +24,13 @@ def test_saturation_benchmark_smoke(tmp_path: Path) -> None:
         ("plain c=4, 5 ms/step, 1 tok/chunk", "alone"),
         ("plain c=4, 5 ms/step, 1 tok/chunk", "busy"),
     ]
-    for row in rows:
-        assert isinstance(row[2], float) and isinstance(row[3], float)  # TPOT and TTFT errors
-        assert row[4] in ("right", "wrong") and row[8] in ("flagged", "–")
-        assert 0.0 <= row[7] <= 100.0  # shared reads %
+    for values in rows:
+        row = dict(zip(COLUMNS, values, strict=True))
+        assert isinstance(row["TPOT err %"], float) and isinstance(row["TTFT err ms"], float)
+        assert row["timings"] in ("right", "wrong")
+        assert row["old rule"] in ("flagged", "–") and row["orch now"] in ("flagged", "–")
+        assert 0.0 <= row["shared reads %"] <= 100.0
+        assert 0.0 <= row["first-read shared %"] <= 100.0
     names = [t["name"] for t in data["targets"]]
     assert names == ["orch now: false alarms", "orch now: misses"]
     assert any(n.startswith("- 4 runs, ") for n in data["notes"])

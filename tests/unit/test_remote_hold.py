@@ -22,7 +22,9 @@ WAIT_S = 60.0
 
 
 def launch_spec(host: Host, run_id: str, port: int) -> dict[str, Any]:
-    run = vllm_run(tensor_parallel=1)
+    # one GPU: a model whose weights fit it, plain decoding (a 27B model in BF16 is a CUDA OOM
+    # on one 48 GB card, and the engine died before the test could stop it)
+    run = vllm_run(tensor_parallel=1, model="Qwen/Qwen3-8B", speculative={"method": "none"})
     adapter = ENGINES[run.engine]
     return {
         "v": CONTRACT_VERSION,
