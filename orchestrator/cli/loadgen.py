@@ -67,7 +67,9 @@ def render(done: LoadgenOutcome) -> None:
         out.print(
             f"output:   {_figure(stats.output_throughput)} tok/s, "
             f"{_figure(stats.request_throughput)} req/s, {stats.total_output_tokens:,} tokens "
-            f"(counted by {stats.token_count_method or '–'})"
+            f"(counted by {stats.token_count_method or '–'}; {info.reconciled} of "
+            f"{stats.completed} reconciled with the server's usage, "
+            f"{info.token_count_mismatches} token count mismatches)"
         )
         for name, s in (("TTFT", stats.ttft_ms), ("TPOT", stats.tpot_ms)):
             out.print(

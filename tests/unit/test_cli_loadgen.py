@@ -272,10 +272,15 @@ def test_measures_any_server_and_writes_a_runs_files(
     # the prompts' content is recorded, as a run's is
     sha = result.settings.workload.prompts_sha256
     assert sha is not None and len(sha) == 64 and manifest["prompts"]["sha256"] == sha
-    # a second invocation never touches the first one's folder
+    assert result.loadgen.reconciled == 12 and result.loadgen.token_count_mismatches == 0
+    # a second invocation never touches the first one's folder; its console says how many
+    # requests were reconciled with the server's counts
+    capsys.readouterr()
     assert run_cli([*args, "--name", "again"]) in (0, 1)
+    said_again = " ".join(capsys.readouterr().out.split())
+    assert "12 of 12 reconciled with the server's usage, 0 token count mismatches" in said_again
+    assert "results:" in said_again
     assert len(list(tmp_path.iterdir())) == 2
-    assert "results:" in capsys.readouterr().out
 
 
 def test_every_request_failing_fails_the_command(
