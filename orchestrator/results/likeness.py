@@ -21,21 +21,11 @@ from collections.abc import Mapping
 
 import pandas as pd
 
-LIKE_COLUMNS = (
-    "model",
-    "prompts",
-    "prompts_sha256",
-    "num_prompts",
-    "workload_duration_s",
-    "input_len",
-    "max_tokens",
-    "api",
-    "ignore_eos",
-    "temperature",
-    "seed",
-    "burstiness",
-    "concurrency",
-)
+from orchestrator.results.frame import WORKLOAD
+
+# the model, every column of the workload a frame row measured, and an open loop's cap: one
+# list of the workload's columns (``frame.WORKLOAD``) serves the frame and this check
+LIKE_COLUMNS = ("model", *WORKLOAD, "concurrency")
 _OPEN_LOOP_ONLY = ("burstiness", "concurrency")  # under a concurrency point, the point itself
 
 Workload = dict[str, object]

@@ -8,14 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,7 +17,8 @@ import pytest
 from orchestrator.cli.main import run as run_cli
 from orchestrator.remote import loadgen as loadgen_verb
 from orchestrator.results.model import RunResult
-from orchestrator.sim.sandbox import prepare_sandbox
+from tests.fixtures.simserver import MODEL as SIM
+from tests.fixtures.simserver import start_sim, stop_sim
 
 MODEL = "hostile-model"
 
@@ -149,32 +143,6 @@ def test_hostile_streams_are_failed_requests_and_the_command_fails(
 # ------------------------------------------------ the simulator's engine dies mid-request
 
 
-def _start_sim(root: Path, env: dict[str, str]) -> tuple[subprocess.Popen[bytes], str]:
-    box = prepare_sandbox(root)
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    argv = [sys.executable, "-m", "orchestrator.sim", "vllm", "serve", SIM_MODEL, "--port", str(port)]  # fmt: skip
-    full_env = {**os.environ, **box.env(), "ORCH_SIM_LOAD_S": "0", **env}
-    with (root / "server.log").open("wb") as log:
-        proc = subprocess.Popen(argv, env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as resp:
-                if resp.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise AssertionError((root / "server.log").read_text()[-2000:])
-
-
-SIM_MODEL = "Qwen/Qwen3-8B"
-
-
 def test_requests_cut_by_the_engine_dying_are_failed(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -182,15 +150,13 @@ def test_requests_cut_by_the_engine_dying_are_failed(
     stream (20 ms a step): vLLM's front-end ends each stream with an error object and [DONE].
     Not one is completed, and the command fails."""
     env = {"ORCH_SIM_FAIL": "crash_after:3", "ORCH_SIM_STEP_MS": "20"}
-    proc, url = _start_sim(tmp_path / "sim", env)
+    proc, url = start_sim(tmp_path / "sim", env)
     try:
-        code = run_cli(["loadgen", url, "-m", SIM_MODEL, "-n", "4", "-c", "4", "--warmup", "0",
+        code = run_cli(["loadgen", url, "-m", SIM, "-n", "4", "-c", "4", "--warmup", "0",
                         "--max-tokens", "3000", "--ignore-eos", "--timeout", "60",
                         "--out", str(tmp_path / "results")])  # fmt: skip
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        stop_sim(proc)
     assert code == 1, capsys.readouterr().err
     (folder,) = (tmp_path / "results").glob("*/loadgen")
     records = [json.loads(x) for x in (folder / "requests.jsonl").read_text().splitlines()]

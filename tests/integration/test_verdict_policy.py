@@ -25,8 +25,8 @@ from orchestrator.results.model import RunResult
 from orchestrator.results.report import load_results
 from orchestrator.results.stats import aggregate
 from tests.fixtures.procs import kill_tree, pids_with_env
+from tests.fixtures.simserver import MODEL, start_sim, stop_sim
 from tests.fixtures.sshd import free_port
-from tests.unit.test_cli_loadgen import MODEL, _start_sim, _stop
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
@@ -114,7 +114,7 @@ def test_a_saturated_sweep_point_is_failed_in_orch_run(tmp_path: Path) -> None:
 def test_the_same_measurement_fails_orch_loadgen(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    proc, url = _start_sim(tmp_path / "sim", {"ORCH_SIM_STEP_MS": STEP_MS, "ORCH_SIM_CHUNK_TOKENS": "1"})  # fmt: skip
+    proc, url = start_sim(tmp_path / "sim", {"ORCH_SIM_STEP_MS": STEP_MS, "ORCH_SIM_CHUNK_TOKENS": "1"})  # fmt: skip
     n = PER_STREAM * FLOODED
     try:
         code = run_cli(
@@ -122,7 +122,7 @@ def test_the_same_measurement_fails_orch_loadgen(
              "--ignore-eos", "-c", str(FLOODED), "--out", str(tmp_path / "results")]
         )  # fmt: skip
     finally:
-        _stop(proc)
+        stop_sim(proc)
     err = " ".join(capsys.readouterr().err.split())
     assert code == 1
     assert "measurement failed: - client saturated: " in err
@@ -139,7 +139,7 @@ def test_a_cap_that_holds_an_open_loop_back_is_not_a_saturated_client(
     """1000 requests/s due, one in flight at a time, each taking about 16 x 5 ms: the cap (the
     server's pace) sets the load, the client keeps its own schedule. The measurement stands,
     and says whose pace it measured."""
-    proc, url = _start_sim(tmp_path / "sim", {"ORCH_SIM_STEP_MS": STEP_MS, "ORCH_SIM_CHUNK_TOKENS": "1"})  # fmt: skip
+    proc, url = start_sim(tmp_path / "sim", {"ORCH_SIM_STEP_MS": STEP_MS, "ORCH_SIM_CHUNK_TOKENS": "1"})  # fmt: skip
     try:
         code = run_cli(
             ["loadgen", url, "-m", MODEL, "-n", "6", "--warmup", "1", "--max-tokens", "16",
@@ -147,7 +147,7 @@ def test_a_cap_that_holds_an_open_loop_back_is_not_a_saturated_client(
              "--out", str(tmp_path / "results")]
         )  # fmt: skip
     finally:
-        _stop(proc)
+        stop_sim(proc)
     err = " ".join(capsys.readouterr().err.split())
     (summary,) = (tmp_path / "results").glob("*/loadgen/summary.json")
     result = RunResult.load(summary)

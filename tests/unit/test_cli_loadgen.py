@@ -5,12 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,9 +22,10 @@ from orchestrator.errors import ConfigError
 from orchestrator.loadgen.records import ClientLag, LagStats, LoadgenResult, RequestRecord
 from orchestrator.remote.wire import Chunk
 from orchestrator.results.model import RunResult, RunTimes
-from orchestrator.sim.sandbox import prepare_sandbox
+from tests.fixtures.simserver import MODEL as SIM_MODEL
+from tests.fixtures.simserver import start_sim, stop_sim
 
-MODEL = "Qwen/Qwen3-8B"
+MODEL = SIM_MODEL
 NGRAM = json.dumps({"method": "ngram", "num_speculative_tokens": 3})
 
 
@@ -186,51 +181,13 @@ def test_bad_input_is_one_message_and_nothing_written(
 # ---------------------------------------------------------------- against the simulator
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _start_sim(root: Path, env: dict[str, str], *args: str) -> tuple[subprocess.Popen[bytes], str]:
-    box = prepare_sandbox(root)
-    port = _free_port()
-    argv = [sys.executable, "-m", "orchestrator.sim", "vllm", "serve", MODEL, "--port", str(port)]
-    full_env = {**os.environ, **box.env(), "ORCH_SIM_LOAD_S": "0", **env}
-    with (root / "server.log").open("wb") as log:
-        proc = subprocess.Popen([*argv, *args], env=full_env, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline and proc.poll() is None:
-        try:
-            with urllib.request.urlopen(url + "/health", timeout=1) as resp:
-                if resp.status == 200:
-                    return proc, url
-        except OSError:
-            time.sleep(0.05)
-    os.killpg(proc.pid, signal.SIGKILL)
-    raise AssertionError((root / "server.log").read_text()[-2000:])
-
-
-def _stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-
-
 @pytest.fixture(scope="module")
 def spec_sim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A speculative server: every step 1 ms and exactly 3 tokens per chunk."""
     env = {"ORCH_SIM_STEP_MS": "1", "ORCH_SIM_CHUNK_TOKENS": "3"}
-    proc, url = _start_sim(tmp_path_factory.mktemp("sim"), env, "--speculative-config", NGRAM)
+    proc, url = start_sim(tmp_path_factory.mktemp("sim"), env, "--speculative-config", NGRAM)
     yield url
-    _stop(proc)
+    stop_sim(proc)
 
 
 def test_measures_any_server_and_writes_a_runs_files(
@@ -286,12 +243,12 @@ def test_measures_any_server_and_writes_a_runs_files(
 def test_every_request_failing_fails_the_command(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    proc, url = _start_sim(tmp_path / "sim", {"ORCH_SIM_FAIL_REQUESTS": "1"})
+    proc, url = start_sim(tmp_path / "sim", {"ORCH_SIM_FAIL_REQUESTS": "1"})
     try:
         code = run_cli(["loadgen", url, "-m", MODEL, "-n", "4", "--warmup", "0",
                         "--out", str(tmp_path / "results")])  # fmt: skip
     finally:
-        _stop(proc)
+        stop_sim(proc)
     captured = capsys.readouterr()
     assert code == 1
     err = " ".join(captured.err.split())
@@ -308,7 +265,7 @@ def test_two_loadgens_on_a_rewritten_prompt_file_are_not_compared(
 ) -> None:
     """The same file name, other content: `orch compare` says "not compared" (the content is
     part of the workload), never a percentage between the two."""
-    proc, url = _start_sim(tmp_path / "sim", {"ORCH_SIM_STEP_MS": "10", "ORCH_SIM_CHUNK_TOKENS": "1"})  # fmt: skip
+    proc, url = start_sim(tmp_path / "sim", {"ORCH_SIM_STEP_MS": "10", "ORCH_SIM_CHUNK_TOKENS": "1"})  # fmt: skip
     prompts = tmp_path / "prompts.jsonl"
     folders = []
     try:
@@ -320,7 +277,7 @@ def test_two_loadgens_on_a_rewritten_prompt_file_are_not_compared(
             assert run_cli(args) in (0, 1)
             folders.append(Path(json.loads(capsys.readouterr().out)["folder"]).parent)
     finally:
-        _stop(proc)
+        stop_sim(proc)
     a, b = (RunResult.load(f / "loadgen" / "summary.json") for f in folders)
     assert a.settings.workload is not None and b.settings.workload is not None
     assert a.settings.workload.prompts == b.settings.workload.prompts  # the same name ...
