@@ -112,23 +112,36 @@ def detect_engine(lines: Iterable[str]) -> str | None:
     return ranked[0][0]
 
 
+# vLLM prints the mean acceptance length with two decimals (and a hair for float rounding)
+MEAN_PRINTED_TO = 0.005 + 1e-9
+
+
 def line_drafts(event: SpecDecodeEvent) -> float | None:
     """How many drafts (verify steps) a SpecDecoding line covers, or None when unknowable.
 
-    vLLM drafts K tokens per draft, so drafts = drafted / K with K = number of per-position
-    rates. Lines without the list (older releases) derive it from the printed mean
-    (mean = 1 + accepted/drafts); the oldest form prints neither and is left out.
+    A draft proposes at most K tokens (K = the number of per-position rates), so drafted / K is
+    only a lower bound: ngram proposes fewer when its n-gram match is short, and dividing by K
+    then overstates the acceptance length (a real vLLM 0.32 ngram log: 4.88 where vLLM printed
+    4.41). The printed mean (1 + accepted/drafts) says how many drafts there were, to its two
+    decimals: drafted / K is used when it lies within that rounding (full drafts: exact), else
+    the mean's own count, never below drafted / K nor above drafted (each draft proposes one
+    token at least). A line whose mean is 1.00 (nothing accepted) weighs drafted / K.
     """
     if event.accepted_tokens is None or event.drafted_tokens is None:
         return None
-    if event.per_position_acceptance:
-        return event.drafted_tokens / len(event.per_position_acceptance)
     if event.drafted_tokens == 0:
         return 0.0
+    k = len(event.per_position_acceptance or ())
+    full = event.drafted_tokens / k if k else None
     mean = event.mean_acceptance_length
-    if mean is not None and mean > 1:
-        return event.accepted_tokens / (mean - 1)
-    return None
+    if mean is None or mean - MEAN_PRINTED_TO <= 1 or event.accepted_tokens == 0:
+        return full  # the mean cannot say (or there is nothing to weigh): full drafts
+    low = event.accepted_tokens / (mean - 1 + MEAN_PRINTED_TO)
+    high = event.accepted_tokens / (mean - 1 - MEAN_PRINTED_TO)
+    if full is not None and low <= full <= high:
+        return full
+    drafts = event.accepted_tokens / (mean - 1)
+    return min(max(drafts, full or 0.0), float(event.drafted_tokens))
 
 
 @dataclass(frozen=True)

@@ -557,10 +557,73 @@ def test_detect_engine_majority_and_undecided() -> None:
         ({"accepted_tokens": 0, "drafted_tokens": 0}, 0.0),
         ({"accepted_tokens": 0, "drafted_tokens": 30, "mean_acceptance_length": 1.0}, None),
         ({"drafted_tokens": 30, "per_position_acceptance": (0.5,)}, None),
+        # a real vLLM 0.32 ngram line: drafts shorter than K=4, so 4080 / 4 = 1020 overstates
+        # the acceptance (4.88); the printed mean says 3960 / 3.41 drafts (1 + 3960/1161 = 4.41)
+        (
+            {
+                "accepted_tokens": 3960,
+                "drafted_tokens": 4080,
+                "mean_acceptance_length": 4.41,
+                "per_position_acceptance": (1.0, 0.828, 0.828, 0.759),
+            },
+            3960 / 3.41,
+        ),  # fmt: skip
+        # a real draft-model line: full drafts, 3792 / 3 = 1264 lies within the mean's rounding
+        (
+            {
+                "accepted_tokens": 512,
+                "drafted_tokens": 3792,
+                "mean_acceptance_length": 1.41,
+                "per_position_acceptance": (0.139, 0.139, 0.127),
+            },
+            1264.0,
+        ),  # fmt: skip
+        # the real EAGLE-3 collapse: nothing accepted, the drafts weigh drafted / K
+        (
+            {
+                "accepted_tokens": 0,
+                "drafted_tokens": 2280,
+                "mean_acceptance_length": 1.0,
+                "per_position_acceptance": (0.0, 0.0, 0.0),
+            },
+            760.0,
+        ),  # fmt: skip
+        # a mean that cannot be true (more drafts than drafted tokens) is clamped
+        (
+            {
+                "accepted_tokens": 10,
+                "drafted_tokens": 40,
+                "mean_acceptance_length": 1.2,
+                "per_position_acceptance": (0.1, 0.1),
+            },
+            40.0,
+        ),  # fmt: skip
     ],
 )
 def test_line_drafts(fields: dict, drafts: float | None) -> None:
-    assert line_drafts(SpecDecodeEvent(line_no=1, **fields)) == drafts
+    got = line_drafts(SpecDecodeEvent(line_no=1, **fields))
+    assert got == (pytest.approx(drafts) if drafts is not None else None)
+
+
+REAL = Path(__file__).parents[1] / "fixtures" / "vllm_cpu_logs"
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [("ngram.log", 4.40), ("draft.log", 1.34), ("eagle3.log", 1.00)],
+)
+def test_real_vllm_logs_give_vllms_own_acceptance_length(log: str, expected: float) -> None:
+    """The real vLLM 0.32 (CPU build) logs: orch's figure over the log is vLLM's own, each line
+    weighted by its drafts (1 + sum accepted / sum(accepted / (mean - 1))), within 2%."""
+    lines = (REAL / log).read_text().splitlines()
+    events = [e for e in parse_log(lines, engine="vllm").events if isinstance(e, SpecDecodeEvent)]
+    accepted = sum(e.accepted_tokens or 0 for e in events)
+    own = [(e.accepted_tokens or 0) / ((e.mean_acceptance_length or 1.0) - 1) for e in events
+           if (e.mean_acceptance_length or 1) > 1]  # fmt: skip
+    vllm_own = 1 + accepted / sum(own) if own else 1.0
+    summary = parse_log(lines, engine="vllm").summary
+    assert summary.acceptance_length == pytest.approx(vllm_own, rel=0.02)
+    assert summary.acceptance_length == pytest.approx(expected, abs=0.01)
 
 
 def test_vllm_summary_weights_lines_by_drafts_across_versions() -> None:
