@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ import yaml
 
 from orchestrator.results.model import ParallelSettings, RunResult
 from orchestrator.results.report import derived, load_results, summary_row
+from tests.fixtures.cli import finish, orch_process
 from tests.fixtures.procs import kill_tree, pids_with_env
 from tests.fixtures.sshd import free_port
 
@@ -84,22 +84,6 @@ class Ran:
     held: dict[int, list[int]] = field(default_factory=dict)  # engine pid -> GPUs it held
 
 
-def orch(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
-    out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
 @pytest.fixture(scope="module")
 def ran(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ran]:
     tmp = tmp_path_factory.mktemp("parallel")
@@ -108,9 +92,12 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ran]:
     args = [str(playbook_file(tmp / "play.yaml")), "--hosts", str(hosts_file(tmp / "hosts.yaml"))]
     results = ["--results", str(tmp / "results")]
     try:
-        dry = finish(orch("run", *args, *results, "--dry-run", "--json", cwd=tmp, env=env))
+        dry = finish(
+            orch_process("run", *args, *results, "--dry-run", "--json", cwd=tmp, env=env),
+            CLI_TIMEOUT_S,
+        )
         assert dry.returncode == 0, dry.stderr
-        running = orch("run", *args, *results, cwd=tmp, env=env)
+        running = orch_process("run", *args, *results, cwd=tmp, env=env)
         held: dict[int, list[int]] = {}
         while running.poll() is None:  # what the simulated nvidia-smi sees each engine hold
             for path in (root / HOST / "state").glob("gpu-*.json"):
@@ -120,7 +107,7 @@ def ran(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ran]:
                     continue
                 held[int(record["pid"])] = list(record["gpus"])
             time.sleep(0.05)
-        proc = finish(running)
+        proc = finish(running, CLI_TIMEOUT_S)
         (folder,) = (tmp / "results").iterdir()
         yield Ran(proc, json.loads(dry.stdout), folder, held)
     finally:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ import yaml
 
 from orchestrator.results.model import RunResult
 from orchestrator.results.report import load_results
+from tests.fixtures.cli import finish, orch_process
 from tests.fixtures.procs import kill_tree, pids_with_env
 from tests.fixtures.sshd import free_port
 
@@ -66,22 +66,6 @@ class Shared:
     together: int = 0  # the most engines seen holding GPUs at once
 
 
-def orch(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "orchestrator", *args],
-        cwd=cwd,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def finish(proc: subprocess.Popen[str]) -> subprocess.CompletedProcess[str]:
-    out, err = proc.communicate(timeout=CLI_TIMEOUT_S)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
-
-
 @pytest.fixture(scope="module")
 def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     tmp = tmp_path_factory.mktemp("share")
@@ -90,9 +74,12 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
     args = [str(playbook_file(tmp / "play.yaml")), "--hosts", str(hosts_file(tmp / "hosts.yaml"))]
     results = ["--results", str(tmp / "results")]
     try:
-        dry = finish(orch("run", *args, *results, "--dry-run", "--json", cwd=tmp, env=env))
+        dry = finish(
+            orch_process("run", *args, *results, "--dry-run", "--json", cwd=tmp, env=env),
+            CLI_TIMEOUT_S,
+        )
         assert dry.returncode == 0, dry.stderr
-        running = orch("run", *args, *results, cwd=tmp, env=env)
+        running = orch_process("run", *args, *results, cwd=tmp, env=env)
         held: dict[int, list[int]] = {}
         together = 0
         state = root / HOST / "state"
@@ -107,9 +94,12 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Shared]:
             held.update(now)
             together = max(together, len(now))
             time.sleep(0.05)
-        proc = finish(running)
+        proc = finish(running, CLI_TIMEOUT_S)
         (folder,) = (tmp / "results").iterdir()
-        again = finish(orch("run", *args, *results, "--dry-run", "--json", cwd=tmp, env=env))
+        again = finish(
+            orch_process("run", *args, *results, "--dry-run", "--json", cwd=tmp, env=env),
+            CLI_TIMEOUT_S,
+        )
         assert again.returncode == 0, again.stderr
         yield Shared(proc, json.loads(dry.stdout), json.loads(again.stdout), folder, held, together)
     finally:
