@@ -167,14 +167,20 @@ def timeout_for(case: Case) -> float:
     return 120.0 + 5 * ideal / 1000.0
 
 
-def run_orch(case: Case, url: str, cwd: Path, core: int | None) -> ToolRun:
-    """`orch loadgen` in a process of its own, like the peers (start-up included)."""
+def run_loadgen(case: Case, url: str, cwd: Path, core: int | None) -> Finished:
+    """`orch loadgen` on ``case`` in a process of its own pinned on ``core``, writing under
+    ``cwd/results`` (the client benchmark's and the saturation calibration's one command)."""
     argv = [sys.executable, "-m", "orchestrator", "loadgen", url, "--model", MODEL]
     argv += ["--prompts", f"random:{PROMPT_TOKENS}", "--num-prompts", str(case.num_prompts)]
     argv += ["-c", str(case.concurrency), "--max-tokens", str(case.max_tokens), "--ignore-eos"]
     argv += ["--warmup", "0", "--out", str(cwd / "results"), "--json"]
     env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT.parent)}
-    done = run_pinned(argv, env=env, cwd=cwd, core=core, timeout_s=timeout_for(case))
+    return run_pinned(argv, env=env, cwd=cwd, core=core, timeout_s=timeout_for(case))
+
+
+def run_orch(case: Case, url: str, cwd: Path, core: int | None) -> ToolRun:
+    """`orch loadgen` in a process of its own, like the peers (start-up included)."""
+    done = run_loadgen(case, url, cwd, core)
     summaries = sorted((cwd / "results").glob("*/*/summary.json"))
     if done.code not in (0, 1) or not summaries:  # 1: measured, but marked failed
         return _failed("orch", done, cwd, "orch loadgen failed")

@@ -36,8 +36,8 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.client import cores, error_pct
-from benchmarks.client_peers import PROMPT_TOKENS, ROOT, run_pinned, timeout_for
-from benchmarks.client_sim import MODEL, Case, Sim, Truth, pin, truth_of
+from benchmarks.client_peers import run_loadgen
+from benchmarks.client_sim import Case, Sim, Truth, pin, truth_of
 from benchmarks.common import Bench, Target, arguments
 from orchestrator.metrics.summary import ClientLag
 from orchestrator.runner.summarize import client_warnings
@@ -144,12 +144,7 @@ def busy_loop(core: int | None) -> subprocess.Popen[bytes]:
 
 def run_orch(case: Case, url: str, cwd: Path, core: int | None) -> dict[str, Any]:
     """`orch loadgen` pinned on ``core``: its summary.json (a failed run ends the benchmark)."""
-    argv = [sys.executable, "-m", "orchestrator", "loadgen", url, "--model", MODEL]
-    argv += ["--prompts", f"random:{PROMPT_TOKENS}", "--num-prompts", str(case.num_prompts)]
-    argv += ["-c", str(case.concurrency), "--max-tokens", str(case.max_tokens), "--ignore-eos"]
-    argv += ["--warmup", "0", "--out", str(cwd / "results"), "--json"]
-    env = {**os.environ, "NO_COLOR": "1", "PYTHONPATH": str(ROOT.parent)}
-    done = run_pinned(argv, env=env, cwd=cwd, core=core, timeout_s=timeout_for(case))
+    done = run_loadgen(case, url, cwd, core)
     summaries = sorted((cwd / "results").glob("*/*/summary.json"))
     if done.code not in (0, 1) or not summaries:  # 1: measured, marked failed
         log = (cwd / "client.log").read_text(errors="replace")[-1500:]

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.fixtures.procs import alive, kill_tree, pids_with_env
-from tests.fixtures.sshd import free_port
+from tests.fixtures.sshd import free_port, port_free
 
 pytestmark = pytest.mark.integration
 
@@ -64,18 +64,6 @@ def orch(
 def host_pids(root: Path) -> list[int]:
     """Live processes started through the embedded host (they inherit its sandbox HOME)."""
     return pids_with_env("HOME", str(root / HOST / "home"))
-
-
-def port_free(port: int) -> bool:
-    """Whether a server could listen on ``port`` now (SO_REUSEADDR, as servers bind: the
-    closed connections' TIME_WAIT does not count)."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 @pytest.fixture

@@ -24,15 +24,10 @@ from orchestrator.remote.probe import machine_id
 from orchestrator.remote.wire import CONTRACT_VERSION
 from orchestrator.sim.gpus import register_process, unregister_process
 from orchestrator.sim.sandbox import Sandbox, prepare_sandbox
+from tests.fixtures.sshd import free_port, port_free
 
 FAST = {"ORCH_SIM_LOAD_S": "0.2", "ORCH_SIM_SPEED": "50"}
 WORKDIR_VERBS = ("launch", "status", "tail", "stop")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 class Host:
@@ -524,18 +519,6 @@ def launch_hung(host: Host, run_id: str, mode: str) -> tuple[dict[str, Any], int
         assert time.monotonic() < deadline, "the hung engine never started listening"
         time.sleep(0.05)
     return record, port
-
-
-def port_free(port: int) -> bool:
-    """Whether a server could listen on ``port`` now (SO_REUSEADDR, as servers bind: the
-    closed connections' TIME_WAIT does not count)."""
-    with socket.socket() as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
 
 
 def test_an_engine_ignoring_sigterm_is_killed_after_the_grace(host: Host) -> None:
