@@ -64,10 +64,10 @@ class SpeculativeSpec(StrictModel):
     """Speculative decoding. ``num_draft_tokens`` means tokens drafted per step, whatever the engine calls it."""
 
     method: SpeculativeMethod = Field(
-        "none", description="none, dflash, mtp, eagle, eagle3 or ngram."
+        "none", description="none, dflash, mtp, eagle, eagle3, ngram or draft_model."
     )
     draft_model: str | None = Field(
-        None, description="Drafter model id or path (dflash, eagle, eagle3)."
+        None, description="Drafter model id or path (dflash, eagle, eagle3, draft_model)."
     )
     num_draft_tokens: Positive | None = Field(
         None, description="Tokens drafted per step (vLLM num_speculative_tokens; SGLang num-steps)."

@@ -37,6 +37,7 @@ ALGORITHMS: dict[SpeculativeMethod, str] = {
     "eagle3": "EAGLE3",
     "dflash": "DFLASH",
     "ngram": "NGRAM",
+    "draft_model": "STANDALONE",  # a smaller model of the same tokenizer drafts
 }
 _READ = "docs/ENGINES.md (SGLang 0.5.23)"
 
@@ -81,8 +82,7 @@ class SglangEngine(Engine):
     doctor = DOCTOR
     # its --speculative-algorithm names (NEXTN: a built-in MTP head); STANDALONE: a draft model
     method_aliases: ClassVar[dict[str, str]] = {
-        "standalone": "draft_model",
-        **{algorithm.lower(): method for method, algorithm in ALGORITHMS.items()},
+        algorithm.lower(): method for method, algorithm in ALGORITHMS.items()
     }
     flags: ClassVar[FlagTable] = SGLANG_LAUNCH_SERVER
     ready_lines = ("The server is fired up and ready to roll!",)

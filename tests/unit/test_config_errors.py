@@ -86,7 +86,7 @@ CASES: list[tuple[str, Action, int, int, str | None, str]] = [
         8,
         27,
         "runs[2].speculative.method",
-        "found 'mpt'; allowed: none, dflash, mtp, eagle, eagle3, ngram (did you mean 'mtp'?)",
+        "found 'mpt'; allowed: none, dflash, mtp, eagle, eagle3, ngram, draft_model (did you mean 'mtp'?)",
     ),
     (
         "pb-bad-engine.yaml",

@@ -342,6 +342,7 @@ def test_json_schema_playbook_has_every_field_with_help() -> None:
         "eagle",
         "eagle3",
         "ngram",
+        "draft_model",
     ]
     assert defs["RunSpec"]["properties"]["engine"]["enum"] == ["vllm", "sglang"]
     assert "required" not in defs["RunDefaults"]

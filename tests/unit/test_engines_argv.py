@@ -118,6 +118,14 @@ VLLM_CASES = [
             '"num_speculative_tokens":15,"disable_padded_drafter_batch":true}',
         ],
     ),
+    (
+        "draft_model",  # as the real vLLM 0.32 CPU build ran it (tests/real_engine/)
+        {"method": "draft_model", "draft_model": "/srv/lab/tiny-draft", "num_draft_tokens": 3},
+        [
+            "--speculative-config",
+            '{"method":"draft_model","model":"/srv/lab/tiny-draft","num_speculative_tokens":3}',
+        ],
+    ),
 ]
 
 SGLANG_CASES = [
@@ -165,6 +173,22 @@ SGLANG_CASES = [
             "EAGLE3",
             "--speculative-draft-model-path",
             EAGLE3,
+            "--speculative-num-steps",
+            "3",
+            "--speculative-eagle-topk",
+            "1",
+            "--speculative-num-draft-tokens",
+            "4",
+        ],
+    ),
+    (
+        "draft_model",  # SGLang's STANDALONE runs a small model on its EAGLE worker
+        {"method": "draft_model", "draft_model": "Qwen/Qwen3-0.6B", "num_draft_tokens": 3},
+        [
+            "--speculative-algorithm",
+            "STANDALONE",
+            "--speculative-draft-model-path",
+            "Qwen/Qwen3-0.6B",
             "--speculative-num-steps",
             "3",
             "--speculative-eagle-topk",
