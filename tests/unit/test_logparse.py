@@ -605,7 +605,7 @@ def test_line_drafts(fields: dict, drafts: float | None) -> None:
     assert got == (pytest.approx(drafts) if drafts is not None else None)
 
 
-REAL = Path(__file__).parents[1] / "fixtures" / "vllm_cpu_logs"
+REAL = Path(__file__).parents[1] / "fixtures" / "vllm_cpu"
 
 
 @pytest.mark.parametrize(

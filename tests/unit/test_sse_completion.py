@@ -13,7 +13,7 @@ from orchestrator.remote.completion import Facts, judge
 from orchestrator.remote.sse import StreamParser
 from orchestrator.remote.wire import RequestFailure
 
-STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_streams"
+STREAMS = Path(__file__).resolve().parents[1] / "fixtures" / "vllm_cpu"
 
 
 def ev(obj: object) -> bytes:
