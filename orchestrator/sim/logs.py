@@ -1,7 +1,8 @@
 """Log lines in each engine's own format (prefixes, date formats), written and flushed at once.
 
-vLLM: ``(APIServer pid=4021) INFO 12-02 10:57:11 [loggers.py:123] message``; vLLM's stdout
-wrapper prefixes every line a process writes, uvicorn's too. SGLang:
+vLLM: ``(APIServer pid=4021) INFO 12-02 10:57:11 [loggers.py:123] message``; that prefix is its
+logging format, so uvicorn's lines (``INFO:     Application startup complete.``) come bare, as
+vLLM 0.32 prints them (tests/fixtures/vllm_cpu/). SGLang:
 ``[2026-07-30 13:35:13 TP0] message`` (no rank part with tp=1, no level name).
 The stat lines are built by pure functions so tests can pin them.
 """
@@ -12,7 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Sequence
-from typing import TextIO
+from typing import Any, TextIO
 
 
 class EngineLog:
@@ -54,7 +55,7 @@ class EngineLog:
     def uvicorn(self, message: str, level: str = "INFO") -> None:
         text = f"{level + ':':<9} {message}"
         if self.engine == "vllm":
-            self._write([f"(APIServer pid={self.pid}) {text}"])
+            self._write([text])
         else:
             self._write([f"[{time.strftime('%Y-%m-%d %H:%M:%S')}] {text}"])
 
@@ -69,6 +70,87 @@ class EngineLog:
         """``logger.exception``: vLLM's formatter repeats the header on every line."""
         head = f"({proc} pid={self.pid}) ERROR {time.strftime('%m-%d %H:%M:%S')} [{source}]"
         self._write([f"{head} {line}" for line in lines])
+
+
+VLLM_BANNER = """
+       █     █     █▄   ▄█
+ ▄▄ ▄█ █     █     █ ▀▄▀ █  version {version}
+  █▄█▀ █     █     █     █  model   {model}
+   ▀▀  ▀▀▀▀▀ ▀▀▀▀▀ ▀     ▀
+"""
+
+
+# vLLM 0.32's default SIGTERM shutdown (mode=abort) as its log shows it: process, level, source,
+# message after "[shutdown] "; "*" rows only with requests in flight, "+" rows once per worker.
+_VLLM_SHUTDOWN = """\
+APIServer INFO launcher.py:254 API server: shutdown triggered
+APIServer INFO launcher.py:270 API server: stopping engine client mode=abort timeout=0s
+APIServer INFO core_client.py:770 MPClient: start timeout=0s
+APIServer INFO core_client.py:772 MPClient: stopping engine manager
+APIServer INFO utils.py:628 Process manager: send sigterm to process EngineCore
+APIServer WARNING utils.py:648 Process manager: force killing remaining processes count=1
+APIServer WARNING utils.py:653 Process manager: force killing remaining process EngineCore pid {pid}
+EngineCore_DP0 INFO core.py:1454 EngineCore: trigger received signal=SIGTERM
+EngineCore_DP0 INFO core.py:1635 EngineCore: start mode=abort timeout=0s
+*EngineCore_DP0 INFO core.py:1644 EngineCore: aborting in-flight requests count={in_flight}
+EngineCore_DP0 INFO core.py:1666 EngineCore: request processing complete; starting resource teardown
+EngineCore_DP0 INFO core.py:1499 EngineCore: exiting busy loop
+EngineCore_DP0 INFO multiproc_executor.py:479 Executor: waiting for worker exit count={workers}
++APIServer WARNING system_utils.py:225 force killing sub process VLLM::Worker pid {pid}
+APIServer INFO core_client.py:774 MPClient: engine manager stopped
+APIServer INFO core_client.py:775 MPClient: cleaning up background resources
+APIServer INFO core_client.py:777 MPClient: complete
+APIServer INFO launcher.py:279 API server: engine client stopped
+APIServer INFO launcher.py:282 API server: signalling HTTP server shutdown
+APIServer INFO launcher.py:304 API server: shutting down FastAPI HTTP server
+"""
+
+
+def vllm_shutdown_lines(pid: int, workers: int, in_flight: int) -> list[tuple[str, str, str, str]]:
+    """(process, level, source, message) of each line of vLLM 0.32's SIGTERM shutdown."""
+    out = []
+    for row in _VLLM_SHUTDOWN.splitlines():
+        mark = row[0] if row[0] in "*+" else ""
+        proc, level, source, message = row.lstrip("*+").split(" ", 3)
+        if mark == "*" and not in_flight:
+            continue
+        text = "[shutdown] " + message.format(pid=pid, workers=workers, in_flight=in_flight)
+        out += [(proc, level, source, text)] * (workers if mark == "+" else 1)
+    return out
+
+
+def vllm_request_lines(
+    rid: str, body: dict[str, Any], *, max_tokens: int, suffix: str
+) -> list[str]:
+    """``--enable-log-requests``: vLLM 0.32's "Received request" (every SamplingParams field,
+    as it prints them) and "Added request" lines; it prints no line when a request finishes."""
+
+    def num(key: str, default: float, kind: type = float) -> object:
+        value = body.get(key, default)
+        try:
+            return kind(value)
+        except (TypeError, ValueError):
+            return value  # the real engine refuses it; the simulator only logs it
+
+    stop = body.get("stop") or []
+    params = {
+        "n": 1, "presence_penalty": num("presence_penalty", 0.0),
+        "frequency_penalty": num("frequency_penalty", 0.0),
+        "repetition_penalty": num("repetition_penalty", 1.0),
+        "temperature": num("temperature", 1.0), "watermarking": None,
+        "top_p": num("top_p", 1.0), "top_k": num("top_k", 0, int), "min_p": num("min_p", 0.0),
+        "seed": body.get("seed"), "stop": stop if isinstance(stop, list) else [stop],
+        "stop_token_ids": [], "bad_words": [], "thinking_token_budget": None,
+        "include_stop_str_in_output": False, "ignore_eos": bool(body.get("ignore_eos", False)),
+        "max_tokens": max_tokens, "min_tokens": num("min_tokens", 0, int),
+        "logprobs": body.get("logprobs"), "prompt_logprobs": None, "skip_special_tokens": True,
+        "spaces_between_special_tokens": True, "structured_outputs": None, "extra_args": None,
+    }  # fmt: skip
+    shown = ", ".join(f"{key}={value!r}" for key, value in params.items())
+    return [
+        f"Received request {rid}-0: params: SamplingParams({shown}), lora_request: None.",
+        f"Added request {rid}-0-{suffix}.",
+    ]
 
 
 def vllm_engine_line(

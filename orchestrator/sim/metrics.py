@@ -19,13 +19,26 @@ E2E_BUCKETS = (0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 4
                60.0, 120.0, 240.0, 480.0, 960.0, 1920.0, 7680.0)  # fmt: skip
 ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0,
                7.5, 10.0, 20.0, 40.0, 80.0)  # fmt: skip
-TOKEN_BUCKETS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000)
+
+
+def one_two_five(limit: int) -> tuple[int, ...]:
+    """vLLM's token-count buckets: 1, 2, 5, 10, 20, 50... up to ``max_model_len``."""
+    out: list[int] = []
+    scale = 1
+    while True:
+        for mantissa in (1, 2, 5):
+            if mantissa * scale > limit:
+                return tuple(out)
+            out.append(mantissa * scale)
+        scale *= 10
 
 
 class VllmMetrics:
-    """vLLM V1's Prometheus logger: labels ``model_name`` and ``engine``."""
+    """vLLM V1's Prometheus logger: labels ``model_name`` and ``engine``; the families, labels,
+    label values and buckets of vLLM 0.32 (tests/sim/test_sim_fidelity_vllm.py holds them to
+    a real scrape), token buckets up to ``max_model_len``."""
 
-    def __init__(self, engine: EngineCore, model_name: str) -> None:
+    def __init__(self, engine: EngineCore, model_name: str, max_model_len: int) -> None:
         self.registry = r = CollectorRegistry()
         names, values = ["model_name", "engine"], [model_name, "0"]
 
@@ -67,7 +80,8 @@ class VllmMetrics:
         ).labels(*values)
         success = counter("vllm:request_success", "Count of successfully processed requests.", ["finished_reason"])  # fmt: skip
         self.success = {
-            reason: success.labels(*values, reason) for reason in ("stop", "length", "abort")
+            reason: success.labels(*values, reason)
+            for reason in ("stop", "length", "abort", "error", "repetition")
         }
 
         def hist(name: str, doc: str, buckets: tuple[float, ...]) -> Histogram:
@@ -103,13 +117,22 @@ class VllmMetrics:
             "Histogram of time spent in DECODE phase for request.",
             E2E_BUCKETS,
         )
+        self.inference_time = hist(
+            "vllm:request_inference_time_seconds",
+            "Histogram of time spent in RUNNING phase for request.",
+            E2E_BUCKETS,
+        )
+        self.tpot = hist(
+            "vllm:request_time_per_output_token_seconds",
+            "Histogram of time_per_output_token_seconds per request.",
+            ITL_BUCKETS,
+        )
+        tokens = one_two_five(max_model_len)
         self.prompt_hist = hist(
-            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", TOKEN_BUCKETS
+            "vllm:request_prompt_tokens", "Number of prefill tokens processed.", tokens
         )
         self.gen_hist = hist(
-            "vllm:request_generation_tokens",
-            "Number of generation tokens processed.",
-            TOKEN_BUCKETS,
+            "vllm:request_generation_tokens", "Number of generation tokens processed.", tokens
         )
         self.spec = None
         if engine.positions:
@@ -160,8 +183,12 @@ class VllmMetrics:
         self.success[req.finish_reason or "abort"].inc()
         if req.finished is not None:
             self.e2e.observe(req.finished - req.arrival)
+            if req.scheduled is not None:
+                self.inference_time.observe(req.finished - req.scheduled)
             if req.first_token is not None:
                 self.decode_time.observe(req.finished - req.first_token)
+                if req.generated > 1:
+                    self.tpot.observe((req.finished - req.first_token) / (req.generated - 1))
         self.prompt_hist.observe(req.prompt_tokens)
         self.gen_hist.observe(req.generated)
 

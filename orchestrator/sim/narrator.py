@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from orchestrator.sim.cache import DEV_MODE_WARNING, dev_mode
 from orchestrator.sim.cli import LaunchConfig
 from orchestrator.sim.failures import StartupFailure
-from orchestrator.sim.logs import EngineLog
+from orchestrator.sim.logs import VLLM_BANNER, EngineLog, vllm_shutdown_lines
 from orchestrator.sim.startup import Plan
 from orchestrator.sim.versions import VLLM_VERSION
 
@@ -34,9 +34,10 @@ class Narrator:
         ``'api_key': ['...']``, SGLang's ``api_key='...'``), for orch must hide them itself."""
         cfg = self.cfg
         if self.vllm:
-            self.log.vllm(f"vLLM API server version {VLLM_VERSION}", source="api_server.py:1896")
+            banner = VLLM_BANNER.format(version=VLLM_VERSION, model=cfg.model)
+            self.log.vllm(banner, source="api_utils.py:347")
             shown = {k: v for k, v in cfg.args.items() if k != "subparser"}
-            self.log.vllm(f"non-default args: {shown}", source="utils.py:328")
+            self.log.vllm(f"non-default args: {shown}", source="api_utils.py:286")
         else:
             args = ", ".join(f"{k}={v!r}" for k, v in cfg.args.items())
             self.log.sglang(f"server_args=ServerArgs({args})", rank=False)
@@ -125,13 +126,8 @@ class Narrator:
                 proc="Worker_TP0",
             )
             self.log.vllm(
-                f"GPU KV cache size: {plan.kv_capacity_tokens:,} tokens",
-                source="kv_cache_utils.py:1087",
-                proc="EngineCore_DP0",
-            )
-            self.log.vllm(
-                f"Maximum concurrency for {plan.max_model_len:,} tokens per request: {plan.kv_capacity_tokens / plan.max_model_len:.2f}x",
-                source="kv_cache_utils.py:1091",
+                f"GPU KV cache size: {plan.kv_capacity_tokens:,} tokens, Maximum concurrency for {plan.max_model_len:,} tokens per request: {plan.kv_capacity_tokens / plan.max_model_len:.2f}x",
+                source="kv_cache_utils.py:2327",
                 proc="EngineCore_DP0",
             )
         else:
@@ -163,18 +159,18 @@ class Narrator:
         took = time.time() - self.started
         if self.vllm:
             self.log.vllm(
-                f"init engine (profile, create kv cache, warmup model) took {took:.2f} seconds",
-                source="core.py:210",
+                f"init engine (profile, create kv cache, warmup model) took {took:.2f} s",
+                source="core.py:402",
                 proc="EngineCore_DP0",
             )
-            self.log.vllm("Supported_tasks: ['generate']", source="api_server.py:1634")
+            self.log.vllm("Supported tasks: ['generate']", source="entry.py:136")
             dev = dev_mode(self.env)
             if dev:
                 self.log.vllm(DEV_MODE_WARNING, source="api_server.py:1770", level="WARNING")
             self.log.vllm(
-                f"Starting vLLM server on http://{cfg.host}:{cfg.port}", source="api_server.py:1912"
+                f"Starting vLLM server on http://{cfg.host}:{cfg.port}", source="entry.py:140"
             )
-            self.log.vllm("Available routes are:", source="launcher.py:34")
+            self.log.vllm("Available routes are:", source="launcher.py:186")
             for path, methods in (
                 ("/health", "GET"),
                 ("/version", "GET"),
@@ -184,7 +180,7 @@ class Narrator:
                 ("/v1/completions", "POST"),
                 *((("/reset_prefix_cache", "POST"),) if dev else ()),
             ):
-                self.log.vllm(f"Route: {path}, Methods: {methods}", source="launcher.py:42")
+                self.log.vllm(f"Route: {path}, Methods: {methods}", source="launcher.py:195")
             self.log.uvicorn(f"Started server process [{os.getpid()}]")
             self.log.uvicorn("Waiting for application startup.")
             self.log.uvicorn("Application startup complete.")
@@ -202,13 +198,23 @@ class Narrator:
             f"Uvicorn running on http://{self.cfg.host}:{self.cfg.port} (Press CTRL+C to quit)"
         )
 
+    def shutdown_engine(self, in_flight: int) -> None:
+        """vLLM 0.32's default SIGTERM shutdown (``mode=abort``) up to the HTTP server's turn:
+        the engine process is told, aborts what runs, and is force-killed with its workers."""
+        if not self.vllm:
+            return
+        lines = vllm_shutdown_lines(os.getpid(), self.cfg.shards, in_flight)
+        for proc, level, source, message in lines:
+            self.log.vllm(message, source=source, level=level, proc=proc)
+
     def shutdown(self) -> None:
-        if self.vllm:
-            self.log.vllm("Shutting down FastAPI HTTP server.", source="launcher.py:110")
+        """uvicorn's last lines; vLLM's server prints no "Finished server process" (SGLang's
+        does)."""
         self.log.uvicorn("Shutting down")
         self.log.uvicorn("Waiting for application shutdown.")
         self.log.uvicorn("Application shutdown complete.")
-        self.log.uvicorn(f"Finished server process [{os.getpid()}]")
+        if not self.vllm:
+            self.log.uvicorn(f"Finished server process [{os.getpid()}]")
 
     def failure(self, failure: StartupFailure) -> None:
         if self.vllm and failure.kind in ("oom", "nccl"):

@@ -227,8 +227,13 @@ def stream_chunk(
     finish_reason: str | None,
     role: bool = False,
     running_usage: dict[str, int] | None = None,
+    vllm: bool = False,
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
-    """One SSE ``data:`` object carrying one step's tokens."""
+    """One SSE ``data:`` object carrying one step's tokens. vLLM 0.32's completion choices
+    carry ``stop_reason``, ``prompt_token_ids`` and ``token_ids`` (null) in every chunk;
+    ``fingerprint`` is its ``system_fingerprint``, which it puts on an aborted stream's last
+    chunk (tests/fixtures/vllm_cpu/)."""
     text = "".join(texts)
     if params.kind == "chat":
         delta: dict[str, Any] = {"role": "assistant", "content": ""} if role else {"content": text}
@@ -239,7 +244,9 @@ def stream_chunk(
         obj = "text_completion"
     choice["logprobs"] = _logprobs(params.kind, texts) if params.logprobs and not role else None
     choice["finish_reason"] = finish_reason
-    if finish_reason is not None:
+    if vllm and params.kind == "completion":
+        choice.update(stop_reason=None, prompt_token_ids=None, token_ids=None)
+    elif finish_reason is not None:
         choice["stop_reason"] = None
     chunk: dict[str, Any] = {
         "id": rid,
@@ -250,14 +257,23 @@ def stream_chunk(
     }
     if running_usage is not None:
         chunk["usage"] = running_usage
+    if fingerprint is not None:
+        chunk["system_fingerprint"] = fingerprint
     return chunk
 
 
 def usage_chunk(
-    *, rid: str, created: int, model: str, params: GenParams, completion: int
+    *,
+    rid: str,
+    created: int,
+    model: str,
+    params: GenParams,
+    completion: int,
+    fingerprint: str | None = None,
 ) -> dict[str, Any]:
+    """The usage-only chunk; vLLM 0.32 adds its ``system_fingerprint`` to it."""
     obj = "chat.completion.chunk" if params.kind == "chat" else "text_completion"
-    return {
+    chunk: dict[str, Any] = {
         "id": rid,
         "object": obj,
         "created": created,
@@ -265,6 +281,9 @@ def usage_chunk(
         "choices": [],
         "usage": usage(params.prompt_tokens, completion),
     }
+    if fingerprint is not None:
+        chunk["system_fingerprint"] = fingerprint
+    return chunk
 
 
 def full_response(

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import http
 import time
+import uuid
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -20,6 +21,7 @@ from aiohttp import web
 from orchestrator.sim import openai_api as api
 from orchestrator.sim.cache import FLUSH_TEXT
 from orchestrator.sim.engine import SimRequest
+from orchestrator.sim.logs import vllm_request_lines
 from orchestrator.sim.timing import natural_length, request_rng
 
 if TYPE_CHECKING:
@@ -221,6 +223,11 @@ class Routes:
                 f"The model `{params.model}` does not exist.", status=404, param="model"
             )
         limit = plan.max_model_len
+        if self.s.vllm and params.max_tokens is not None and params.max_tokens > limit:
+            raise api.BadRequest(  # vLLM 0.32's words (tests/fixtures/vllm_cpu/errors.json)
+                f"max_tokens={params.max_tokens} cannot be greater than max_model_len={limit}.",
+                param="max_tokens",
+            )
         max_tokens = (
             params.max_tokens if params.max_tokens is not None else limit - params.prompt_tokens
         )
@@ -256,10 +263,11 @@ class Routes:
             return self._error(exc.message, exc.status, exc.param)
         req = self._new_request(params, max_tokens)
         if self.cfg.log_requests and self.s.vllm:
-            self.s.log.vllm(
-                f"Received request {req.rid}: params: SamplingParams(n=1, temperature={body.get('temperature', 1.0)}, max_tokens={max_tokens}, ignore_eos={params.ignore_eos}), prompt_token_ids: None, lora_request: None.",
-                source="logger.py:40",
+            received, added = vllm_request_lines(
+                req.rid, body, max_tokens=max_tokens, suffix=uuid.uuid4().hex[:8]
             )
+            self.s.log.vllm(received, source="request_logger.py:65")
+            self.s.log.vllm(added, source="async_llm.py:578")
         self.s.engine.submit(req)
         try:
             if params.stream:
@@ -282,8 +290,6 @@ class Routes:
             )
         finally:
             self.s.engine.abort(req)  # no-op when finished; frees the slot when the client left
-            if self.cfg.log_requests and self.s.vllm:
-                self.s.log.vllm(f"Finished request {req.rid}", source="async_llm.py:321")
 
     async def _stream(
         self, request: web.Request, req: SimRequest, params: api.GenParams
@@ -296,8 +302,14 @@ class Routes:
         )
         await resp.prepare(request)
         model, created = self.cfg.served_names[0], int(time.time())
+        mark = self.s.fingerprint
         chunk = functools.partial(
-            api.stream_chunk, rid=req.rid, created=created, model=model, params=params
+            api.stream_chunk,
+            rid=req.rid,
+            created=created,
+            model=model,
+            params=params,
+            vllm=self.s.vllm,
         )
         try:
             if params.kind == "chat":
@@ -307,7 +319,8 @@ class Routes:
                 n, reason, _ = await req.queue.get()
                 if reason == "abort":
                     if self.s.stopping:  # vLLM's shutdown: the stream ends, marked aborted
-                        await resp.write(api.sse(chunk(texts=[], finish_reason="abort")))
+                        ended = chunk(texts=[], finish_reason="abort", fingerprint=mark)
+                        await resp.write(api.sse(ended))
                     elif not self.s.ready:  # the engine died: vLLM's front-end answers each
                         # open stream with its EngineDeadError as an error object, then [DONE]
                         await resp.write(api.sse(api.error_body(self.cfg.engine, DEAD, 500)))
@@ -336,6 +349,7 @@ class Routes:
                             model=model,
                             params=params,
                             completion=done,
+                            fingerprint=mark,
                         )
                     )
                 )

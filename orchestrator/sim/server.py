@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 import traceback
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -60,6 +61,8 @@ class SimServer:
         self.metrics: VllmMetrics | SglangMetrics | None = None
         self.started = time.time()
         self.dev_mode = self.vllm and dev_mode(environ)  # vLLM's development endpoints
+        # vLLM's system_fingerprint in streams: its version and a new suffix every start
+        self.fingerprint = f"vllm-{VLLM_VERSION}-{uuid.uuid4().hex[:8]}" if self.vllm else None
         self.cache_resets = CacheResets(cfg.engine, self.log)
         self._tasks: list[asyncio.Task[Any]] = []
         self._runner: web.AppRunner | None = None
@@ -106,13 +109,16 @@ class SimServer:
             self._write_truth()
 
     async def _shut_down(self) -> None:
-        """SIGTERM as vLLM's default shutdown (``mode=abort``) does it: in-flight requests end at
-        once (streams with ``finish_reason: abort`` and ``[DONE]``), then the HTTP server closes
-        and the process exits in about a second. Left open, a stream kept aiohttp's clean-up
-        waiting for its handler (60 s) after "Finished server process" was printed."""
+        """SIGTERM as vLLM's default shutdown (``mode=abort``) does it, logged in vLLM 0.32's
+        words: in-flight requests end at once (streams with ``finish_reason: abort`` and
+        ``[DONE]``), then the HTTP server closes and the process exits in about a second. Left
+        open, a stream kept aiohttp's clean-up waiting for its handler (60 s) after uvicorn's
+        last line."""
         self.stopping = True
         if self.engine is not None:
-            for req in list(self.engine.running) + list(self.engine.waiting):
+            in_flight = list(self.engine.running) + list(self.engine.waiting)
+            self.say.shutdown_engine(len(in_flight))
+            for req in in_flight:
                 self.engine.abort(req)
         if self._runner is not None:
             await self._runner.cleanup()
@@ -174,7 +180,7 @@ class SimServer:
         )
         name = self.cfg.served_names[0]
         if self.vllm:
-            self.metrics = VllmMetrics(engine, name)
+            self.metrics = VllmMetrics(engine, name, plan.max_model_len)
             engine.listeners.append(self.metrics)
             if not self.cfg.args.get("disable_log_stats"):
                 interval = float(self.env.get("VLLM_LOG_STATS_INTERVAL") or 10.0) / self.speed

@@ -224,7 +224,10 @@ def test_vllm_dflash_serves_streams_and_counts_exactly(start_sim) -> None:
     log = sim.text()
     assert f"Starting vLLM server on http://127.0.0.1:{sim.port}" in log
     assert "(APIServer pid=" in log and "INFO:     Application startup complete." in log
-    assert "INFO:     Shutting down" in log and "Finished server process" in log
+    assert (
+        "[shutdown] API server: shutting down FastAPI HTTP server\nINFO:     Shutting down" in log
+    )
+    assert "Finished server process" not in log  # vLLM 0.32 prints none (tests/fixtures/vllm_cpu)
     spec_lines = re.findall(
         r"SpecDecoding metrics: .*Accepted: (\d+) tokens, Drafted: (\d+) tokens, Per-position acceptance rate: ([\d., ]+), Avg Draft acceptance rate: ([\d.]+)%",
         log,
@@ -338,7 +341,8 @@ def test_broken_drafter_collapses_silently_and_runs_are_deterministic(start_sim)
     speed = broken["speed"]
     decode = [r["decode_tok_s"] for r in broken["requests"]]
     assert all(15 * speed < d < 22 * speed for d in decode), decode  # ~18 tok/s in model time
-    assert "ERROR" not in log and "WARNING" not in log  # silently
+    serving = log.split("[shutdown]")[0]  # vLLM 0.32 warns at every SIGTERM, not before
+    assert "ERROR" not in serving and "WARNING" not in serving  # silently
 
     assert [r["chunk_tokens"] for r in again["requests"]] == [
         r["chunk_tokens"] for r in broken["requests"]
@@ -581,4 +585,8 @@ def test_sigterm_aborts_open_streams_and_exits_at_once(start_sim, engine: str) -
     assert code == 0 and took < SHUTDOWN_S + 3, f"exited {code} after {took:.1f} s"
     assert rest[-1] == "[DONE]"
     assert json.loads(rest[-2])["choices"][0]["finish_reason"] == "abort"
-    assert f"Finished server process [{sim.proc.pid}]" in sim.text()
+    if engine == "vllm":  # vLLM 0.32's words, and no "Finished server process" after them
+        assert "EngineCore: aborting in-flight requests count=1" in sim.text()
+        assert sim.text().endswith("INFO:     Application shutdown complete.\n")
+    else:
+        assert f"Finished server process [{sim.proc.pid}]" in sim.text()
