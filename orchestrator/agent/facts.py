@@ -15,7 +15,15 @@ from orchestrator.config.hostconfig import GpuSpec
 from orchestrator.engines import engine_packages
 from orchestrator.remote.wire import GpuInfo, GpuProcess, OsInfo, ProbeResult
 
-__all__ = ["GpuInfo", "GpuProcess", "HostFacts", "compare_gpus", "gpu_warnings", "model_matches"]
+__all__ = [
+    "GpuInfo",
+    "GpuProcess",
+    "HostFacts",
+    "compare_gpus",
+    "cpu_host_warnings",
+    "gpu_warnings",
+    "model_matches",
+]
 
 
 @dataclass(frozen=True)
@@ -70,7 +78,10 @@ class HostFacts:
 
     def gpu_warnings(self, declared: GpuSpec | None) -> list[str]:
         return gpu_warnings(
-            declared, nvidia_smi_error=self.nvidia_smi_error, smi_warnings=self.warnings
+            declared,
+            nvidia_smi_error=self.nvidia_smi_error,
+            smi_warnings=self.warnings,
+            gpus=self.gpus,
         )
 
 
@@ -106,8 +117,10 @@ def model_matches(declared: str, actual: str) -> bool:
 def compare_gpus(
     declared: GpuSpec | None, gpus: list[GpuInfo], *, nvidia_smi_error: str | None = None
 ) -> list[str]:
-    """Problems with ``gpus`` against what hosts.yaml declares (empty list: all good)."""
-    if declared is None:
+    """Problems with ``gpus`` against what hosts.yaml declares (empty list: all good). A CPU
+    host (``gpus: none``) has none: it needs no nvidia-smi, and GPUs it does show are only a
+    warning (``gpu_warnings``)."""
+    if declared is None or declared.cpu_only:
         return []
     if nvidia_smi_error is not None:
         return [
@@ -126,20 +139,40 @@ def compare_gpus(
 
 
 def gpu_warnings(
-    declared: GpuSpec | None, *, nvidia_smi_error: str | None, smi_warnings: Sequence[str] = ()
+    declared: GpuSpec | None,
+    *,
+    nvidia_smi_error: str | None,
+    smi_warnings: Sequence[str] = (),
+    gpus: Sequence[GpuInfo] = (),
 ) -> list[str]:
     """What nvidia-smi could not tell, when no declared GPU count makes it a problem.
 
     A host without nvidia-smi and no ``gpus`` in hosts.yaml would otherwise read "none, ok":
     it is reported as such instead (issue 2). With GPUs declared ``compare_gpus`` already
-    names it, as a problem; saying it twice would only be noise.
+    names it, as a problem; saying it twice would only be noise. A CPU host (``gpus: none``)
+    expects no nvidia-smi; one that answers with GPUs there makes the declaration suspect.
     """
+    if declared is not None and declared.cpu_only:
+        return [*cpu_host_warnings(gpus), *smi_warnings]
     found = (
         []
         if nvidia_smi_error is None or declared is not None
         else [f"no GPU information: {nvidia_smi_error}"]
     )
     return [*found, *smi_warnings]
+
+
+def cpu_host_warnings(gpus: Sequence[GpuInfo]) -> list[str]:
+    """A host declared ``gpus: none`` whose nvidia-smi shows GPUs: probably a wrong
+    declaration (orch would run its engines on the CPU and leave the GPUs idle)."""
+    if not gpus:
+        return []
+    names = ", ".join(sorted({g.name or "unnamed" for g in gpus}))
+    return [
+        f"hosts.yaml declares `gpus: none` (a CPU host) but nvidia-smi shows "
+        f"{_gpus(len(gpus))} ({names}): orch runs no GPU here; declare `gpus: "
+        f"{len(gpus)} x {gpus[0].name or '<model>'}` if the engine should use them"
+    ]
 
 
 def _describe(declared: GpuSpec) -> str:

@@ -120,6 +120,7 @@ def render_table(reports: list[HostReport]) -> Table:
             continue
         gpus = ", ".join(sorted({g.name or "?" for g in f.gpus})) if f.gpus else "none"
         gpus = f"{len(f.gpus)} x {gpus}" if f.gpus else gpus
+        gpus += " (CPU host)" if r.cpu_only else ""
         mem = (
             "\n".join(
                 f"{g.index}: {_mib(g.memory_used_mib)} / {_mib(g.memory_total_mib)}" for g in f.gpus
@@ -162,6 +163,7 @@ def report_json(r: HostReport) -> dict[str, Any]:
             for g in (facts.gpus if facts else [])
         ],
         "driver": facts.driver_version if facts else None,
+        "cpu_only": r.cpu_only,
         "engines": {e: (facts.engines.get(e) if facts else None) for e in ENGINES},
         "python": facts.python_version if facts else None,
         "agent_bytes_pushed": r.agent_bytes_pushed,

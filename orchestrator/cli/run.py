@@ -373,9 +373,10 @@ def render_plan(plans: Sequence[PlannedLaunch], schedule: PlaybookPlan, results_
         )
         for server in host.servers:
             plan = by_key[server.key]
+            placement = placement_line(server, host.shared, cpu=host.gpu_count == 0)
             out.print(
                 f"  [bold]{escape(server.run)}[/] ({escape(config_label(server))}, port "
-                f"{server.port}): {escape(placement_line(server, host.shared))}"
+                f"{server.port}): {escape(placement)}"
             )
             out.print("    argv: " + escape(shlex.join(plan.argv)))
             for key, value in plan.env_masked.items():
@@ -396,6 +397,8 @@ def config_label(server: ServerPlan) -> str:
 
 
 def host_line(host: HostPlan, share_gpus: bool) -> str:
+    if host.gpu_count == 0:
+        return "CPU host (gpus: none), one run after another"
     gpus = "GPU count not in hosts.yaml" if host.gpu_count is None else f"{host.gpu_count} GPUs"
     if host.cluster:
         return (
@@ -409,10 +412,12 @@ def host_line(host: HostPlan, share_gpus: bool) -> str:
     return f"{gpus}, one run after another"
 
 
-def placement_line(server: ServerPlan, shared: bool) -> str:
-    """``GPUs 0,1, beside vllm-plain, from 0 s to 3 min 20 s``."""
+def placement_line(server: ServerPlan, shared: bool, *, cpu: bool = False) -> str:
+    """``GPUs 0,1, beside vllm-plain, from 0 s to 3 min 20 s``; ``cpu``: on a CPU host."""
     ids = server.gpu_ids
-    if ids is not None:
+    if cpu:
+        gpus = "on the CPU"
+    elif ids is not None:
         gpus = f"GPU{'s' * (len(ids) != 1)} {','.join(str(i) for i in ids)}"
     else:
         gpus = f"{server.gpus} GPU{'s' * (server.gpus != 1)}"

@@ -263,7 +263,7 @@ def stop(
             gpu = {
                 True: "GPU memory released",
                 False: "GPU memory NOT released",
-                None: "no nvidia-smi",
+                None: "GPU memory not checked: no nvidia-smi, or a CPU host",
             }[s.gpu_released]
             out.print(
                 f"{escape(host)}: stopped {escape(str(s.run_id))} "

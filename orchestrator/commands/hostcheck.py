@@ -47,6 +47,7 @@ class HostReport:
     missing: list[str] = field(default_factory=list)  # what every run imports (aiohttp)
     warnings: list[str] = field(default_factory=list)
     agent_bytes_pushed: int = 0
+    cpu_only: bool = False  # hosts.yaml declares `gpus: none`: no GPU is expected
 
     @property
     def ok(self) -> bool:
@@ -100,7 +101,7 @@ async def check_hosts(
 ) -> list[HostReport]:
     """One report per host, in ``hosts`` order; each host's phase is told as it gets there."""
     phase = on_phase or _ignore
-    reports = {h.name: HostReport(name=h.name) for h in hosts}
+    reports = {h.name: HostReport(name=h.name, cpu_only=h.cpu_only) for h in hosts}
 
     async def job(host: HostConfig) -> HostReport:
         report = reports[host.name]

@@ -83,10 +83,12 @@ class HostRun:
 def host_slots(playbook: Playbook, session: HostSession, observer: Observer) -> GpuSlots | None:
     """The host's GPU slots when the playbook shares GPUs and the host's GPU count is known
     (probed, else hosts.yaml's ``gpus:``); None: its runs go one after another (told, when
-    sharing was asked for)."""
+    sharing was asked for, unless the host is a CPU host, whose runs always do)."""
     if not playbook.share_gpus or session.facts is None:
         return None
     count = host_gpu_count(session.host, len(session.facts.gpus) or None)
+    if count == 0:  # a CPU host: one server at a time (runner/slots.py)
+        return None
     if count is None:
         observer.on_event(
             DoctorNotice(

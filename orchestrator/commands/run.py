@@ -168,9 +168,11 @@ def plan_run(
             hint="check the playbook's `hosts` and --only against hosts.yaml",
         )
     refuse_port_collisions(playbook, plans)
-    # a shared host's runs wait for its GPUs, a cluster's get one node each: never more
+    # a shared host's runs wait for its GPUs, a cluster's get one node each, a CPU host
+    # serves on one device: never more
     refuse_gpu_shortfalls(
-        playbook, [p for p in plans if playbook.share_gpus or p.host.cluster is not None]
+        playbook,
+        [p for p in plans if playbook.share_gpus or p.host.cluster is not None or p.host.cpu_only],
     )
     data = playbook_file.read_bytes()
     prompts = load_run_prompts(playbook, plans)
@@ -288,8 +290,9 @@ def refuse_port_collisions(playbook: Playbook, plans: Sequence[PlannedLaunch]) -
 
 
 def refuse_gpu_shortfalls(playbook: Playbook, plans: Sequence[PlannedLaunch]) -> None:
-    """With ``share_gpus``: a ConfigError (exit 2, nothing touched) for a run that needs more
-    GPUs than hosts.yaml says its host has, located at the run's ``tensor_parallel``."""
+    """With ``share_gpus`` (or on a cluster, or a CPU host): a ConfigError (exit 2, nothing
+    touched) for a run that needs more GPUs than hosts.yaml says its host has, located at the
+    run's ``tensor_parallel``."""
     shortfalls = gpu_shortfalls(plans)
     if not shortfalls:
         return
@@ -580,7 +583,12 @@ def prepare_resume(jobs: Sequence[RunJob]) -> dict[str, list[RunResult]]:
 
 async def stop_run_id(agent: AgentClient, run_id: str, timeout_s: float = 30.0) -> bool:
     """Stop the server ``run_id`` if it still runs; whether it was running."""
-    spec = StopSpec(workdir=await agent.workdir(), run_id=run_id, timeout_s=timeout_s)
+    spec = StopSpec(
+        workdir=await agent.workdir(),
+        run_id=run_id,
+        timeout_s=timeout_s,
+        wait_gpus=not agent.host.cpu_only,
+    )
     try:
         result = await agent.stop(spec, timeout=timeout_s + 120)
     except AgentError as exc:

@@ -213,6 +213,7 @@ async def stop_servers(
             run_id=run_id,
             all=run_id is None,
             requested_by=by,
+            wait_gpus=not host.cpu_only,
         )
         try:
             data = await agent.stop(spec, timeout=timeout_s + 120)

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 
 DEFAULT_WORKDIR = "~/.cache/orch"
 DEFAULT_PYTHON = "python3"
+CPU_GPUS = "none"  # the canonical `gpus:` of a CPU host, as docs and manifests write it
 
 _VAR = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # A secret-looking env key: TOKEN, KEY, PASS... as a whole word part (HF_TOKEN, OPENAI_API_KEY,
@@ -37,12 +38,27 @@ MIN_TEXT_SECRET = 8  # shorter secrets are masked only where they stand whole (s
 
 @dataclass(frozen=True)
 class GpuSpec:
-    """What the user declared: ``2 x RTX A6000`` -> count=2, model="RTX A6000"."""
+    """What the user declared: ``2 x RTX A6000`` -> count=2, model="RTX A6000".
+
+    ``count`` 0 is a CPU host (``gpus: none``): its engine runs on the CPU, so nothing of the
+    GPU machinery (driver, GPU checks, ``CUDA_VISIBLE_DEVICES``, GPU memory waits) applies.
+    """
 
     count: int
     model: str | None = None
 
+    @classmethod
+    def none(cls) -> GpuSpec:
+        """A CPU host's declaration (``gpus: none``)."""
+        return cls(0)
+
+    @property
+    def cpu_only(self) -> bool:
+        return self.count == 0
+
     def __str__(self) -> str:
+        if self.cpu_only:
+            return CPU_GPUS
         return f"{self.count} x {self.model}" if self.model else str(self.count)
 
 
@@ -68,6 +84,11 @@ class HostConfig:
     # a Slurm cluster's runs: reached through its login node, each run in an allocation of its
     # own (``ClusterConfig.as_host``); None for a host
     cluster: ClusterConfig | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def cpu_only(self) -> bool:
+        """Declared ``gpus: none``: the engine runs on the CPU (one server at a time)."""
+        return self.gpus is not None and self.gpus.cpu_only
 
     @property
     def target(self) -> str:

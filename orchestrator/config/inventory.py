@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema
+from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from yaml.nodes import MappingNode, ScalarNode
 
 from orchestrator.config.cluster import ClusterConfig, ClusterFields, cluster_config
@@ -57,28 +57,43 @@ __all__ = [
 
 
 class GpuModel(StrictModel):
-    """The GPUs a host is expected to have."""
+    """The GPUs a host is expected to have; ``count`` 0 is a CPU host (``gpus: none``)."""
 
-    count: int = Field(ge=1, description="Number of GPUs.")
+    count: int = Field(ge=0, description="Number of GPUs; 0: a CPU host (`gpus: none`).")
     model: str | None = Field(
         None, description="GPU model as nvidia-smi names it, e.g. 'RTX A6000'."
     )
 
+    @model_validator(mode="after")
+    def _cpu_has_no_model(self) -> GpuModel:
+        if self.count == 0 and self.model:
+            raise ValueError(
+                f"0 GPUs of model {self.model!r}: a CPU host is written `gpus: none`, "
+                "a GPU host as '<count> x <model>'"
+            )
+        return self
+
 
 _GPUS = re.compile(r"\s*(\d+)\s*(?:[xX×*]\s*(\S.*?))?\s*")
+# A CPU host: `gpus: none` (the spelling the docs use), `cpu` or 0, in any case.
+CPU_WORDS = ("none", "cpu")
+_CPU_PATTERN = r"^\s*([Nn][Oo][Nn][Ee]|[Cc][Pp][Uu])\s*$"
 
 
 def parse_gpus(value: Any) -> Any:
-    """``"2 x RTX A6000"``, ``"2xA6000"``, ``2`` or ``{count, model}``."""
+    """``"2 x RTX A6000"``, ``"2xA6000"``, ``2`` or ``{count, model}``; ``none``, ``cpu`` or
+    ``0`` for a CPU host (count 0)."""
     if value is None or isinstance(value, dict):
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         return {"count": value}
+    if isinstance(value, str) and value.strip().lower() in CPU_WORDS:
+        return {"count": 0}
     if isinstance(value, str) and (m := _GPUS.fullmatch(value)):
         return {"count": int(m[1]), "model": m[2]}
     raise ValueError(
-        f"expected '<count> x <model>' (e.g. '2 x RTX A6000'), a count, or {{count, model}}; "
-        f"found {show(value)}"
+        f"expected '<count> x <model>' (e.g. '2 x RTX A6000'), a count, {{count, model}}, or "
+        f"none (a CPU host); found {show(value)}"
     )
 
 
@@ -87,10 +102,13 @@ Gpus = Annotated[
     BeforeValidator(parse_gpus),
     WithJsonSchema(
         {
-            "description": "Expected GPUs: '2 x RTX A6000', '2xA6000', 2 or {count: 2, model: RTX A6000}.",
+            "description": "Expected GPUs: '2 x RTX A6000', '2xA6000', 2 or {count: 2, model: "
+            "RTX A6000}; `none` (also `cpu` or 0) for a CPU host: no GPU, no NVIDIA driver, the "
+            "engine runs on the CPU, one server at a time.",
             "anyOf": [
                 {"type": "string", "pattern": r"^\s*\d+\s*([xX×*]\s*\S.*)?$"},
-                {"type": "integer", "minimum": 1},
+                {"type": "string", "pattern": _CPU_PATTERN, "description": "a CPU host"},
+                {"type": "integer", "minimum": 0},
                 GpuModel.model_json_schema(),
                 {"type": "null"},
             ],

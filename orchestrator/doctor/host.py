@@ -33,7 +33,9 @@ class HostProbe:
 
     ``engines`` is keyed by engine name (``vllm``), as ``HostFacts.engines`` is: the probe
     reports versions by Python package, and only ``HostFacts`` maps one to the other.
-    ``free_ports`` None means ports were not probed.
+    ``free_ports`` None means ports were not probed. ``cpu_only``: hosts.yaml declares the
+    host ``gpus: none`` (a CPU host), which the probe cannot tell; ``name`` is the host's,
+    for messages that must say which host to change.
     """
 
     gpus: list[GpuInfo] = field(default_factory=list)
@@ -42,9 +44,13 @@ class HostProbe:
     free_ports: set[int] | None = None
     checked_ports: set[int] | None = None
     port_holders: list[PortHolder] = field(default_factory=list)  # of the taken ports
+    cpu_only: bool = False
+    name: str | None = None
 
     @classmethod
-    def from_facts(cls, facts: HostFacts) -> HostProbe:
+    def from_facts(
+        cls, facts: HostFacts, *, cpu_only: bool = False, name: str | None = None
+    ) -> HostProbe:
         return cls(
             gpus=list(facts.gpus),
             driver_version=facts.driver_version,
@@ -52,12 +58,16 @@ class HostProbe:
             free_ports=set(facts.free_ports),
             checked_ports=set(facts.checked_ports),
             port_holders=list(facts.probe.ports.holders),
+            cpu_only=cpu_only,
+            name=name,
         )
 
     @classmethod
-    def from_probe(cls, probe: ProbeResult) -> HostProbe:
+    def from_probe(
+        cls, probe: ProbeResult, *, cpu_only: bool = False, name: str | None = None
+    ) -> HostProbe:
         """From the ``probe`` verb's result, through ``HostFacts``."""
-        return cls.from_facts(HostFacts.from_probe(probe))
+        return cls.from_facts(HostFacts.from_probe(probe), cpu_only=cpu_only, name=name)
 
 
 def run_host_checks(
@@ -79,9 +89,16 @@ def run_host_checks(
     ``port`` is the one the server will listen on (``runspec.planned_port``);
     ``default_port`` says it is the engine's default because the run sets none.
     ``parallelism``: the server's sizes (``Engine.parallelism``); None: tensor parallel only.
+    A CPU host (``host.cpu_only``) gets ``cpu_host_checks`` in place of the GPU ones.
     """
     engine = engine.strip().lower()
     sizes = parallelism or Parallelism(tensor=max(tensor_parallel, 1))
+    if host.cpu_only:
+        return [
+            *cpu_host_checks(host, sizes),
+            check_engine_version(host, engine=engine, method=method),
+            check_port(host, port, engine=engine, default=default_port),
+        ]
     gpus = sorted(host.gpus, key=lambda g: g.index)[: sizes.gpus]
     return [
         check_driver(host),
@@ -97,6 +114,44 @@ def run_host_checks(
         ),
         check_engine_version(host, engine=engine, method=method),
         check_port(host, port, engine=engine, default=default_port),
+    ]
+
+
+CPU_HOST = "CPU host (gpus: none)"
+
+
+def cpu_host_checks(host: HostProbe, parallelism: Parallelism) -> list[Finding]:
+    """The GPU checks of a host declared ``gpus: none``: the engine runs on the CPU, so no
+    driver, GPU model or GPU memory applies (each says so, to tell "not applicable" from
+    "never checked"), and a server gets one device, the CPU: parallel sizes past 1 cannot run.
+    GPUs that nvidia-smi does show there are ``orch hosts check``'s warning, not the run's."""
+    details = {"cpu_only": True}
+    need = parallelism.gpus
+    where = f"host {host.name}" if host.name else "the host"
+    if need > 1:
+        count = error(
+            "gpu_count",
+            f"{CPU_HOST}: the run needs {need} devices ({parallelism.describe()}) but {where} "
+            "serves each run on its CPU, one device. Fix: set tensor_parallel (and the "
+            "pipeline and data parallel sizes in extra_args) to 1, or send the run to a GPU "
+            f"host (its `hosts:`); if {where} does have GPUs, declare them in hosts.yaml.",
+            found=0,
+            needed=need,
+            **parallelism.to_json(),
+            **details,
+        )
+    else:
+        count = ok("gpu_count", f"{CPU_HOST}: one server on the CPU.", needed=need, **details)
+    return [
+        ok("driver", f"{CPU_HOST}: no NVIDIA driver needed.", **details),
+        count,
+        ok("gpu_model", f"{CPU_HOST}: no GPU model to check.", **details),
+        ok(
+            "gpu_memory",
+            f"{CPU_HOST}: GPU memory not checked; the engine's KV cache lives in host memory "
+            "(vLLM CPU: VLLM_CPU_KVCACHE_SPACE, in GiB).",
+            **details,
+        ),
     ]
 
 

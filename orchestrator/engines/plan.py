@@ -192,6 +192,12 @@ class GpuShortfall:
 
     def message(self) -> str:
         p = self.plan
+        if p.host.cpu_only:
+            return (
+                f"run {p.run_name!r} needs {p.gpus} devices ({p.parallelism.describe()}) but "
+                f"host {p.host.name} is a CPU host (hosts.yaml: gpus: none), where a server "
+                "runs on one device, the CPU"
+            )
         if p.host.cluster is not None:
             return (
                 f"run {p.run_name!r} needs {p.gpus} GPUs ({p.parallelism.describe()}) but the "
@@ -207,11 +213,12 @@ class GpuShortfall:
 
 def gpu_shortfalls(plans: Sequence[PlannedLaunch]) -> list[GpuShortfall]:
     """Launches whose host, as hosts.yaml declares it, has fewer GPUs than they need (a host
-    without ``gpus:`` is not judged here: its probe will tell)."""
+    without ``gpus:`` is not judged here: its probe will tell). A CPU host (``gpus: none``)
+    offers one device, its CPU."""
     return [
-        GpuShortfall(p, p.host.gpus.count)
+        GpuShortfall(p, devices)
         for p in plans
-        if p.host.gpus is not None and p.gpus > p.host.gpus.count
+        if p.host.gpus is not None and p.gpus > (devices := max(p.host.gpus.count, 1))
     ]
 
 

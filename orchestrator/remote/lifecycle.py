@@ -749,6 +749,7 @@ def stop(raw: Dict[str, Any], emit: Emit) -> StopResult:
                     gpu_timeout=spec.gpu_timeout_s,
                     linger=spec.linger_s,
                     requested_by=spec.requested_by,
+                    wait_gpus=spec.wait_gpus,
                 )
             )
     failed = [r for r in results if r.remaining_pids or r.gpu_released is False]
@@ -771,10 +772,12 @@ def stop_one(
     gpu_timeout: float,
     linger: float = LINGER_S,
     requested_by: Optional[str] = None,
+    wait_gpus: bool = True,
 ) -> StopOutcome:
     """SIGTERM the group, wait (the grace, shortened once its port has closed: see
-    ``wait_stopped``), SIGKILL what is left, then wait for the GPUs to let go. Who asked is
-    written down first, so the run measuring on this server sees why it died."""
+    ``wait_stopped``), SIGKILL what is left, then wait for the GPUs to let go (unless
+    ``wait_gpus`` is False: a CPU host). Who asked is written down first, so the run
+    measuring on this server sees why it died."""
     started = time.monotonic()
     pids = set(group_members(record))
     if same_process(record):
@@ -795,7 +798,10 @@ def stop_one(
             signals.append("SIGKILL")
             wait_group_gone(record, 10.0)
     remaining = group_members(record)
-    gpu_released = wait_gpu_released(sorted(pids), gpu_timeout) if pids else True
+    if not wait_gpus:
+        gpu_released: Optional[bool] = None  # a CPU host: its engine held no GPU memory
+    else:
+        gpu_released = wait_gpu_released(sorted(pids), gpu_timeout) if pids else True
     _wait_for_exit_record(directory, 5.0 if pids else 0.0)
     if not remaining and isinstance(record.get("port"), int):
         workdir = os.path.dirname(os.path.dirname(directory))  # <workdir>/runs/<run_id>

@@ -382,7 +382,9 @@ class StopSpec(Wire):
     port has closed, the longest wait for its processes to exit (an engine hung on an open
     stream after closing its listener); ``timeout_s`` caps it. ``requested_by``: who asked
     (``orch stop``: "user@controller"), recorded in ``stop.json`` before the SIGTERM so the
-    interrupted run can say why its server died; None when a run stops its own server."""
+    interrupted run can say why its server died; None when a run stops its own server.
+    ``wait_gpus``: wait (up to ``gpu_timeout_s``) for the engine's GPU memory to be freed;
+    False on a CPU host (``gpus: none``), whose engines hold none."""
 
     workdir: str
     run_id: Optional[str] = None
@@ -391,6 +393,7 @@ class StopSpec(Wire):
     gpu_timeout_s: float = 60.0
     linger_s: float = 5.0
     requested_by: Optional[str] = None
+    wait_gpus: bool = True
 
 
 @dataclass(frozen=True)
@@ -411,7 +414,7 @@ class StopOutcome(Wire):
     killed_pids: List[int]
     remaining_pids: List[int]
     gpu_pids: List[int]
-    gpu_released: Optional[bool]  # None: no nvidia-smi to ask
+    gpu_released: Optional[bool]  # None: not asked (no nvidia-smi, or a CPU host)
     exit: Optional[ExitRecord]
     waited_s: float
 

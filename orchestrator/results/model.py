@@ -76,6 +76,8 @@ __all__ = [
 
 
 NOT_RUN = "NotRun"  # RunError.type of a measurement that was never made
+# RunSettings.gpu_name of a run on a CPU host (hosts.yaml `gpus: none`): its one device
+CPU_DEVICE = "CPU"
 
 
 class ResultError(OrchError):
@@ -160,7 +162,7 @@ class RunSettings(Frozen):
     tensor_parallel: int | None = None
     max_model_len: int | None = None
     workload: WorkloadSettings | None = None
-    gpu_name: str | None = None  # the host's GPU model, as its driver names it
+    gpu_name: str | None = None  # the host's GPU model, as its driver names it; CPU_DEVICE
     gpu_count: int | None = None  # GPUs the server uses: the product of ``parallelism``
     parallelism: ParallelSettings | None = None  # None in results before schema 4
     gpu_ids: list[int] | None = None  # CUDA_VISIBLE_DEVICES orch gave it on a shared host

@@ -29,6 +29,7 @@ from orchestrator.results.document import (
     Value,
     figure_value,
 )
+from orchestrator.results.model import CPU_DEVICE
 from orchestrator.results.plot import engine_display_name
 from orchestrator.results.setup_info import setup_section
 from orchestrator.results.slo_answer import SloAnswer
@@ -174,7 +175,9 @@ def config_columns(rows: pd.DataFrame) -> tuple[list[Column], bool]:
 
 def config_title(first: pd.Series, folder: str | None) -> str:
     gpus = "" if pd.isna(first["gpu_count"]) else f" · {first['gpu_count']} GPU"
-    if _known(first["gpu_name"]):
+    if first["gpu_name"] == CPU_DEVICE:  # a CPU host: no GPU to count
+        gpus = f" · {CPU_DEVICE}"
+    elif _known(first["gpu_name"]):
         gpus += f" × {first['gpu_name']}"
     drafter = f" ({first['draft_model']})" if _known(first["draft_model"]) else ""
     tokens = first["num_draft_tokens"]

@@ -28,6 +28,7 @@ from orchestrator.metrics.acceptance import combine_acceptance
 from orchestrator.metrics.logparse import LogSummary
 from orchestrator.metrics.summary import RequestStats, request_stats
 from orchestrator.results.model import (
+    CPU_DEVICE,
     EngineLogFigures,
     FindingRecord,
     LoadPoint,
@@ -410,7 +411,10 @@ def _engine_version(job: RunJob) -> str | None:
 
 
 def _gpu_name(job: RunJob) -> str | None:
-    """The host's GPU model as its driver names it (from the facts the probe read)."""
+    """The host's GPU model as its driver names it (from the facts the probe read); ``CPU``
+    on a CPU host (``gpus: none``), whatever GPU its nvidia-smi may show."""
+    if job.plan.host.cpu_only:
+        return CPU_DEVICE
     facts = job.manifest.get("host_facts")
     gpus = facts.get("gpus") if isinstance(facts, dict) else None
     if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict):

@@ -118,7 +118,13 @@ async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
         run,
         target=result.target,
         drafter=result.drafter,
-        host=HostProbe.from_probe(session.facts.probe) if session.facts else None,
+        host=(
+            HostProbe.from_probe(
+                session.facts.probe, cpu_only=plan.host.cpu_only, name=plan.host.name
+            )
+            if session.facts
+            else None
+        ),
         expected_gpu=gpus.model if gpus else None,
         port=plan.port,
         env=plan.env,  # host env + run env: what the engine will really see

@@ -146,7 +146,7 @@ class Server:
             argv=engine.argv(run, port=chosen),
             env=engine.env(run, host, environ=environ),
             port=chosen,
-            gpus_needed=engine.gpus_needed(run),
+            gpus_needed=0 if host.cpu_only else engine.gpus_needed(run),  # CPU: none to check
             gpu_busy_threshold_mib=gpu_busy_threshold_mib,
             gpu_ids=None if gpu_ids is None else list(gpu_ids),
         )
@@ -455,7 +455,8 @@ class Server:
         return answer.body
 
     async def stop(self, *, timeout_s: float = 30.0, gpu_timeout_s: float = 60.0) -> StopResult:
-        """SIGTERM, then SIGKILL, the engine's process group; waits for its GPU memory to free.
+        """SIGTERM, then SIGKILL, the engine's process group; waits for its GPU memory to free
+        (not on a CPU host, whose engine holds none).
 
         A stop that could not run (the host unreachable, its agent failing) or that left the
         engine's processes running raises ``StopFailed``, which names the commands that list
@@ -466,11 +467,14 @@ class Server:
             return self.stop_result or StopResult(stopped=[])
         if self.registry is not None and _cancelling():  # a clean-up: say what it waits for
             self.registry.tell_stopping({self.host.name: 1}, timeout_s)
+        if self.host.cpu_only:
+            gpu_timeout_s = 0.0
         spec = StopSpec(
             run_id=self.run_id,
             workdir=await self.workdir(),
             timeout_s=timeout_s,
             gpu_timeout_s=gpu_timeout_s,
+            wait_gpus=not self.host.cpu_only,
         )
         # A launch interrupted in flight may still be recording server.json: retry not_found.
         attempts = 1 if self.record is not None else STOP_NOT_FOUND_RETRIES

@@ -14,7 +14,9 @@ its own (orch sets ``CUDA_VISIBLE_DEVICES``). The rules, the same at run time
   its environment (its own or its host's) sets ``CUDA_VISIBLE_DEVICES``, it needs more GPUs
   than the host has (the doctor and the agent then say so), or the host's GPU count is unknown.
 
-Without ``share_gpus`` every run is such a lone run: one after another, as always.
+Without ``share_gpus`` every run is such a lone run: one after another, as always. So is every
+run of a CPU host (``gpus: none``, a GPU count of 0): one server at a time, given no GPU ids,
+whatever nvidia-smi shows there (servers sharing its cores would measure each other).
 
 Pure: no I/O, no clock. GPU indices are nvidia-smi's (the agent sets ``CUDA_DEVICE_ORDER``
 to ``PCI_BUS_ID`` with them, so CUDA numbers the GPUs the same way).
@@ -147,7 +149,10 @@ def simulate(
 
 def host_gpu_count(host: HostConfig, probed: int | None = None) -> int | None:
     """The GPUs a host has: as probed (nvidia-smi) when it answered, else hosts.yaml's
-    ``gpus:`` count, else unknown."""
+    ``gpus:`` count, else unknown. A CPU host (``gpus: none``) has 0, whatever was probed:
+    its runs go one after another on the CPU."""
+    if host.cpu_only:
+        return 0
     if probed:
         return probed
     return host.gpus.count if host.gpus is not None else None

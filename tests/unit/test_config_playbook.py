@@ -377,6 +377,7 @@ def test_json_schema_hosts() -> None:
     assert host["transport"]["anyOf"][0]["enum"] == ["ssh", "embedded"]
     assert [alt.get("type") for alt in host["gpus"]["anyOf"]] == [
         "string",
+        "string",  # none / cpu: a CPU host
         "integer",
         "object",
         "null",
