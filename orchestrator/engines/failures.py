@@ -60,7 +60,8 @@ CAUSES: tuple[Cause, ...] = (
         "not enough memory for the KV cache",
         "the weights leave no room for the KV cache: raise gpu_memory_fraction (SGLang's "
         "--mem-fraction-static, vLLM's --gpu-memory-utilization), lower max_model_len, or use "
-        "more GPUs (tensor_parallel)",
+        "more GPUs (tensor_parallel); vLLM's CPU build sizes it with VLLM_CPU_KVCACHE_SPACE "
+        "(GiB) in the run's env",
         re.compile(
             # SGLang: the memory pool got no token at all
             r"Not enough memory\. Please try to increase --mem-fraction-static"

