@@ -26,9 +26,12 @@ Definitions (as vLLM's and SGLang's benchmark tools use them; times from the cli
   (the prefill's token) left out. Tokens after the first chunk = output_tokens - tokens(c1),
   where tokens(c1) is the counted value with ``usage`` counting and 1 otherwise. Reported per
   request (mean of the requests' ratios) and overall (sum of tokens / sum of steps, the way
-  the servers compute acceptance length). It equals the acceptance length only when the server
-  sends one chunk per step (vLLM ``--stream-interval 1``, the default); the final step can be
-  cut short by ``max_tokens``, which lowers it slightly for short outputs.
+  the servers compute acceptance length). The last chunk of a request that ended at
+  ``max_tokens`` is left out with its tokens (when per-chunk counts are known): that step was
+  cut short. It equals the
+  acceptance length only when the server sends one chunk per step (vLLM ``--stream-interval
+  1``, the default) and drafts at every step: n-gram speculation, which drafts only where the
+  text repeats, gives steps of one token between its drafts, so its figure is lower.
 - Duration: the measured window, first measured request sent -> last measured response ended.
   Request throughput = completed / duration; output throughput = total output tokens of the
   completed requests / duration.
@@ -193,14 +196,27 @@ def _first_chunk_tokens(record: RequestRecord) -> int:
 
 
 def chunk_steps(record: RequestRecord) -> tuple[int, int]:
-    """(tokens after the first chunk, decode steps) of one record; see the module docstring."""
-    steps = len(record.chunks) - 1
+    """(tokens after the first chunk, decode steps) of one record; see the module docstring.
+
+    A request that ended at ``max_tokens`` (``finish_reason`` length) had its last step cut
+    to what was left: that chunk is left out with its tokens where they are known (per-chunk
+    counts), or every such request would pull the figure below the engine's acceptance length.
+    """
+    chunks = record.chunks
+    cut = (
+        record.finish_reason == "length"
+        and record.token_count_method in PER_CHUNK_COUNTS
+        and len(chunks) > 2
+    )
+    steps = len(chunks) - 1 - cut
     if steps <= 0:
         return 0, 0
     if record.usage_reported and record.output_tokens is not None:
         after = record.output_tokens - _first_chunk_tokens(record)
     else:
-        after = sum(c.tokens for c in record.chunks[1:])
+        after = sum(c.tokens for c in chunks[1:])
+    if cut:
+        after -= chunks[-1].tokens
     return max(0, after), steps
 
 

@@ -110,7 +110,7 @@ def test_scripted_clock_identities():
     assert r.e2el - r.ttft == sum(gaps) == 0.25
     assert r.output_tokens == 11 and r.prompt_tokens == 20
     assert sum(c.tokens for c in r.chunks) == r.output_tokens
-    assert chunk_steps(r) == (10, 3)
+    assert chunk_steps(r) == (6, 2)  # ended at max_tokens: its last step (4 tokens) was cut
 
     s = request_stats([r], window_s=0.5)
     assert s.completed == 1 and s.failed == 0
@@ -125,7 +125,7 @@ def test_scripted_clock_identities():
     assert s.itl_token_ms.mean == pytest.approx(25.0, rel=1e-12)
     assert s.itl_token_ms.median == 15.625
     assert s.itl_token_ms.max == 62.5
-    assert s.tokens_per_chunk == 10 / 3
+    assert s.tokens_per_chunk == 6 / 2  # the cut last step left out
     assert s.output_throughput == 22.0  # 11 tokens / 0.5 s
     assert s.request_throughput == 2.0
 
@@ -359,3 +359,11 @@ def test_a_failed_request_enters_no_statistic():
     s = request_stats([good, aborted])
     assert (s.completed, s.failed, s.total_output_tokens) == (1, 1, 4)
     assert (s.ttft_ms.n, s.ttft_ms.max, s.itl_chunk_ms.n) == (1, 250.0, 1)
+
+
+def test_a_request_that_ended_for_another_reason_keeps_its_last_step() -> None:
+    """Only ``length`` cuts the last step short: a stop (EOS) ends on a whole step."""
+    script = [*SCRIPT[:5], (0.4375, chat_chunk(None, 11, finish="stop")), *SCRIPT[6:]]
+    r = scripted_record(script)
+    assert r.finish_reason == "stop"
+    assert chunk_steps(r) == (10, 3)
