@@ -139,7 +139,8 @@ class HostFields(StrictModel):
     python: str | None = Field(
         None,
         description="Remote interpreter (typically the engine's venv), e.g. /opt/venvs/vllm/bin/python. "
-        "Embedded hosts default to orch's own interpreter and ignore the one in `defaults`.",
+        "Embedded hosts default to orch's own interpreter (the engine simulator) and ignore the one "
+        "in `defaults`; another one (a real engine's venv) runs its real engine.",
     )
     workdir: str | None = Field(
         None, description=f"Remote working directory (default {DEFAULT_WORKDIR})."
@@ -151,7 +152,8 @@ class HostFields(StrictModel):
     )
     transport: Literal["ssh", "embedded"] | None = Field(
         None,
-        description="'ssh' (default) or 'embedded': an in-process SSH server with simulated GPUs.",
+        description="'ssh' (default) or 'embedded': an in-process SSH server on this machine, with "
+        "the engine simulator and simulated GPUs unless `python` or `gpus: none` say otherwise.",
     )
     connect_timeout: Annotated[float, Field(gt=0)] | None = Field(
         None, description="Seconds to wait for SSH to connect (default 15)."

@@ -5,7 +5,9 @@ ephemeral port, and the controller reaches it through exactly the same client co
 host: an SSH handshake, a host key checked against known_hosts (one holding only this server's
 in-memory key, trusted by this process alone), public-key auth with a per-process key, commands
 as ``/bin/sh -c <command>`` and SFTP. Commands run as local subprocesses in the host's sandbox
-(the simulator and a fake ``nvidia-smi`` on PATH), with the sandbox home as HOME and cwd.
+(the simulator and a fake ``nvidia-smi`` on PATH, unless the host's ``python`` is a real
+engine's or it is declared ``gpus: none``: ``transport.sandbox``), with the sandbox home as
+HOME and cwd.
 """
 
 from __future__ import annotations
@@ -75,10 +77,13 @@ class EmbeddedServer:
 
     address = "127.0.0.1"
 
-    def __init__(self, name: str, root: Path, *, python: str = sys.executable) -> None:
+    def __init__(
+        self, name: str, root: Path, *, python: str = sys.executable, gpus: bool = True
+    ) -> None:
         self.name = name
         self.root = Path(root)
-        self.python = python
+        self.python = python  # the host's interpreter: orch's own runs the simulator
+        self.gpus = gpus  # False: declared `gpus: none`, no simulated GPUs
         self.port = 0
         self.user = _local_user()
         self.client_key = client_key()
@@ -92,7 +97,8 @@ class EmbeddedServer:
     async def start(self) -> None:
         loop = asyncio.get_running_loop()
         sandbox = await loop.run_in_executor(
-            None, functools.partial(prepare_host_sandbox, self.root, python=self.python)
+            None,
+            functools.partial(prepare_host_sandbox, self.root, python=self.python, gpus=self.gpus),
         )
         self.home = Path(sandbox.home)
         self.env = session_env(sandbox)

@@ -14,7 +14,6 @@ import functools
 import posixpath
 import secrets
 import shlex
-import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -593,7 +592,7 @@ class ConnectionPool:
         server = self._embedded.get(host.name)
         if server is None:
             root = embedded_root(host.name, base=self.embedded_root)
-            server = EmbeddedServer(host.name, root, python=sys.executable)
+            server = EmbeddedServer(host.name, root, python=host.python, gpus=not host.cpu_only)
             await server.start()
             self._embedded[host.name] = server
         endpoint = Endpoint(

@@ -1,5 +1,6 @@
 """A CPU host end to end: a real sshd host declared ``gpus: none`` with no nvidia-smi on its
-PATH (the engine simulator stays installed), as the real vLLM CPU build's hosts are.
+PATH (the engine simulator stays installed), as the real vLLM CPU build's hosts are; and
+embedded hosts declared so, on the simulator or on a (stand-in) real engine's venv.
 
 `orch hosts check` passes without a driver, and `orch run` of a one-device vLLM run completes:
 no GPU is asked for, and the results name the CPU instead of a GPU model."""
@@ -12,13 +13,16 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from orchestrator.results.model import RunResult
+from orchestrator.sim.versions import SGLANG_VERSION, VLLM_VERSION
 from orchestrator.transport.sandbox import SYSTEM_PATH, prepare_host_sandbox
 from tests.fixtures.cli import orch_in_process
+from tests.fixtures.engine_venv import make_engine_venv
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port
 
 pytestmark = pytest.mark.integration
@@ -125,15 +129,14 @@ def test_a_cpu_host_passes_hosts_check_and_runs_a_playbook(
     assert host.leftover_pids() == [], "a process started through the host is still running"
 
 
-def test_gpus_on_a_host_declared_none_are_a_warning(tmp_path: Path) -> None:
-    """An embedded host's nvidia-smi shows two A6000s: the declaration is probably wrong,
-    which hosts check says without failing (the host can still run on its CPU)."""
-    inv = tmp_path / "hosts.yaml"
-    inv.write_text(yaml.safe_dump({"hosts": {"emb": {"transport": "embedded", "gpus": "cpu"}}}))
-    env = {"ORCH_EMBEDDED_ROOT": str(tmp_path / "embedded")}
-    checked = orch_in_process(
-        "hosts", "check", "--hosts", str(inv), "--json", cwd=tmp_path, env=env
-    )
+def test_gpus_on_a_host_declared_none_are_a_warning(
+    sshd_factory: SshdFactory, tmp_path: Path
+) -> None:
+    """The host's nvidia-smi shows two A6000s: the declaration is probably wrong, which hosts
+    check says without failing (the host can still run on its CPU)."""
+    host = sshd_factory.start("cpu-with-gpus")  # the sandbox's fake nvidia-smi on its PATH
+    hosts = write_inventory(sshd_factory, host, tmp_path / "hosts.yaml")
+    checked = orch_in_process("hosts", "check", "--hosts", str(hosts), "--json", cwd=tmp_path)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     (entry,) = json.loads(checked.stdout)["hosts"]
     assert len(entry["gpus"]) == 2 and entry["cpu_only"] is True
@@ -142,3 +145,42 @@ def test_gpus_on_a_host_declared_none_are_a_warning(tmp_path: Path) -> None:
         "A6000): orch runs no GPU here; declare `gpus: 2 x NVIDIA RTX A6000` if the engine "
         "should use them"
     ]
+
+
+def embedded_check(tmp_path: Path, hosts: dict[str, dict[str, object]]) -> dict[str, Any]:
+    inv = tmp_path / "hosts.yaml"
+    inv.write_text(yaml.safe_dump({"hosts": hosts}))
+    env = {"ORCH_EMBEDDED_ROOT": str(tmp_path / "embedded")}
+    checked = orch_in_process(
+        "hosts", "check", "--hosts", str(inv), "--json", cwd=tmp_path, env=env
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    return {entry["name"]: entry for entry in json.loads(checked.stdout)["hosts"]}
+
+
+def test_an_embedded_cpu_host_simulates_no_gpu(tmp_path: Path) -> None:
+    """`gpus: none` on an embedded host: the engine simulator, but no fake nvidia-smi, so no
+    GPU shows and nothing is reported missing."""
+    report = embedded_check(
+        tmp_path,
+        {
+            "emb-cpu": {"transport": "embedded", "gpus": "none"},
+            "emb-gpu": {"transport": "embedded"},
+        },
+    )
+    cpu, gpu = report["emb-cpu"], report["emb-gpu"]
+    assert (cpu["gpus"], cpu["driver"], cpu["cpu_only"], cpu["problems"]) == ([], None, True, [])
+    assert cpu["engines"] == {"vllm": VLLM_VERSION, "sglang": SGLANG_VERSION}
+    assert [g["name"] for g in gpu["gpus"]] == ["NVIDIA RTX A6000"] * 2
+
+
+def test_an_embedded_host_on_a_real_engines_venv_sees_that_engine(tmp_path: Path) -> None:
+    """`python:` another interpreter (the real CPU build's venv): its own vllm, no simulator."""
+    python = make_engine_venv(tmp_path / "engine", version="0.32.0+cpu")
+    report = embedded_check(
+        tmp_path,
+        {"emb-real": {"transport": "embedded", "gpus": "none", "python": str(python)}},
+    )
+    real = report["emb-real"]
+    assert real["engines"] == {"vllm": "0.32.0+cpu", "sglang": None}
+    assert (real["gpus"], real["cpu_only"], real["problems"]) == ([], True, [])
