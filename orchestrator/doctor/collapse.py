@@ -154,9 +154,12 @@ def rank_causes(
     kv_cache_dtype: str | None,
     method: str | None = None,
     drafter: ModelConfig | None = None,
+    chat: bool = True,
 ) -> list[Cause]:
     """Likely causes of a collapse, most likely first: the doctor's errors, then its warnings,
     then configuration suspicions (attention backend, model runner, thinking, KV cache).
+    ``chat`` False: the workload sent plain completions, so no chat template (nor its thinking
+    mode) was applied.
 
     ``extra_args`` are read with the engine's flag reader (``Engine.flag_value``), the one the
     launch and the doctor use, so an abbreviated flag counts here as it does there.
@@ -182,6 +185,7 @@ def rank_causes(
         chat_template_kwargs=chat_template_kwargs or {},
         kv_cache_dtype=kv_cache_dtype,
         drafter=drafter,
+        chat=chat,
     ):
         if name not in causes:
             causes[name] = Cause(0, name, "configuration", [evidence], _fix(name, found))
@@ -211,6 +215,7 @@ def _suspicions(
     chat_template_kwargs: Mapping[str, Any],
     kv_cache_dtype: str | None,
     drafter: ModelConfig | None,
+    chat: bool,
 ) -> list[tuple[str, str]]:
     found = _dflash_launch_suspicions(
         engine, method, attention_backend=attention_backend, env=env, extra_args=extra_args
@@ -222,7 +227,8 @@ def _suspicions(
         or chat_template_kwargs.get("thinking") is False
     )
     if (
-        method not in ("mtp", *MODEL_FREE_METHODS)
+        chat
+        and method not in ("mtp", *MODEL_FREE_METHODS)
         and not thinking_off
         and not (drafter is not None and drafter.trained_with_thinking)
     ):

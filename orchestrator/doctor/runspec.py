@@ -112,6 +112,7 @@ def causes_for_run(
         kv_cache_dtype=engine.run_flag(run, "--kv-cache-dtype"),
         method=run.speculative.method,
         drafter=drafter,
+        chat=run.workload.api == "chat",
     )
 
 

@@ -392,6 +392,16 @@ def test_check_run_from_agent_results() -> None:
     assert [c.cause for c in causes] == ["mask_token", "layer_ids"]
 
 
+def test_thinking_is_suspected_only_where_a_chat_template_was_applied() -> None:
+    """Plain completions apply no chat template, so thinking mode cannot have slowed the
+    drafter (the real vLLM's random EAGLE-3 head collapsing under `make demo-real`)."""
+    eagle3 = {"method": "eagle3", "draft_model": "/m/tiny-eagle3", "num_draft_tokens": 3}
+    chat = _run(speculative=eagle3, workload={"api": "chat"})
+    completions = _run(speculative=eagle3, workload={"api": "completions"})
+    assert [c.cause for c in causes_for_run(chat, [])] == ["thinking_mode"]
+    assert causes_for_run(completions, []) == []
+
+
 def test_model_from_agent_missing_model() -> None:
     models = {
         "Qwen/Qwen3-8B": model_files(
