@@ -28,6 +28,9 @@ from orchestrator.metrics.logparse import LineParser
 from orchestrator.metrics.prom import Scrape, SpecDelta, vllm_spec_delta
 
 _LISTED = "docs/ENGINES.md (vLLM 0.33 method list)"
+# methods the real vLLM 0.32.0 (its CPU build) served in tests/real_engine/: known to work there
+_RAN_ON_0_32 = frozenset({"ngram", "draft_model", "eagle3"})
+_RAN = "served by the real vLLM 0.32.0 CPU build (tests/real_engine/)"
 API_KEY_FLAG = "--api-key"
 API_KEY_ENV = "VLLM_API_KEY"  # vLLM's own fallback for --api-key
 # vLLM serves its development endpoints (/reset_prefix_cache among them) only with this set
@@ -56,6 +59,7 @@ DOCTOR = DoctorFacts(
             for method in KNOWN_METHODS
             if method != "dflash"
         },
+        **{method: MethodSupport(None, "0.32.0", _RAN) for method in _RAN_ON_0_32},
     },
     # DFlash2DraftModel is served by vLLM's "dflash" method from 0.28 on.
     drafter_architectures={"dflash": frozenset({"DFlashDraftModel", "DFlash2DraftModel"})},

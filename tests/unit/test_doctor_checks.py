@@ -932,6 +932,13 @@ def test_parameter_estimate_is_exact_arithmetic() -> None:
         (probe(gpus=[H100], vllm=None), {}, [("engine_version", "error")]),
         (probe(gpus=[H100], vllm="0.19.1"), {}, [("engine_version", "error")]),
         (probe(gpus=[H100], vllm="0.20.0"), {}, []),
+        # the real 0.32.0 CPU build served ngram (tests/real_engine/); mtp is only listed
+        (probe(gpus=[H100], vllm="0.32.0+cpu"), {"method": "ngram", "drafter": None}, []),
+        (
+            probe(gpus=[H100], vllm="0.32.0+cpu"),
+            {"method": "mtp", "drafter": None},
+            [("engine_version", "warning")],
+        ),
         (
             probe(gpus=[H100], sglang="0.5.10"),
             {"engine": "sglang"},

@@ -186,6 +186,10 @@ def test_doctor_facts() -> None:
     assert (vllm.default_memory_fraction, sglang.default_memory_fraction) == (0.9, 0.88)
     assert vllm.method_support["dflash"].min_version == "0.20.0"
     assert sglang.method_support["mtp"].confirmed_version == "0.5.23"
+    # the real vLLM 0.32.0 CPU build served these (tests/real_engine/); the rest are listed
+    confirmed = {m: s.confirmed_version for m, s in vllm.method_support.items()}
+    assert {m for m, v in confirmed.items() if v == "0.32.0"} == {"ngram", "draft_model", "eagle3"}
+    assert confirmed["eagle"] == confirmed["mtp"] == "0.33.0"
     assert "suffix" in vllm.method_support and "suffix" not in sglang.method_support
     assert vllm.drafter_architectures["dflash"] == {"DFlashDraftModel", "DFlash2DraftModel"}
     assert sglang.drafter_architectures["dflash"] == {"DFlashDraftModel"}
