@@ -29,6 +29,12 @@ venv install: $(STAMP)
 demo: $(STAMP)
 	$(BIN)/orch run playbooks/demo.yaml --fail-on failed  # it collapses a broken drafter on purpose
 
+# the same story on the real vLLM CPU build, no GPU needed: builds its venv and tiny models once
+# (scripts/realvllm.py, about 2.3 GB), then runs playbooks/demo-real.yaml with their paths filled in
+.PHONY: demo-real
+demo-real: $(STAMP)
+	$(BIN)/python -m scripts.demo_real
+
 sshd:
 	@if command -v sshd >/dev/null 2>&1 || [ -x /usr/sbin/sshd ]; then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
