@@ -60,6 +60,7 @@ if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
 
 LOG_TAIL_LINES = 40
+CLASSIFY_LINES = 400  # lines read to name a start-up death's cause (within TAIL_WINDOW_BYTES)
 TAIL_WINDOW_BYTES = 256 * 1024
 DEFAULT_GPU_BUSY_THRESHOLD_MIB = 1024
 STOP_NOT_FOUND_RETRIES = 15  # a launch cut off in flight may still be writing server.json
@@ -290,8 +291,11 @@ class Server:
                 break
             await asyncio.sleep(DIED_POLL_S)
             state = await self.status()
-        tail = await self.log_tail()
-        cause = self.engine.classify_failure(tail)
+        # the cause is sought well above the lines shown: vLLM's root cause comes before a
+        # hundred lines of EngineCore and API-server tracebacks (the real 0.32 build)
+        window = await self.log_tail(CLASSIFY_LINES)
+        tail = window[-LOG_TAIL_LINES:]
+        cause = self.engine.classify_failure(window)
         if cause is None and when != "during start-up":
             cause = failures.ENGINE_DIED
         title, hint = self.engine.describe_failure(cause)

@@ -29,7 +29,7 @@ from orchestrator.agent.fake import (
 )
 from orchestrator.commands.progress import PhaseChanged, RecordingObserver, RunPhase
 from orchestrator.config import RunSpec
-from orchestrator.engines.failures import OOM
+from orchestrator.engines.failures import KV_CACHE_MEMORY, OOM
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import AgentError, EngineError, HostError, HostUnreachable
 from orchestrator.loadgen.prompts import load_prompts
@@ -50,7 +50,7 @@ from orchestrator.remote.wire import (
 )
 from orchestrator.runner import server as server_mod
 from orchestrator.runner.execute import RunJob, execute_run
-from orchestrator.runner.server import Server, ServerRegistry
+from orchestrator.runner.server import LOG_TAIL_LINES, Server, ServerRegistry
 
 MODEL = "Qwen/Qwen3.6-27B"
 LOG = [
@@ -526,3 +526,32 @@ def test_a_dropped_connection_with_the_engine_dead_fails_with_its_death(tmp_path
     assert "died while measuring" in result.error.message
     assert len(agent.specs("loadgen")) == 1  # not measured again against a dead server
     assert not (job.run_dir / "requests.attempt-1.jsonl").exists()
+
+
+def test_a_cause_above_a_long_traceback_is_still_named() -> None:
+    """The real vLLM 0.32 prints its root cause, then a hundred lines of tracebacks from the
+    EngineCore and the API server: the cause is read from far above the lines shown."""
+    cause = (
+        "ValueError: To serve at least one request with the model's max seq len (2048), "
+        "(0.0 GiB KV cache is needed, which is larger than the available KV cache memory (0.0 GiB)."
+    )
+    traceback = [f'  File "/venv/vllm/v1/engine/utils.py", line {n}, in launch' for n in range(90)]
+    death = [*LOG[:3], cause, *traceback, "RuntimeError: Engine core initialization failed."]
+    log = FakeLog(death, exited=True)
+    agent = (
+        started_agent()
+        .always("status", status_of("r1-id", alive=False, returncode=1, log_size=log.size))
+        .always("tail", log)
+    )
+
+    async def scenario() -> EngineError:
+        async with ServerRegistry() as registry:
+            server = await start(agent, registry)
+            with pytest.raises(EngineError) as info:
+                await server.wait_ready(timeout=600, poll_interval=0)
+            return info.value
+
+    error = asyncio.run(scenario())
+    assert error.cause == KV_CACHE_MEMORY
+    assert len(error.log_tail) == LOG_TAIL_LINES and cause not in error.log_tail
+    assert "died during start-up: not enough memory for the KV cache" in str(error)
