@@ -276,16 +276,17 @@ CASES: list[tuple[str, Action, int, int, str | None, str]] = [
         3,
         11,
         "hosts.a6000-1.gpus",
-        "expected '<count> x <model>' (e.g. '2 x RTX A6000'), a count, or {count, model}; "
-        "found 'RTX A6000 x 2'",
+        "expected '<count> x <model>' (e.g. '2 x RTX A6000'), a count, {count, model}, "
+        "or none (a CPU host); found 'RTX A6000 x 2'",
     ),
     (
-        "hosts-zero-gpus.yaml",
+        "hosts-zero-gpus.yaml",  # zero GPUs of a model: a CPU host is `gpus: none`
         _inventory,
         3,
-        19,
-        "hosts.a6000-1.gpus.count",
-        "must be >= 1, found 0",
+        11,
+        "hosts.a6000-1.gpus",
+        "0 GPUs of model 'RTX A6000': a CPU host is written `gpus: none`, a GPU host as "
+        "'<count> x <model>'",
     ),
     (
         "hosts-unknown-key.yaml",
