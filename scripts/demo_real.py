@@ -13,11 +13,8 @@ collapses on purpose) and exits with its status. Arguments are passed on to ``or
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,19 +31,6 @@ OUT = ROOT / "build" / "demo-real"
 PLACEHOLDER = "${ORCH_REAL_VLLM_MODELS}"
 MODELS = ("tiny-model", "tiny-draft", "tiny-eagle3")
 HOST = "local-cpu"
-# what a user of the CPU build sets: offline (local models), no telemetry, a 1 GiB KV cache,
-# engine stats every 2 s (the default 10 s would outlast most of these short runs)
-HOST_ENV = {
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_LOG_STATS_INTERVAL": "2",
-}
-# the machine's one real-engine slot, the lock the real-engine tests hold (tests/fixtures/
-# realvllm.py): two vLLMs sharing the cores would each measure the other
-SLOT_LOCK = ".engine-slot.lock"
 
 
 class DemoError(RuntimeError):
@@ -79,7 +63,12 @@ def filled_playbook(text: str, models: Path) -> dict[str, Any]:
 
 def hosts_document(python: Path) -> dict[str, Any]:
     """One embedded CPU host running the venv's interpreter, hence the real vLLM."""
-    entry = {"transport": "embedded", "python": str(python), "gpus": "none", "env": HOST_ENV}
+    entry = {
+        "transport": "embedded",
+        "python": str(python),
+        "gpus": "none",
+        "env": realvllm.CPU_HOST_ENV,
+    }
     return {"hosts": {HOST: entry}}
 
 
@@ -95,23 +84,6 @@ def write_inputs(models: Path, python: Path, folder: Path = OUT) -> tuple[Path, 
     return book, hosts
 
 
-@contextlib.contextmanager
-def engine_slot(say: realvllm.Say) -> Iterator[None]:
-    """Hold the real-engine slot, waiting (and saying so) while the test tier holds it."""
-    folder = realvllm.home()
-    folder.mkdir(parents=True, exist_ok=True)
-    with (folder / SLOT_LOCK).open("w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            say("another real vLLM run (the real-engine tests?) is using this machine: waiting")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
 def main(argv: list[str]) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -124,7 +96,7 @@ def main(argv: list[str]) -> int:
         return 1
     command = [sys.executable, "-m", "orchestrator", "run", str(book), "--hosts", str(hosts)]
     command += ["--fail-on", "failed", *argv]  # it collapses a broken drafter on purpose
-    with engine_slot(say):
+    with realvllm.engine_slot(say):
         return subprocess.run(command, cwd=ROOT, check=False).returncode
 
 

@@ -52,6 +52,19 @@ COMPLETE = "complete.json"
 
 Say = Callable[[str], None]
 
+# What a user of the CPU build sets on its host (docs/REAL_ENGINE.md): offline (local models),
+# no telemetry, a 1 GiB KV cache, and a stats line every half second, so that even a short
+# measurement window holds some (vLLM's default is one every 10 s).
+CPU_HOST_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_LOG_STATS_INTERVAL": "0.5",
+}
+SLOT_LOCK = ".engine-slot.lock"
+
 
 class SetupError(RuntimeError):
     """The venv or the models could not be built; the message says why and what to do."""
@@ -94,6 +107,25 @@ def _locked(name: str) -> Iterator[None]:
     home().mkdir(parents=True, exist_ok=True)
     with (home() / f".{name}.lock").open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def engine_slot(say: Say | None = None) -> Iterator[None]:
+    """Hold the machine's one real-engine slot: the tier's tests and `make demo-real` take
+    turns, since two vLLMs sharing the cores would each measure the other. ``say`` is told
+    when the slot is taken and this waits."""
+    home().mkdir(parents=True, exist_ok=True)
+    with (home() / SLOT_LOCK).open("w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if say is not None:
+                say("another real vLLM run (the real-engine tests?) is using this machine: waiting")
+            fcntl.flock(handle, fcntl.LOCK_EX)
         try:
             yield
         finally:
