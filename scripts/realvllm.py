@@ -188,7 +188,7 @@ def build_venv(say: Say) -> Path:
         if complete(venv):
             return venv_python(venv)
         shutil.rmtree(venv, ignore_errors=True)  # a half-made one from an interrupted build
-        say(f"installing the real vLLM CPU build into {venv} (once; about 2.5 GB) ...")
+        say(f"installing the real vLLM CPU build into {venv} (once; about 2.3 GB) ...")
         started = time.monotonic()
         _run([_base_python(), "-m", "venv", str(venv)], "creating the venv", 300.0)
         python = venv_python(venv)
