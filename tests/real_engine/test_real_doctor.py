@@ -20,7 +20,8 @@ from tests.fixtures.cli import orch_in_process
 from tests.fixtures.realvllm import CpuHost, RealVllm, start_cpu_host
 from tests.fixtures.sshd import SshdFactory
 
-pytestmark = pytest.mark.integration
+# the first test to ask for the real venv may build it (minutes on a slow network)
+pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 
 @pytest.fixture(scope="module")

@@ -23,7 +23,14 @@ import pytest
 import yaml
 
 from tests.fixtures.procs import alive
-from tests.fixtures.realvllm import CpuHost, RealVllm, engine_pids, engine_slot, start_cpu_host
+from tests.fixtures.realvllm import (
+    CpuHost,
+    RealVllm,
+    engine_pids,
+    engine_slot,
+    engine_titles,
+    start_cpu_host,
+)
 from tests.fixtures.sshd import SshdFactory, free_port, port_free
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
@@ -123,6 +130,9 @@ def test_orch_stop_mid_measurement_leaves_no_engine(host: CpuHost, tmp_path: Pat
         proc = start_run(host, tmp_path, port)
         try:
             server = wait_measuring(proc, host, tmp_path)
+            # the positive control of "nothing left": all three of vLLM's processes are seen
+            titles = engine_titles(host)
+            assert {"vllm", "VLLM::EngineCor", "VLLM::Worker"} <= titles, titles
             stop = subprocess.run(
                 [sys.executable, "-m", "orchestrator", "stop", server["run_id"]]
                 + ["--grace", f"{GRACE_S:g}", "--hosts", str(host.hosts_file), "--json"],

@@ -303,7 +303,11 @@ def test_log_acceptance_is_vllms_own_lines(measured: Measured, run: str) -> None
         first, last = result.provenance.log_lines
         own = vllm_log_figure(server_log, first, last)
         assert own is not None, f"{run}: no SpecDecoding line in lines {first}-{last}"
-        near(result.acceptance.log, own, f"{run} {result.point} log")
+        # the log covers whole stats intervals, not the window: within orch's own disagreement
+        # bound of the lines it names (2% over a whole log: the lifetime test below)
+        near(result.acceptance.log, own, f"{run} {result.point} log", rel=0.10)
+        # the same stats lines' throughput, read live ("CPU KV cache" wording and all)
+        assert (result.engine_metrics.generation_throughput_mean or 0) > 0, result.engine_metrics
 
 
 @pytest.mark.parametrize("run", SPEC_RUNS)
@@ -317,8 +321,12 @@ def test_orch_logs_parse_gives_vllms_lifetime_figure(measured: Measured, run: st
     lifetime = 1 + totals["num_accepted_tokens"] / totals["num_drafts"]
     parsed = orch_in_process("logs", "parse", str(run_dir / "server.log"), "--json", cwd=run_dir)
     assert parsed.returncode == 0, parsed.stdout + parsed.stderr
-    figure = json.loads(parsed.stdout)["summary"]["acceptance_length"]
-    near(figure, lifetime, f"{run}: orch logs parse vs num_drafts_total")
+    summary = json.loads(parsed.stdout)["summary"]
+    near(summary["acceptance_length"], lifetime, f"{run}: orch logs parse vs num_drafts_total")
+    # per position, the log's rates against vLLM's lifetime per-position counters
+    positions = sorted((k for k in totals if k.startswith("pos")), key=lambda k: int(k[3:]))
+    own = [totals[k] / totals["num_drafts"] for k in positions]
+    assert summary["per_position_acceptance"] == pytest.approx(own, abs=0.02), run
 
 
 @pytest.mark.parametrize("run", ["draft", "self-draft"])
