@@ -45,13 +45,13 @@ from typing import cast
 from benchmarks.common import Bench, Target, arguments
 from benchmarks.sshd import Fleet, free_port
 from orchestrator.agent.client import Agent
-from orchestrator.commands.progress import RunEvent
 from orchestrator.config import HostConfig, RunSpec
 from orchestrator.engines import engine_for
 from orchestrator.metrics.logparse import LogFollower
 from orchestrator.remote.wire import LaunchSpec
 from orchestrator.results.store import AppendLog
 from orchestrator.runner.execute import LiveState, RunJob, _follow
+from orchestrator.runner.progress import RunEvent
 from orchestrator.runner.server import Server, ServerRegistry
 from orchestrator.transport import ConnectionPool
 

@@ -19,9 +19,9 @@ from rich.markup import escape
 from rich.segment import Segment
 from typer.core import TyperArgument, TyperOption
 
-from orchestrator.commands.fanout import without_host as without_host
 from orchestrator.commands.session import SshOptions as SshOptions
 from orchestrator.errors import ConfigError, EngineError, OrchError, SpecError
+from orchestrator.runner.fanout import without_host as without_host
 
 _typed_label = TyperOption.display_type_rich
 

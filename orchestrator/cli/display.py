@@ -1,6 +1,6 @@
 """What the console shows while a playbook runs: one row per run, updated live.
 
-``Display`` is the CLI's ``Observer`` (``commands/progress.py``): the runner tells it typed events
+``Display`` is the CLI's ``Observer`` (``runner/progress.py``): the runner tells it typed events
 and all the text and markup is made here. On a terminal it drives a rich Live table (host, run,
 phase, requests, live tok/s, latest acceptance length from the log). Elsewhere (CI,
 `make demo | tee`) a redrawn table would be garbage, so each phase change becomes one plain line,
@@ -21,7 +21,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from orchestrator.commands.progress import (
+from orchestrator.runner.progress import (
     Connecting,
     DoctorNotice,
     ExecutionEnded,

@@ -25,11 +25,11 @@ from orchestrator.cli.common import (
     print_json,
 )
 from orchestrator.commands.hostcheck import ClusterReport, HostReport, check_clusters, check_hosts
-from orchestrator.commands.progress import HostPhase
 from orchestrator.commands.session import load_hosts, open_pool
 from orchestrator.config import HostConfig, Inventory
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.engines import ENGINES
+from orchestrator.runner.progress import HostPhase
 from orchestrator.slurm.facts import Partition
 
 app = typer.Typer(help="Inspect the hosts in the inventory.", no_args_is_help=True)

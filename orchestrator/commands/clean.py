@@ -12,12 +12,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from orchestrator.agent.client import Agent
-from orchestrator.commands.fanout import each_host
 from orchestrator.commands.servers import distinct_hosts
 from orchestrator.commands.session import SshOptions, open_pool
 from orchestrator.config import HostConfig, Inventory
 from orchestrator.errors import OrchError
 from orchestrator.remote.wire import PruneResult, PruneSpec
+from orchestrator.runner.fanout import each_host
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool

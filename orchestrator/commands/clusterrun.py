@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from orchestrator.agent.client import Agent
 from orchestrator.agent.facts import HostFacts
 from orchestrator.commands.hostrun import HostRun
-from orchestrator.commands.progress import DoctorNotice, PhaseChanged, RunPhase
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.playbook import SlurmSpec
 from orchestrator.doctor.findings import Finding, warning
@@ -30,6 +29,7 @@ from orchestrator.errors import OrchError
 from orchestrator.runner.execute import RunJob, execute_run, not_run_results
 from orchestrator.runner.manifest import with_slurm
 from orchestrator.runner.preflight import HostSession, doctor_run
+from orchestrator.runner.progress import DoctorNotice, PhaseChanged, RunPhase
 from orchestrator.runner.server import live_agent, shielded
 from orchestrator.slurm.allocation import Allocation, AllocationTimeout, JobState
 from orchestrator.slurm.node import AllocationAgent

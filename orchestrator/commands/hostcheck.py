@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING
 
 from orchestrator.agent import Agent
 from orchestrator.agent.facts import HostFacts
-from orchestrator.commands.fanout import each_host, each_of
-from orchestrator.commands.progress import HostPhase, HostPhaseCallback
 from orchestrator.config import HostConfig
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.engines import ENGINES
 from orchestrator.errors import OrchError
+from orchestrator.runner.fanout import each_host, each_of
 from orchestrator.runner.preflight import host_requirements
+from orchestrator.runner.progress import HostPhase, HostPhaseCallback
 from orchestrator.slurm.allocation import login_workdir, push_job_script
 from orchestrator.slurm.facts import (
     CanSubmit,

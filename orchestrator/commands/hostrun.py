@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from orchestrator.commands.progress import DoctorNotice, Observer, PhaseChanged, RunPhase
 from orchestrator.config import Playbook
 from orchestrator.doctor.findings import warning
 from orchestrator.errors import OrchError
@@ -23,6 +22,7 @@ from orchestrator.results.model import RunResult
 from orchestrator.runner.execute import RunJob, execute_run, failed_result, not_run_results
 from orchestrator.runner.manifest import with_gpu_ids
 from orchestrator.runner.preflight import HostSession
+from orchestrator.runner.progress import DoctorNotice, Observer, PhaseChanged, RunPhase
 from orchestrator.runner.server import ServerRegistry, live_agent, pool_reconnect
 from orchestrator.runner.slots import GpuSlots, SlotNeed, host_gpu_count, runs_alone
 

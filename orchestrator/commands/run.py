@@ -6,7 +6,7 @@ the results folder -> execute runs (each creates its folder and manifest as it s
 ``summary.csv`` and ``comparison.png``. Every server started is registered so that an exception
 or a cancellation (Ctrl-C) anywhere stops them all before this returns.
 
-What happens meanwhile is told to an ``Observer`` (``commands/progress.py``) as typed events.
+What happens meanwhile is told to an ``Observer`` (``runner/progress.py``) as typed events.
 """
 
 from __future__ import annotations
@@ -23,16 +23,6 @@ from typing import TYPE_CHECKING
 from orchestrator.agent.client import AgentClient
 from orchestrator.commands.clusterrun import run_cluster
 from orchestrator.commands.hostrun import HostRun, host_slots, run_host
-from orchestrator.commands.progress import (
-    Connecting,
-    DoctorNotice,
-    ExecutionEnded,
-    ExecutionStarted,
-    Observer,
-    PhaseChanged,
-    RunAdded,
-    RunPhase,
-)
 from orchestrator.commands.session import SshOptions, load_hosts, open_pool
 from orchestrator.config import Inventory, Playbook, RunSpec, load_playbook
 from orchestrator.config.errors import did_you_mean
@@ -58,6 +48,16 @@ from orchestrator.runner.preflight import (
     check_requirements,
     doctor_plans,
     open_hosts,
+)
+from orchestrator.runner.progress import (
+    Connecting,
+    DoctorNotice,
+    ExecutionEnded,
+    ExecutionStarted,
+    Observer,
+    PhaseChanged,
+    RunAdded,
+    RunPhase,
 )
 from orchestrator.runner.server import ServerRegistry
 from orchestrator.sweep.pins import check_resume, pin_inputs

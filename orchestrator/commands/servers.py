@@ -24,12 +24,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from orchestrator.agent.client import Agent
-from orchestrator.commands.fanout import HostOutcome, each_host, each_of
 from orchestrator.commands.session import SshOptions, open_pool
 from orchestrator.config import HostConfig, Inventory
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.errors import AgentError
 from orchestrator.remote.wire import ErrorKind, ServerState, StatusSpec, StopOutcome, StopSpec
+from orchestrator.runner.fanout import HostOutcome, each_host, each_of
 from orchestrator.slurm.allocation import JobState, cancel, orch_jobs
 from orchestrator.slurm.jobs import JOB_NAME_PREFIX
 

@@ -36,17 +36,6 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agent.client import AgentClient
-from orchestrator.commands.progress import (
-    LatestAcceptance,
-    LiveThroughput,
-    NullObserver,
-    Observer,
-    PhaseChanged,
-    PointDone,
-    PointStarted,
-    RequestsDone,
-    RunPhase,
-)
 from orchestrator.config import RunSpec
 from orchestrator.config.hostconfig import Secrets, mask, mask_json, mask_lines
 from orchestrator.doctor import ModelConfig
@@ -69,6 +58,17 @@ from orchestrator.results.store import (
     write_text,
 )
 from orchestrator.runner.assemble import build_result
+from orchestrator.runner.progress import (
+    LatestAcceptance,
+    LiveThroughput,
+    NullObserver,
+    Observer,
+    PhaseChanged,
+    PointDone,
+    PointStarted,
+    RequestsDone,
+    RunPhase,
+)
 from orchestrator.runner.server import Server, ServerRegistry
 from orchestrator.runner.summarize import iso_time
 from orchestrator.sweep.points import Measurement, measurement, planned, searched

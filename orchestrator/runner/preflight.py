@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from orchestrator.agent import Agent
 from orchestrator.agent.client import AgentClient
 from orchestrator.agent.facts import HostFacts
-from orchestrator.commands.fanout import each_host, each_of
 from orchestrator.config import HostConfig
 from orchestrator.doctor import HostProbe, ModelConfig, check_run, model_from_agent
 from orchestrator.doctor.findings import Finding
@@ -25,6 +24,7 @@ from orchestrator.engines import get_engine
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import OrchError
 from orchestrator.remote.wire import ModelRef, ReadModelConfigsSpec
+from orchestrator.runner.fanout import each_host, each_of
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool

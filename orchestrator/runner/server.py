@@ -28,7 +28,6 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.agent.client import Agent, AgentClient
-from orchestrator.commands.progress import Observer, ServerLeftRunning, StoppingServers
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.config.playbook import RunSpec
 from orchestrator.engines import engine_for, failures
@@ -55,6 +54,7 @@ from orchestrator.remote.wire import (
     TailResult,
     TailSpec,
 )
+from orchestrator.runner.progress import Observer, ServerLeftRunning, StoppingServers
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool

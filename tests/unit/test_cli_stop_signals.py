@@ -17,8 +17,8 @@ from orchestrator.cli import run as cli_run
 from orchestrator.cli.common import without_host
 from orchestrator.cli.display import Display
 from orchestrator.cli.run import STOP_GRACE_ENV, StopSignals, busy_hosts, stop_grace_s
-from orchestrator.commands.progress import PhaseChanged, RunAdded, RunPhase
 from orchestrator.errors import OrchError
+from orchestrator.runner.progress import PhaseChanged, RunAdded, RunPhase
 
 
 def test_first_signal_cancels_later_ones_start_one_countdown(

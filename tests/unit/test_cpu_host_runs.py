@@ -15,7 +15,6 @@ from orchestrator.agent.facts import HostFacts
 from orchestrator.agent.fake import FakeAgent
 from orchestrator.cli.main import app
 from orchestrator.commands.hostrun import host_slots
-from orchestrator.commands.progress import RecordingObserver
 from orchestrator.config import GpuSpec, HostConfig, load_inventory, load_playbook
 from orchestrator.engines import ENGINES
 from orchestrator.engines.plan import plan_launches
@@ -23,6 +22,7 @@ from orchestrator.remote.wire import LaunchSpec, ProbeResult, StopSpec
 from orchestrator.results.report_doc import config_title
 from orchestrator.runner.estimate import estimate
 from orchestrator.runner.preflight import HostSession
+from orchestrator.runner.progress import RecordingObserver
 from orchestrator.runner.server import Server, ServerRegistry
 from orchestrator.runner.slots import GpuSlots, SlotNeed, host_gpu_count, simulate
 from tests.fixtures.sshd import free_port

@@ -17,7 +17,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from orchestrator.agent.fake import FakeAgent, FakeLog
-from orchestrator.commands.progress import LatestAcceptance, RecordingObserver
 from orchestrator.config import RunSpec
 from orchestrator.config.hostconfig import Secrets, mask, mask_lines
 from orchestrator.engines import engine_for
@@ -35,6 +34,7 @@ from orchestrator.remote.wire import (
 )
 from orchestrator.results.store import AppendLog
 from orchestrator.runner.execute import LiveState, RunJob, _follow
+from orchestrator.runner.progress import LatestAcceptance, RecordingObserver
 from orchestrator.runner.server import Server
 
 V = CONTRACT_VERSION

@@ -22,7 +22,6 @@ from orchestrator.agent.facts import HostFacts
 from orchestrator.agent.fake import FakeAgent, FakeLog, Stream, http_answer, status_of
 from orchestrator.commands import hostrun
 from orchestrator.commands import run as run_mod
-from orchestrator.commands.progress import RecordingObserver
 from orchestrator.commands.run import PlaybookOutcome, run_playbook
 from orchestrator.config import load_inventory, load_playbook
 from orchestrator.config.hostconfig import HostConfig
@@ -42,6 +41,7 @@ from orchestrator.remote.wire import (
 from orchestrator.results.report import load_results
 from orchestrator.runner import server as server_mod
 from orchestrator.runner.preflight import DoctorResult, HostSession
+from orchestrator.runner.progress import RecordingObserver
 from tests.unit.test_runner_fake_agent import LOG, MODEL, launched, measured, stopped
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "wire"

@@ -8,7 +8,7 @@ import io
 from rich.console import Console
 
 from orchestrator.cli.display import Display, short_reason
-from orchestrator.commands.progress import (
+from orchestrator.runner.progress import (
     LatestAcceptance,
     LiveThroughput,
     PhaseChanged,

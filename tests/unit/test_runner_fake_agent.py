@@ -27,7 +27,6 @@ from orchestrator.agent.fake import (
     launch_result,
     status_of,
 )
-from orchestrator.commands.progress import PhaseChanged, RecordingObserver, RunPhase
 from orchestrator.config import RunSpec
 from orchestrator.engines.failures import KV_CACHE_MEMORY, OOM
 from orchestrator.engines.plan import PlannedLaunch
@@ -50,6 +49,7 @@ from orchestrator.remote.wire import (
 )
 from orchestrator.runner import server as server_mod
 from orchestrator.runner.execute import RunJob, execute_run
+from orchestrator.runner.progress import PhaseChanged, RecordingObserver, RunPhase
 from orchestrator.runner.server import LOG_TAIL_LINES, Server, ServerRegistry
 
 MODEL = "Qwen/Qwen3.6-27B"

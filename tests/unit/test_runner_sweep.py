@@ -10,10 +10,10 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.agent.fake import FakeAgent, FakeLog, Stream, http_answer, status_of
-from orchestrator.commands.progress import PointDone, PointStarted, RecordingObserver, RunPhase
 from orchestrator.remote.wire import LoadgenResult, LoadgenSpec, PhaseEvent, RequestRecord
 from orchestrator.results.report import load_results
 from orchestrator.runner.execute import RunJob, execute_run
+from orchestrator.runner.progress import PointDone, PointStarted, RecordingObserver, RunPhase
 from orchestrator.runner.server import ServerRegistry
 from tests.unit.test_runner_fake_agent import LOG, MODEL, job_for, make_run, measured, started_agent
 

@@ -18,7 +18,6 @@ import pytest
 
 from orchestrator.agent.client import STDIN_SPEC, Agent
 from orchestrator.agent.fake import FAKE_BUNDLE, FAKE_HOST, FakeAgent, agent_error
-from orchestrator.commands.progress import PhaseChanged, RecordingObserver, RunPhase
 from orchestrator.errors import HostTimeout, RemoteDiskFull
 from orchestrator.remote.wire import (
     CONTRACT_VERSION,
@@ -30,6 +29,7 @@ from orchestrator.remote.wire import (
 )
 from orchestrator.runner import server as server_mod
 from orchestrator.runner.execute import execute_run
+from orchestrator.runner.progress import PhaseChanged, RecordingObserver, RunPhase
 from orchestrator.runner.server import ServerRegistry, StopFailed
 from orchestrator.transport.translate import no_space_error
 from tests.unit.test_runner_fake_agent import (

@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from orchestrator.commands.fanout import each_host, each_of
 from orchestrator.config import HostConfig
 from orchestrator.errors import HostUnreachable, OrchError
+from orchestrator.runner.fanout import each_host, each_of
 
 HOSTS = [HostConfig(name=n, address="127.0.0.1", workdir="/srv/orch") for n in ("a", "b", "c")]
 
