@@ -47,7 +47,7 @@ from benchmarks.sshd import Fleet, free_port
 from orchestrator.agent.client import Agent
 from orchestrator.config import HostConfig, RunSpec
 from orchestrator.engines import engine_for
-from orchestrator.metrics.logparse import LogFollower
+from orchestrator.engines.logs import LogFollower
 from orchestrator.remote.wire import LaunchSpec
 from orchestrator.results.store import AppendLog
 from orchestrator.runner.execute import LiveState, RunJob, _follow

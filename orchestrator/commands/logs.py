@@ -4,14 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from orchestrator.engines.logs import detect_engine, other_engine_events, parse_log
 from orchestrator.errors import OrchError
-from orchestrator.metrics.logparse import (
-    AUTO,
-    ParsedLog,
-    detect_engine,
-    other_engine_events,
-    parse_log,
-)
+from orchestrator.metrics.logparse import AUTO, ParsedLog
 
 
 def read_log(path: Path) -> list[str]:

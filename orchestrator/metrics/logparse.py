@@ -1,8 +1,9 @@
 """Engine logs -> typed events and a summary: the registry, engine detection, aggregation.
 
 The per-engine line parsers live in ``vllm_log`` and ``sglang_log``; which one applies to an
-engine is said by its engine object (``Engine.log_parser``, read through ``parsers()``). This
-module turns their ``ValueError`` into a counted ``Malformed`` record and aggregates events. Everything here is pure: the same code serves a
+engine is said by its engine object (``Engine.log_parser``): the caller hands the mapping in
+(``Parsers``; ``engines/logs.py`` binds the engines' own), since metrics sit below the engines.
+This module turns their ``ValueError`` into a counted ``Malformed`` record and aggregates events. Everything here is pure: the same code serves a
 saved file (``parse_log``, ``orch logs parse``) and the live tail (``LogFollower``), so the
 two can never disagree about a figure.
 """
@@ -11,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from functools import cache
 from typing import Any
 
 from orchestrator.errors import OrchError
@@ -59,12 +59,8 @@ class LineParser:
             return Malformed(line_no=line_no, line=text, reason=str(exc))
 
 
-@cache
-def parsers() -> Mapping[str, LineParser]:
-    """Engine name (as users type it) -> its line parser, as each engine object says."""
-    from orchestrator.engines import ENGINES  # the engines import this module: resolved late
-
-    return {name: engine.log_parser for name, engine in ENGINES.items()}
+Parsers = Mapping[str, LineParser]
+"""Engine name (as users type it) -> its line parser."""
 
 
 def _last_segment(line: str) -> str:
@@ -75,8 +71,7 @@ def _last_segment(line: str) -> str:
     return text
 
 
-def parser_for(engine: str) -> LineParser:
-    known = parsers()
+def parser_for(known: Parsers, engine: str) -> LineParser:
     try:
         return known[engine]
     except KeyError:
@@ -85,25 +80,20 @@ def parser_for(engine: str) -> LineParser:
         ) from None
 
 
-def parse_line(engine: str, line: str, *, line_no: int = 0) -> Event | Malformed | None:
-    """Event for a metrics line, Malformed for a broken one, None for any other line."""
-    return parser_for(engine)(line, line_no=line_no)
-
-
-def _vote(line: str) -> str | None:
-    votes = [name for name, parser in parsers().items() if parser.is_signature(line)]
+def _vote(known: Parsers, line: str) -> str | None:
+    votes = [name for name, parser in known.items() if parser.is_signature(line)]
     return votes[0] if len(votes) == 1 else None
 
 
-def detect_engine(lines: Iterable[str]) -> str | None:
+def detect_engine(known: Parsers, lines: Iterable[str]) -> str | None:
     """The engine whose prefix/markers most lines carry; None when no line (or a tie) decides.
 
     A majority rather than the first hit, so one quoted line of the other engine's output
     (a pasted error, a prompt) cannot flip the verdict.
     """
-    counts = dict.fromkeys(parsers(), 0)
+    counts = dict.fromkeys(known, 0)
     for line in lines:
-        vote = _vote(line)
+        vote = _vote(known, line)
         if vote:
             counts[vote] += 1
     ranked = sorted(counts.items(), key=lambda kv: kv[1], reverse=True)
@@ -195,8 +185,9 @@ class LogFollower:
     engine line / decode line; with several vLLM engines, that engine's own figure).
     """
 
-    def __init__(self, *, engine: str = AUTO, keep_events: bool = True) -> None:
-        self.engine: str | None = None if engine == AUTO else parser_for(engine).engine
+    def __init__(self, known: Parsers, *, engine: str = AUTO, keep_events: bool = True) -> None:
+        self.known = known
+        self.engine: str | None = None if engine == AUTO else parser_for(known, engine).engine
         self.keep_events = keep_events
         self.events: list[Event] = []
         self.malformed: list[Malformed] = []
@@ -230,21 +221,21 @@ class LogFollower:
     def feed_line(self, line: str) -> Event | Malformed | None:
         self.line_no += 1
         if self.engine is None:
-            self.engine = _vote(line)
+            self.engine = _vote(self.known, line)
             if self.engine is None:
                 return None
-        return self._record(parser_for(self.engine)(line, line_no=self.line_no))
+        return self._record(parser_for(self.known, self.engine)(line, line_no=self.line_no))
 
     def feed_lines(self, lines: Iterable[str]) -> list[Event | Malformed]:
         """``feed_line`` for each of ``lines``, in order: what the live tail gives, a batch at a
         time. The parser is looked up once per batch; most lines of a log are not metrics lines
         and cost the parser's substring test alone."""
         records: list[Event | Malformed] = []
-        parse = parser_for(self.engine) if self.engine is not None else None
+        parse = parser_for(self.known, self.engine) if self.engine is not None else None
         for line in lines:
             if parse is None:
                 record = self.feed_line(line)
-                parse = parser_for(self.engine) if self.engine is not None else None
+                parse = parser_for(self.known, self.engine) if self.engine is not None else None
             else:
                 self.line_no += 1
                 record = self._record(parse(line, line_no=self.line_no))
@@ -303,7 +294,7 @@ class LogFollower:
             )
 
     def summary(self) -> LogSummary:
-        kinds = parser_for(self.engine).kinds if self.engine else ()
+        kinds = parser_for(self.known, self.engine).kinds if self.engine else ()
         counts = {kind: self._counts.get(kind, 0) for kind in kinds}
         gen = self._gen_sum / self._gen_n if self._gen_n else None
         if self.engine == sglang_log.ENGINE:
@@ -339,33 +330,35 @@ def _undetected() -> OrchError:
     )
 
 
-def parse_log(lines: Iterable[str], *, engine: str = AUTO) -> ParsedLog:
+def parse_log(known: Parsers, lines: Iterable[str], *, engine: str = AUTO) -> ParsedLog:
     """Parse a whole log (lines numbered from 1); ``engine="auto"`` uses ``detect_engine``."""
     if engine == AUTO:
         lines = list(lines)
-        detected = detect_engine(lines)
+        detected = detect_engine(known, lines)
         if detected is None:
             raise _undetected()
         engine = detected
-    follower = LogFollower(engine=engine)
+    follower = LogFollower(known, engine=engine)
     follower.feed_lines(lines)
     return follower.result()
 
 
-def other_engine_events(lines: Sequence[str], *, engine: str) -> tuple[str, dict[str, int]] | None:
+def other_engine_events(
+    known: Parsers, lines: Sequence[str], *, engine: str
+) -> tuple[str, dict[str, int]] | None:
     """When ``engine``'s parser finds no metrics line in ``lines`` but another engine's does:
     that engine and its event counts (kinds with none left out); else None.
 
     Forcing the wrong parser is not an error to it (every line is simply "not mine"), so a
     caller that took the engine from the user asks this to avoid a silent "0 events".
     """
-    if parse_log(lines, engine=engine).events:
+    if parse_log(known, lines, engine=engine).events:
         return None
     best: tuple[str, dict[str, int]] | None = None
-    for name in parsers():
-        if name == parser_for(engine).engine:
+    for name in known:
+        if name == parser_for(known, engine).engine:
             continue
-        counts = {k: n for k, n in parse_log(lines, engine=name).summary.events.items() if n}
+        counts = {k: n for k, n in parse_log(known, lines, engine=name).summary.events.items() if n}
         if counts and (best is None or sum(counts.values()) > sum(best[1].values())):
             best = (name, counts)
     return best

@@ -58,8 +58,8 @@ from collections.abc import Iterable, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from orchestrator.loadgen.records import RequestRecord
 from orchestrator.remote.stats import percentile
+from orchestrator.remote.wire import RequestRecord
 
 PER_CHUNK_COUNTS = ("usage", "tokenizer")  # methods whose per-chunk token counts are meaningful
 

@@ -42,11 +42,11 @@ from orchestrator.doctor import ModelConfig
 from orchestrator.doctor.findings import Finding
 from orchestrator.engines import engine_for
 from orchestrator.engines.failures import REQUESTS_FAILED
+from orchestrator.engines.logs import LogFollower
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import EngineError, HostError, HostUnreachable, OrchError
 from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
-from orchestrator.metrics.logparse import LogFollower
 from orchestrator.remote.wire import PhaseEvent, ProgressEvent
 from orchestrator.results.model import NOT_RUN, RunError, RunResult, RunTimes, RunWarning
 from orchestrator.results.store import (

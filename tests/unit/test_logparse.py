@@ -10,17 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import OrchError
-from orchestrator.metrics.logparse import (
+from orchestrator.engines.logs import (
     LogFollower,
-    Malformed,
     detect_engine,
-    line_drafts,
     other_engine_events,
     parse_line,
     parse_log,
     parser_for,
     parsers,
+)
+from orchestrator.errors import OrchError
+from orchestrator.metrics.logparse import (
+    Malformed,
+    line_drafts,
 )
 from orchestrator.metrics.vllm_log import EngineStatsEvent, SpecDecodeEvent
 

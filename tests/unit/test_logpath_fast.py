@@ -20,7 +20,7 @@ from orchestrator.agent.fake import FakeAgent, FakeLog
 from orchestrator.config import RunSpec
 from orchestrator.config.hostconfig import Secrets, mask, mask_lines
 from orchestrator.engines import engine_for
-from orchestrator.metrics.logparse import LogFollower
+from orchestrator.engines.logs import LogFollower
 from orchestrator.metrics.sglang_log import DecodeBatchEvent
 from orchestrator.metrics.vllm_log import SpecDecodeEvent
 from orchestrator.remote import codec, lifecycle

@@ -12,13 +12,13 @@ import pytest
 from orchestrator import __version__
 from orchestrator.config import load_inventory, load_playbook
 from orchestrator.engines import get_engine
+from orchestrator.engines.logs import LogFollower
 from orchestrator.engines.plan import PlannedLaunch, plan_launches
 from orchestrator.errors import SpecError
 from orchestrator.loadgen.prompts import PromptSet
 from orchestrator.loadgen.records import Chunk, LoadgenResult, RequestRecord
 from orchestrator.loadgen.records import ClientLag as WireClientLag
 from orchestrator.loadgen.records import LagStats as WireLagStats
-from orchestrator.metrics.logparse import LogFollower
 from orchestrator.metrics.summary import ClientLag, LagStats
 from orchestrator.results.model import RunResult, RunTimes, WorkloadSettings
 from orchestrator.runner.assemble import build_result
