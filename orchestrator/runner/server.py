@@ -28,6 +28,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from orchestrator.agent.client import Agent, AgentClient
+from orchestrator.aio import shielded
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.config.playbook import RunSpec
 from orchestrator.engines import engine_for, failures
@@ -595,22 +596,6 @@ class ServerRegistry:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await shielded(self.stop_all())
-
-
-async def shielded(coro: Awaitable[T]) -> T:
-    """Run ``coro`` to the end even if we are cancelled meanwhile (Ctrl-C), then re-cancel."""
-    task = asyncio.ensure_future(coro)
-    cancelled = False
-    while not task.done():
-        try:
-            await asyncio.shield(task)
-        except asyncio.CancelledError:
-            if task.done():
-                break
-            cancelled = True
-    if cancelled:
-        raise asyncio.CancelledError
-    return task.result()
 
 
 def pool_reconnect(pool: ConnectionPool, host: HostConfig, agent: AgentClient) -> Reconnect:

@@ -35,6 +35,7 @@ from dataclasses import replace
 
 from orchestrator.agent.bundle import AgentBundle
 from orchestrator.agent.client import Agent, decode_output
+from orchestrator.aio import shielded
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.errors import AgentError, HostTimeout, OrchError, RemoteCommandError
@@ -62,7 +63,6 @@ from orchestrator.remote.wire import (
     TailSpec,
     spec_file,
 )
-from orchestrator.runner.server import shielded
 from orchestrator.slurm.allocation import (
     Allocation,
     JobState,
