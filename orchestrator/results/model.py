@@ -15,6 +15,7 @@ warnings as text), are migrated on load (``orchestrator.results.migrate``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
@@ -29,22 +30,35 @@ from pydantic import (
     PlainSerializer,
     ValidationError,
 )
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from orchestrator.config.hostconfig import Secrets, mask_json
-from orchestrator.doctor.findings import Severity
+from orchestrator.doctor.collapse import Cause, Collapse
+from orchestrator.doctor.findings import Finding
 from orchestrator.engines.methods import EngineName
 from orchestrator.errors import OrchError
+from orchestrator.metrics.acceptance import Acceptance, AcceptanceSource
+from orchestrator.metrics.prom import SpecDelta
 from orchestrator.metrics.summary import ClientLag, LagStats, RequestStats, Stats
+from orchestrator.remote.wire import LoadgenResult
 from orchestrator.results.migrate import MANIFEST_FILE, SCHEMA_VERSION, migrate, schema_version
 from orchestrator.results.validity import RunWarning, WarningKind
 from orchestrator.results.vllm_bench import VLLM_BENCH_KEYS, VllmBench, vllm_bench
 
-AcceptanceSource = Literal["prometheus", "log", "client"]
+# The persisted records that are domain records as they stand: pydantic validates the
+# dataclasses directly (each sets ``__pydantic_config__``: unknown keys rejected), so every
+# field is declared once, where the record is made. These names are what the tree calls them.
+AcceptanceResult = Acceptance  # metrics/acceptance.py
+PrometheusDelta = SpecDelta  # metrics/prom.py
+CollapseVerdict = Collapse  # doctor/collapse.py, with its ranked likely_causes
+RankedCause = Cause  # doctor/collapse.py
+FindingRecord = Finding  # doctor/findings.py
 
 __all__ = [
     "SCHEMA_VERSION",
     "VLLM_BENCH_KEYS",
     "AcceptanceResult",
+    "AcceptanceSource",
     "ClientLag",
     "CollapseVerdict",
     "EngineLogFigures",
@@ -275,69 +289,6 @@ class RunError(Frozen):
     kind: str | None = None
 
 
-class PrometheusDelta(Frozen):
-    """Speculative decoding over the measured window from two /metrics scrapes (counters)."""
-
-    acceptance_length: float | None
-    per_position: list[float]
-    drafts: float | None
-    draft_tokens: float | None
-    accepted: float | None
-    generation_tokens: float | None
-    source: str  # counter, gauge or none
-    note: str | None = None
-
-
-class AcceptanceResult(Frozen):
-    """Acceptance length three ways; ``length`` is the first known of prometheus, log, client."""
-
-    length: float | None
-    source: AcceptanceSource | None
-    prometheus: float | None
-    log: float | None
-    client: float | None
-    per_position: list[float] | None
-    per_position_source: str | None
-    disagreement: list[str] = Field(default_factory=list)  # pairs more than 10% apart
-    notes: list[str] = Field(default_factory=list)  # why a source has no figure
-    prometheus_delta: PrometheusDelta | None = None
-
-    @property
-    def disagrees(self) -> bool:
-        return bool(self.disagreement)
-
-
-class FindingRecord(Frozen):
-    """A doctor finding as written: ``check`` names are an interface (cause ranking, JSON)."""
-
-    check: str
-    severity: Severity
-    message: str
-    details: dict[str, JsonValue] = Field(default_factory=dict)
-
-
-class RankedCause(Frozen):
-    rank: int
-    cause: str
-    source: str  # "finding" (the doctor found it) or "configuration" (known to hurt)
-    evidence: list[str] = Field(default_factory=list)
-    fix: str = ""
-    checks: list[str] = Field(default_factory=list)
-
-
-class CollapseVerdict(Frozen):
-    """Speculation collapsed (drafts rejected), why it was called so, and the likely causes."""
-
-    method: str
-    num_draft_tokens: int | None
-    acceptance_length: float | None
-    floor: float | None
-    per_position: list[float] | None
-    reasons: list[str]
-    message: str
-    likely_causes: list[RankedCause] = Field(default_factory=list)
-
-
 class EngineLogFigures(Frozen):
     generation_throughput_mean: float | None = None  # tok/s the engine's own log printed
     log_events: dict[str, int] = Field(default_factory=dict)
@@ -352,38 +303,32 @@ class LoadgenClientLag(Frozen):
     loop_tick_ms: float | None = None  # the period of the ticker whose delay is measured
 
 
-class LoadgenInfo(Frozen):
-    """The load generator's own account of the measured window (epoch seconds)."""
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class LoadgenInfo(LoadgenResult):
+    """The load generator's account of the measured window: the wire's ``LoadgenResult``
+    (declared once, in ``remote/wire.py``) as summary.json keeps it, plus the open-loop rates
+    worked out here. Its client lag is the laxer ``LoadgenClientLag`` older agents wrote."""
 
-    requests: int
-    completed: int
-    failed: int
-    duration_s: float
-    started_at: float | None = None
-    ended_at: float | None = None
-    warmup: int = 0
-    output_tokens: int = 0
-    mode: str = "closed"
-    concurrency: int | None = None
-    request_rate: float | None = None
-    burstiness: float | None = None
-    ramp_s: float | None = None  # a closed loop's first wave, spread over this many seconds
-    client_lag: LoadgenClientLag | None = None
-    token_count_method: str | None = None
-    token_count_methods: dict[str, int] = Field(default_factory=dict)
-    prompt_source: str | None = None
-    input_len_exact: bool | None = None
-    random_prompts: int | None = None
-    random_prompts_exact: int | None = None
-    request_seeds: bool | None = None
+    client_lag: LoadgenClientLag | None = None  # type: ignore[assignment]
+    # raw /metrics text: written as files of its own, never into summary.json
+    metrics_before: str | None = Field(default=None, exclude=True)
+    metrics_after: str | None = Field(default=None, exclude=True)
     achieved_request_rate: float | None = None  # open loop: as sent
     scheduled_request_rate: float | None = None  # open loop: as due
-    cache_reset: str | None = None  # the prefix cache reset before the point: "ok", "failed: ..."
-    event_loop: str | None = None  # the client's event loop and JSON parser: "asyncio, json"
-    arrival_clock: str | None = None  # who stamped each chunk's arrival: "kernel" or "loop"
-    reconciled: int = 0  # completed requests whose token counts were checked against usage
-    token_count_mismatches: int = 0  # requests failed because their token counts disagreed
-    cap_waits: int = 0  # open loop: measured requests that waited for a slot under the cap
+
+    @classmethod
+    def of(
+        cls, loadgen: LoadgenResult, *, achieved: float | None, scheduled: float | None
+    ) -> LoadgenInfo:
+        """The wire record without its raw /metrics text, with the rates."""
+        kept = {f.name: getattr(loadgen, f.name) for f in dataclasses.fields(LoadgenResult)}
+        lag = loadgen.client_lag
+        kept.update(
+            client_lag=None if lag is None else dataclasses.asdict(lag),
+            metrics_before=None,
+            metrics_after=None,
+        )
+        return cls(**kept, achieved_request_rate=achieved, scheduled_request_rate=scheduled)
 
 
 class Provenance(Frozen):

@@ -41,8 +41,8 @@ def spec_repeat(repeat: int, out: float, *, failed: int = 0, host: str = "h1") -
         update={
             "provenance": Provenance(orch_version="0.1.0", engine_version="0.9.1"),
             "requests": base.requests.model_copy(update={"failed": failed}),
-            "acceptance": base.acceptance.model_copy(
-                update={"per_position": [0.8, 0.5 + repeat / 10]}
+            "acceptance": dataclasses.replace(
+                base.acceptance, per_position=[0.8, 0.5 + repeat / 10]
             ),
         }
     )
