@@ -41,7 +41,8 @@ from orchestrator.metrics.acceptance import Acceptance, AcceptanceSource
 from orchestrator.metrics.prom import SpecDelta
 from orchestrator.metrics.summary import ClientLag, LagStats, RequestStats, Stats
 from orchestrator.remote.wire import LoadgenResult
-from orchestrator.results.migrate import MANIFEST_FILE, SCHEMA_VERSION, migrate, schema_version
+from orchestrator.results.manifest import MANIFEST_FILE, Manifest, load_manifest
+from orchestrator.results.migrate import SCHEMA_VERSION, migrate, schema_version
 from orchestrator.results.validity import RunWarning, WarningKind
 from orchestrator.results.vllm_bench import VLLM_BENCH_KEYS, VllmBench, vllm_bench
 
@@ -388,9 +389,7 @@ class RunResult(Frozen):
         return out
 
     @classmethod
-    def from_json(
-        cls, obj: Mapping[str, object], *, manifest: Mapping[str, object] | None = None
-    ) -> RunResult:
+    def from_json(cls, obj: Mapping[str, object], *, manifest: Manifest | None = None) -> RunResult:
         """A result from summary.json's object, of any schema version this orch knows.
 
         ``manifest``: the run's manifest.json, which fills the settings a version-1 file lacks.
@@ -403,17 +402,17 @@ class RunResult(Frozen):
     @classmethod
     def load(cls, path: Path | str) -> RunResult:
         """Read a run's summary.json; one older than the current schema is completed from the
-        manifest.json beside it, if there is one."""
+        manifest.json beside it, if there is one (``ManifestError`` if that is no manifest)."""
         path = Path(path)
         try:
             obj = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(obj, dict):
                 raise ValueError("not a JSON object")
-            side = path.with_name(MANIFEST_FILE)
             manifest = None
-            if schema_version(obj) < SCHEMA_VERSION and side.is_file():
-                manifest = json.loads(side.read_text(encoding="utf-8"))
-            return cls.from_json(obj, manifest=manifest if isinstance(manifest, dict) else None)
+            if schema_version(obj) < SCHEMA_VERSION:
+                found = load_manifest(path.with_name(MANIFEST_FILE))
+                manifest = found if isinstance(found, Manifest) else None
+            return cls.from_json(obj, manifest=manifest)
         except (OSError, ValueError, ValidationError) as exc:  # JSONDecodeError is a ValueError
             raise ResultError(
                 f"{path}: not a run result: {exc}",
