@@ -20,7 +20,7 @@ import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -28,7 +28,9 @@ from pydantic import (
     Field,
     JsonValue,
     PlainSerializer,
+    SerializerFunctionWrapHandler,
     ValidationError,
+    model_serializer,
 )
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
@@ -304,6 +306,9 @@ class LoadgenClientLag(Frozen):
     loop_tick_ms: float | None = None  # the period of the ticker whose delay is measured
 
 
+_RATES = ("achieved_request_rate", "scheduled_request_rate")
+
+
 @pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class LoadgenInfo(LoadgenResult):
     """The load generator's account of the measured window: the wire's ``LoadgenResult``
@@ -316,6 +321,16 @@ class LoadgenInfo(LoadgenResult):
     metrics_after: str | None = Field(default=None, exclude=True)
     achieved_request_rate: float | None = None  # open loop: as sent
     scheduled_request_rate: float | None = None  # open loop: as due
+
+    @model_serializer(mode="wrap")
+    def _in_file_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The rates where summary.json always had them: after ``request_seeds``, in the place
+        of the raw /metrics text the wire record holds there."""
+        out: dict[str, Any] = handler(self)
+        rates = {k: out.pop(k) for k in _RATES if k in out}
+        keys = list(out)
+        at = keys.index("request_seeds") + 1 if "request_seeds" in keys else len(keys)
+        return {**{k: out[k] for k in keys[:at]}, **rates, **{k: out[k] for k in keys[at:]}}
 
     @classmethod
     def of(

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +26,19 @@ from orchestrator.metrics.acceptance import Acceptance
 from orchestrator.metrics.prom import SpecDelta
 from orchestrator.remote.wire import ClientLag, LagStats, LoadgenResult
 from orchestrator.results.model import LoadgenInfo, RunResult
-from orchestrator.runner.summarize import loadgen_info
+from orchestrator.results.store import write_json
+from orchestrator.runner.summarize import (
+    acceptance_result,
+    collapse_verdict,
+    finding_record,
+    loadgen_info,
+)
 from tests.fixtures.run_results import make_result
+
+# summary.json as orch wrote it before the mirrors went (main at d3ae23d, through
+# runner/summarize.py's acceptance_result, collapse_verdict, finding_record, loadgen_info):
+# every record the mirrors copied, filled
+EVERY_RECORD = Path(__file__).parents[1] / "fixtures" / "results" / "v4" / "every-record.json"
 
 # Persisted records that still share most field names with a domain record, and why that is
 # no mirror. Any other such pair is a copy to remove (reuse the record), not to list here.
@@ -148,3 +160,89 @@ def test_domain_records_round_trip_and_reject_unknown_keys() -> None:
     obj["acceptance"]["source"] = "guess"
     with pytest.raises(ValidationError, match="source"):
         RunResult.from_json(obj)
+
+
+def _every_record() -> RunResult:
+    """The inputs EVERY_RECORD was written from, through today's functions."""
+    delta = SpecDelta(1.1, [0.08, 0.02], 100.0, 400.0, 10.0, 220.0, "counter")
+    acc = Acceptance(
+        1.1,
+        "prometheus",
+        1.1,
+        1.12,
+        1.3,
+        [0.08, 0.02],
+        "prometheus",
+        ["client 1.300 vs prometheus 1.100 differ by 15%"],
+        ["log: a note"],
+    )
+    coll = Collapse(
+        "dflash",
+        4,
+        1.1,
+        1.5,
+        [0.08, 0.02],
+        ["mean acceptance length 1.10 is below 1.50"],
+        "speculation collapsed",
+    )
+    cause = Cause(
+        1,
+        "mask_token",
+        "finding",
+        ["mask token id 5 differs"],
+        "set the drafter's mask_token_id",
+        ["mask_token_id"],
+    )
+    finding = Finding(
+        "mask_token_id", "error", "mask token id 5 differs", {"found": 5, "path": Path("models/x")}
+    )
+    changed = Finding("engine_changed", "warning", "page size 16 -> 32", {"requested": 16})
+    lg = LoadgenResult(
+        requests=12,
+        completed=10,
+        failed=2,
+        duration_s=4.25,
+        started_at=1764900000.5,
+        ended_at=1764900004.75,
+        warmup=2,
+        output_tokens=960,
+        mode="open",
+        concurrency=8,
+        request_rate=3.0,
+        burstiness=1.0,
+        client_lag=ClientLag(
+            LagStats(12, 0.1, 0.08, 0.3, 0.4), LagStats(200, 0.9, 0.5, 4.0, 6.5), 20.0
+        ),
+        token_count_method="usage",
+        token_count_methods={"usage": 10},
+        prompt_source="list",
+        input_len_exact=None,
+        request_seeds=True,
+        metrics_before="vllm:a 1\n",
+        metrics_after="vllm:a 2\n",
+        cache_reset="ok",
+        event_loop="asyncio, json",
+        arrival_clock="kernel",
+        reconciled=10,
+        token_count_mismatches=0,
+        cap_waits=1,
+    )
+    return make_result("full").model_copy(
+        update={
+            "acceptance": acceptance_result(acc, delta),
+            "collapse": collapse_verdict(coll, [cause]),
+            "doctor": [finding_record(finding)],
+            "engine_changes": [finding_record(changed)],
+            "loadgen": loadgen_info(lg, achieved=2.9, scheduled=3.05),
+        }
+    )
+
+
+def test_a_summary_written_before_reads_and_writes_back_byte_for_byte(tmp_path: Path) -> None:
+    written = EVERY_RECORD.read_bytes()
+    loaded = RunResult.load(EVERY_RECORD)
+    assert loaded == _every_record()
+    again = write_json(tmp_path / "summary.json", loaded.to_json())
+    assert again.read_bytes() == written
+    fresh = write_json(tmp_path / "fresh.json", _every_record().to_json())
+    assert fresh.read_bytes() == written
