@@ -20,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from orchestrator.agent.facts import HostFacts
 from orchestrator.doctor.findings import Finding
@@ -182,8 +182,8 @@ def parse_manifest(obj: object, *, where: str = MANIFEST_FILE) -> AnyManifest:
             raise ValueError("not a JSON object")
         data = dict(obj)
         version = data.get("manifest_version", 0)
-        if not isinstance(version, int) or isinstance(version, bool):
-            raise ValueError(f"manifest_version {version!r} is not a number")
+        if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+            raise ValueError(f"manifest_version {version!r} is not a version number")
         if version > MANIFEST_VERSION:
             raise ValueError(
                 f"manifest_version {version} is newer than this orch reads ({MANIFEST_VERSION})"
@@ -194,7 +194,7 @@ def parse_manifest(obj: object, *, where: str = MANIFEST_FILE) -> AnyManifest:
         if "loadgen_spec" in data:
             return LoadgenManifest.model_validate(data)
         return Manifest.model_validate(data)
-    except (ValueError, ValidationError, KeyError) as exc:  # ValidationError is a ValueError
+    except ValueError as exc:  # pydantic's ValidationError is a ValueError
         raise ManifestError(
             f"{where}: not a run manifest: {exc}",
             hint="manifest.json files are written by `orch run` and `orch loadgen`",

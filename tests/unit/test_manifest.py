@@ -80,7 +80,8 @@ def test_no_manifest_file_is_none(tmp_path: Path) -> None:
         ('{"run_id": "r", "hostname": "x"}', "hostname"),  # a key no manifest has
         ('{"host_facts": {"hostname": "x"}}', "host_facts"),  # facts of another shape
         ('{"manifest_version": 9}', "newer than this orch reads"),
-        ('{"manifest_version": "1"}', "not a number"),
+        ('{"manifest_version": "1"}', "not a version number"),
+        ('{"manifest_version": -1}', "not a version number"),
     ],
 )
 def test_a_malformed_manifest_is_one_error_naming_the_file(
