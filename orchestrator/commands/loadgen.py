@@ -41,6 +41,7 @@ from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec, load_pro
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.remote.protocol import AgentFailure
 from orchestrator.remote.wire import ErrorKind, LoadgenSpec, PhaseEvent, ProgressEvent
+from orchestrator.results.manifest import LoadgenManifest, PromptsRead
 from orchestrator.results.model import (
     LoadPoint,
     Provenance,
@@ -313,29 +314,31 @@ def _drive(
 
 
 def manifest(opts: LoadgenOptions, spec: LoadgenSpec, prompts: PromptSet) -> dict[str, object]:
-    """What was asked, written before the first request: the command line, the spec the load
-    generator ran (its prompts counted, not copied; the API key never written)."""
+    """What was asked, written before the first request (``results.manifest.LoadgenManifest``):
+    the command line, the spec the load generator ran (its prompts counted, not copied; the
+    API key never written)."""
     raw = spec.to_json()
     raw["api_key"] = "***" if spec.api_key else None
     items = raw.get("prompts")
     if isinstance(items, dict) and "items" in items:
         items = {**items, "items": f"{len(spec.prompts.items)} prompts"}
         raw["prompts"] = items
-    return {
-        "command": shlex.join(["orch", "loadgen", *opts.argv]) if opts.argv else None,
-        "url": spec.base_url,
-        "model": opts.model,
-        "loadgen_spec": raw,
-        "prompts": {
-            "source": prompts.source,
-            "count": len(prompts.items),
-            "skipped": prompts.skipped,
-            "input_len": prompts.input_len,
-            "sha256": prompts.sha256,
-        },
-        "orch_version": __version__,
-        "python": sys.version.split()[0],
-    }
+    record = LoadgenManifest(
+        command=shlex.join(["orch", "loadgen", *opts.argv]) if opts.argv else None,
+        url=spec.base_url,
+        model=opts.model,
+        loadgen_spec=raw,
+        prompts=PromptsRead(
+            source=prompts.source,
+            count=len(prompts.items),
+            skipped=prompts.skipped,
+            input_len=prompts.input_len,
+            sha256=prompts.sha256,
+        ),
+        orch_version=__version__,
+        python=sys.version.split()[0],
+    )
+    return dict(record.to_json())
 
 
 # ---------------------------------------------------------------- the result (pure)

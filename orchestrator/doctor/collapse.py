@@ -8,8 +8,10 @@ block 16, MTP with 3 draft tokens 2.5-3.2; a collapsed drafter 1.0-1.2.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+from pydantic import ConfigDict
 
 from orchestrator.doctor.enginelog import engine_silent_changes
 from orchestrator.doctor.findings import Finding
@@ -37,8 +39,15 @@ DEFAULT_FLOOR = 1.5
 NEAR_ZERO = 0.05  # per-position acceptance rate at or below which a position is "dead"
 
 
-@dataclass
+@dataclass(frozen=True)
 class Collapse:
+    """Speculation collapsed (drafts rejected), why it was called so, and the likely causes.
+
+    Also the persisted record (``RunResult.collapse``): pydantic validates it as it stands, so
+    its fields are declared here only."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
     method: str
     num_draft_tokens: int | None
     acceptance_length: float | None
@@ -46,6 +55,7 @@ class Collapse:
     per_position: list[float] | None
     reasons: list[str]
     message: str
+    likely_causes: list[Cause] = field(default_factory=list)  # ranked (``rank_causes``)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -93,10 +103,12 @@ def detect_collapse(
     return Collapse(method, num_draft_tokens, acceptance_length, floor, positions, reasons, message)
 
 
-@dataclass
+@dataclass(frozen=True)
 class Cause:
     """One likely cause. ``source`` is "finding" (the doctor found it) or "configuration"
-    (a setting known to hurt, not proven wrong)."""
+    (a setting known to hurt, not proven wrong). Persisted as it stands (``Collapse``)."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
 
     rank: int
     cause: str
@@ -189,10 +201,7 @@ def rank_causes(
     ):
         if name not in causes:
             causes[name] = Cause(0, name, "configuration", [evidence], _fix(name, found))
-    ranked = list(causes.values())
-    for rank, cause in enumerate(ranked, start=1):
-        cause.rank = rank
-    return ranked
+    return [replace(cause, rank=rank) for rank, cause in enumerate(causes.values(), start=1)]
 
 
 def _fix(cause: str, engine: Engine) -> str:

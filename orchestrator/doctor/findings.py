@@ -11,14 +11,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from pydantic import ConfigDict
+
 Severity = Literal["error", "warning", "ok"]
 SEVERITIES: tuple[Severity, ...] = ("error", "warning", "ok")
 _RANK = {"error": 0, "warning": 1, "ok": 2}
 
 
-@dataclass
+@dataclass(frozen=True)
 class Finding:
-    """One check's verdict. ``check`` names are an interface (JSON output, cause ranking)."""
+    """One check's verdict. ``check`` names are an interface (JSON output, cause ranking).
+    Persisted as it stands (``RunResult.doctor``, ``engine_changes``), its details as JSON."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
 
     check: str
     severity: Severity

@@ -14,22 +14,40 @@ that batches chunks).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import ConfigDict
+
+from orchestrator.metrics.prom import SpecDelta
 
 DISAGREEMENT = 0.10
-SOURCES = ("prometheus", "log", "client")
+AcceptanceSource = Literal["prometheus", "log", "client"]
+SOURCES: tuple[AcceptanceSource, ...] = ("prometheus", "log", "client")
 
 
 @dataclass(frozen=True)
 class Acceptance:
+    """Acceptance length three ways; ``length`` is the first known of prometheus, log, client.
+
+    Also the persisted record (``RunResult.acceptance``): pydantic validates it as it stands,
+    so its fields are declared here only."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
+
     length: float | None
-    source: str | None
+    source: AcceptanceSource | None
     prometheus: float | None
     log: float | None
     client: float | None
     per_position: list[float] | None
     per_position_source: str | None
-    disagreement: list[str] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
+    disagreement: list[str] = field(default_factory=list)  # pairs more than 10% apart
+    notes: list[str] = field(default_factory=list)  # why a source has no figure
+    prometheus_delta: SpecDelta | None = None  # the counters behind ``prometheus``
+
+    @property
+    def disagrees(self) -> bool:
+        return bool(self.disagreement)
 
 
 def relative_gap(a: float, b: float) -> float:
@@ -55,7 +73,11 @@ def combine_acceptance(
     notes = list(notes or [])
     if not speculative:
         return Acceptance(None, None, None, None, client, None, None, [], notes)
-    values = {"prometheus": prometheus, "log": log, "client": client}
+    values: dict[AcceptanceSource, float | None] = {
+        "prometheus": prometheus,
+        "log": log,
+        "client": client,
+    }
     source = next((s for s in SOURCES if values[s] is not None), None)
     flagged = []
     present = [(s, v) for s, v in values.items() if v is not None]

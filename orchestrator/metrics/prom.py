@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+from pydantic import ConfigDict
 
 from orchestrator.errors import OrchError
 
@@ -116,7 +117,10 @@ class SpecDelta:
     or "none" (no speculation seen; ``acceptance_length`` is None). ``note`` says why when
     the source is not "counter". For SGLang ``drafts`` = Δspec_verify_calls and ``accepted``
     = Δgeneration_tokens - Δspec_verify_calls, so 1 + accepted/drafts holds for both engines.
+    Persisted as it stands (``Acceptance.prometheus_delta``).
     """
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
 
     acceptance_length: float | None
     per_position: list[float]

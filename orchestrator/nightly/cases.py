@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from orchestrator.errors import OrchError
-from orchestrator.results.migrate import MANIFEST_FILE
+from orchestrator.results.manifest import MANIFEST_FILE, Manifest, load_manifest
 from orchestrator.results.model import RunResult
 
 __all__ = [
@@ -232,14 +232,6 @@ def _text(value: object) -> str | None:
     return str(value)
 
 
-def _at(obj: object, *keys: str) -> object:
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
 def _str(obj: object) -> str | None:
     return obj if isinstance(obj, str) and obj else None
 
@@ -257,32 +249,30 @@ def _revision(args: object) -> str | None:
     return None
 
 
-def read_manifest(run_folder: Path) -> Mapping[str, object] | None:
-    """A run's manifest.json as written (``runner/manifest.py``), None if missing or not JSON:
-    a record from any orch version, read defensively."""
-    try:
-        obj = json.loads((run_folder / MANIFEST_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return obj if isinstance(obj, Mapping) else None
+def read_manifest(run_folder: Path) -> Manifest | None:
+    """A run's manifest.json (``results.manifest``), None if it has none (or is `orch
+    loadgen`'s); ``ManifestError`` naming the file if it is there but no manifest."""
+    found = load_manifest(run_folder / MANIFEST_FILE)
+    return found if isinstance(found, Manifest) else None
 
 
-def attributes_of(result: RunResult, manifest: Mapping[str, object] | None) -> NightAttributes:
+def attributes_of(result: RunResult, manifest: Manifest | None) -> NightAttributes:
     """One measurement's night attributes, from its run's manifest (and the result where the
     manifest lacks a value)."""
-    facts = _at(manifest, "host_facts")
-    git = _at(manifest, "playbook", "git")
-    dirty = _at(git, "dirty")
-    hostname = _str(_at(facts, "hostname"))
+    facts = manifest.host_facts if manifest else None
+    git = manifest.playbook.git if manifest and manifest.playbook else None
+    hostname = _str(facts.hostname) if facts else None
     return NightAttributes(
-        engine_version=_str(_at(manifest, "engine_version")) or result.provenance.engine_version,
-        model_revision=_revision(_at(manifest, "run", "extra_args")),
-        driver_version=_str(_at(facts, "driver_version")),
+        engine_version=_str(manifest.engine_version if manifest else None)
+        or result.provenance.engine_version,
+        model_revision=_revision(manifest.spec("extra_args") if manifest else None),
+        driver_version=_str(facts.driver_version) if facts else None,
         hosts=(result.run.host,),
         hostnames=(hostname,) if hostname else (),
-        orch_version=result.provenance.orch_version or _str(_at(manifest, "orch_version")),
-        playbook_commit=_str(_at(git, "commit")),
-        playbook_dirty=dirty if isinstance(dirty, bool) else None,
+        orch_version=result.provenance.orch_version
+        or _str(manifest.orch_version if manifest else None),
+        playbook_commit=git.commit if git else None,
+        playbook_dirty=git.dirty if git else None,
     )
 
 

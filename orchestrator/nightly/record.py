@@ -29,6 +29,7 @@ from orchestrator.nightly.cases import CaseKey, NightAttributes, attributes_of, 
 from orchestrator.nightly.cases import read_manifest as read_run_manifest
 from orchestrator.nightly.history import HistoryRow
 from orchestrator.nightly.terms import METRICS, POSITION_PREFIX, Status, metric, position
+from orchestrator.results.manifest import Manifest
 from orchestrator.results.model import RunResult
 from orchestrator.results.report import load_results
 
@@ -128,11 +129,10 @@ def _case_rows(
     return rows
 
 
-def _playbook(results_dir: Path, manifests: Mapping[str, Mapping[str, object] | None]) -> str:
+def _playbook(results_dir: Path, manifests: Mapping[str, Manifest | None]) -> str:
     for manifest in manifests.values():
-        book = manifest.get("playbook") if manifest else None
-        name = book.get("name") if isinstance(book, Mapping) else None
-        if isinstance(name, str) and name:
+        name = manifest.playbook.name if manifest and manifest.playbook else None
+        if name:
             return name
     match = STAMP.match(results_dir.name)
     return match.group(2) if match else results_dir.name
@@ -148,7 +148,7 @@ def record_night(results_dir: Path | str, *, playbook: str | None = None) -> lis
             f"{results_dir} holds no run results (summary.json files)",
             hint="give the folder `orch run` wrote for the night, like results/<stamp>-nightly",
         )
-    manifests: dict[str, Mapping[str, object] | None] = {}
+    manifests: dict[str, Manifest | None] = {}
     groups: dict[CaseKey, list[tuple[RunResult, NightAttributes]]] = {}
     for result in results:
         folder = Path(result.run.folder).parts[0]

@@ -14,7 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Final
 
-MANIFEST_FILE = "manifest.json"
+from orchestrator.results.manifest import MANIFEST_FILE, Manifest
+
+__all__ = ["MANIFEST_FILE", "SCHEMA_VERSION", "migrate", "schema_version"]
 SCHEMA_VERSION: Final = 4  # the version this orch writes
 V1_IDENTITY = (
     "run",
@@ -53,9 +55,7 @@ def schema_version(obj: Mapping[str, object]) -> int:
     return version
 
 
-def migrate(
-    obj: dict[str, object], *, manifest: Mapping[str, object] | None = None
-) -> dict[str, object]:
+def migrate(obj: dict[str, object], *, manifest: Manifest | None = None) -> dict[str, object]:
     """``obj`` in the current schema (a new dict for an older one; ``obj`` itself if current)."""
     version = schema_version(obj)
     if version == SCHEMA_VERSION:
@@ -77,7 +77,7 @@ def _mapping(value: object) -> dict[str, object] | None:
     return dict(value) if isinstance(value, Mapping) else None
 
 
-def v1_to_v2(v1: Mapping[str, object], manifest: Mapping[str, object] | None) -> dict[str, object]:
+def v1_to_v2(v1: Mapping[str, object], manifest: Manifest | None) -> dict[str, object]:
     rest = {k: v for k, v in v1.items() if k not in V1_IDENTITY}
     name, host = v1.get("run"), v1.get("host")
     out: dict[str, object] = {
@@ -100,8 +100,8 @@ def v1_to_v2(v1: Mapping[str, object], manifest: Mapping[str, object] | None) ->
     out.update(rest)
     out.update(acceptance=acceptance, collapse=collapse)
     out["provenance"] = {
-        "orch_version": manifest.get("orch_version") if manifest else None,
-        "engine_version": manifest.get("engine_version") if manifest else None,
+        "orch_version": manifest.orch_version if manifest else None,
+        "engine_version": manifest.engine_version if manifest else None,
         "log_lines": log_lines,
         "migrated_from": 1,
     }
@@ -165,9 +165,7 @@ def _v3_warning(text: object) -> object:
     return {"kind": kind, "message": text, "details": {}}
 
 
-def _v1_settings(
-    v1: Mapping[str, object], manifest: Mapping[str, object] | None
-) -> dict[str, object]:
+def _v1_settings(v1: Mapping[str, object], manifest: Manifest | None) -> dict[str, object]:
     settings: dict[str, object] = {
         "engine": v1.get("engine"),
         "model": v1.get("model"),
@@ -177,7 +175,7 @@ def _v1_settings(
             "num_draft_tokens": v1.get("num_draft_tokens"),
         },
     }
-    spec = _mapping(manifest.get("run")) if manifest else None
+    spec = _mapping(manifest.run) if manifest else None
     if spec is None:
         return settings
     settings.update(

@@ -15,11 +15,12 @@ warnings as text), are migrated on load (``orchestrator.results.migrate``).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Annotated, Literal, cast
+from typing import Annotated, Any, Literal, cast
 
 from pydantic import (
     BaseModel,
@@ -27,24 +28,40 @@ from pydantic import (
     Field,
     JsonValue,
     PlainSerializer,
+    SerializerFunctionWrapHandler,
     ValidationError,
+    model_serializer,
 )
+from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from orchestrator.config.hostconfig import Secrets, mask_json
-from orchestrator.doctor.findings import Severity
+from orchestrator.doctor.collapse import Cause, Collapse
+from orchestrator.doctor.findings import Finding
 from orchestrator.engines.methods import EngineName
 from orchestrator.errors import OrchError
+from orchestrator.metrics.acceptance import Acceptance, AcceptanceSource
+from orchestrator.metrics.prom import SpecDelta
 from orchestrator.metrics.summary import ClientLag, LagStats, RequestStats, Stats
-from orchestrator.results.migrate import MANIFEST_FILE, SCHEMA_VERSION, migrate, schema_version
+from orchestrator.remote.wire import LoadgenResult
+from orchestrator.results.manifest import MANIFEST_FILE, Manifest, load_manifest
+from orchestrator.results.migrate import SCHEMA_VERSION, migrate, schema_version
 from orchestrator.results.validity import RunWarning, WarningKind
 from orchestrator.results.vllm_bench import VLLM_BENCH_KEYS, VllmBench, vllm_bench
 
-AcceptanceSource = Literal["prometheus", "log", "client"]
+# The persisted records that are domain records as they stand: pydantic validates the
+# dataclasses directly (each sets ``__pydantic_config__``: unknown keys rejected), so every
+# field is declared once, where the record is made. These names are what the tree calls them.
+AcceptanceResult = Acceptance  # metrics/acceptance.py
+PrometheusDelta = SpecDelta  # metrics/prom.py
+CollapseVerdict = Collapse  # doctor/collapse.py, with its ranked likely_causes
+RankedCause = Cause  # doctor/collapse.py
+FindingRecord = Finding  # doctor/findings.py
 
 __all__ = [
     "SCHEMA_VERSION",
     "VLLM_BENCH_KEYS",
     "AcceptanceResult",
+    "AcceptanceSource",
     "ClientLag",
     "CollapseVerdict",
     "EngineLogFigures",
@@ -275,69 +292,6 @@ class RunError(Frozen):
     kind: str | None = None
 
 
-class PrometheusDelta(Frozen):
-    """Speculative decoding over the measured window from two /metrics scrapes (counters)."""
-
-    acceptance_length: float | None
-    per_position: list[float]
-    drafts: float | None
-    draft_tokens: float | None
-    accepted: float | None
-    generation_tokens: float | None
-    source: str  # counter, gauge or none
-    note: str | None = None
-
-
-class AcceptanceResult(Frozen):
-    """Acceptance length three ways; ``length`` is the first known of prometheus, log, client."""
-
-    length: float | None
-    source: AcceptanceSource | None
-    prometheus: float | None
-    log: float | None
-    client: float | None
-    per_position: list[float] | None
-    per_position_source: str | None
-    disagreement: list[str] = Field(default_factory=list)  # pairs more than 10% apart
-    notes: list[str] = Field(default_factory=list)  # why a source has no figure
-    prometheus_delta: PrometheusDelta | None = None
-
-    @property
-    def disagrees(self) -> bool:
-        return bool(self.disagreement)
-
-
-class FindingRecord(Frozen):
-    """A doctor finding as written: ``check`` names are an interface (cause ranking, JSON)."""
-
-    check: str
-    severity: Severity
-    message: str
-    details: dict[str, JsonValue] = Field(default_factory=dict)
-
-
-class RankedCause(Frozen):
-    rank: int
-    cause: str
-    source: str  # "finding" (the doctor found it) or "configuration" (known to hurt)
-    evidence: list[str] = Field(default_factory=list)
-    fix: str = ""
-    checks: list[str] = Field(default_factory=list)
-
-
-class CollapseVerdict(Frozen):
-    """Speculation collapsed (drafts rejected), why it was called so, and the likely causes."""
-
-    method: str
-    num_draft_tokens: int | None
-    acceptance_length: float | None
-    floor: float | None
-    per_position: list[float] | None
-    reasons: list[str]
-    message: str
-    likely_causes: list[RankedCause] = Field(default_factory=list)
-
-
 class EngineLogFigures(Frozen):
     generation_throughput_mean: float | None = None  # tok/s the engine's own log printed
     log_events: dict[str, int] = Field(default_factory=dict)
@@ -352,38 +306,45 @@ class LoadgenClientLag(Frozen):
     loop_tick_ms: float | None = None  # the period of the ticker whose delay is measured
 
 
-class LoadgenInfo(Frozen):
-    """The load generator's own account of the measured window (epoch seconds)."""
+_RATES = ("achieved_request_rate", "scheduled_request_rate")
 
-    requests: int
-    completed: int
-    failed: int
-    duration_s: float
-    started_at: float | None = None
-    ended_at: float | None = None
-    warmup: int = 0
-    output_tokens: int = 0
-    mode: str = "closed"
-    concurrency: int | None = None
-    request_rate: float | None = None
-    burstiness: float | None = None
-    ramp_s: float | None = None  # a closed loop's first wave, spread over this many seconds
-    client_lag: LoadgenClientLag | None = None
-    token_count_method: str | None = None
-    token_count_methods: dict[str, int] = Field(default_factory=dict)
-    prompt_source: str | None = None
-    input_len_exact: bool | None = None
-    random_prompts: int | None = None
-    random_prompts_exact: int | None = None
-    request_seeds: bool | None = None
+
+@pydantic_dataclass(frozen=True, config=ConfigDict(extra="forbid"))
+class LoadgenInfo(LoadgenResult):
+    """The load generator's account of the measured window: the wire's ``LoadgenResult``
+    (declared once, in ``remote/wire.py``) as summary.json keeps it, plus the open-loop rates
+    worked out here. Its client lag is the laxer ``LoadgenClientLag`` older agents wrote."""
+
+    client_lag: LoadgenClientLag | None = None  # type: ignore[assignment]
+    # raw /metrics text: written as files of its own, never into summary.json
+    metrics_before: str | None = Field(default=None, exclude=True)
+    metrics_after: str | None = Field(default=None, exclude=True)
     achieved_request_rate: float | None = None  # open loop: as sent
     scheduled_request_rate: float | None = None  # open loop: as due
-    cache_reset: str | None = None  # the prefix cache reset before the point: "ok", "failed: ..."
-    event_loop: str | None = None  # the client's event loop and JSON parser: "asyncio, json"
-    arrival_clock: str | None = None  # who stamped each chunk's arrival: "kernel" or "loop"
-    reconciled: int = 0  # completed requests whose token counts were checked against usage
-    token_count_mismatches: int = 0  # requests failed because their token counts disagreed
-    cap_waits: int = 0  # open loop: measured requests that waited for a slot under the cap
+
+    @model_serializer(mode="wrap")
+    def _in_file_order(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """The rates where summary.json always had them: after ``request_seeds``, in the place
+        of the raw /metrics text the wire record holds there."""
+        out: dict[str, Any] = handler(self)
+        rates = {k: out.pop(k) for k in _RATES if k in out}
+        keys = list(out)
+        at = keys.index("request_seeds") + 1 if "request_seeds" in keys else len(keys)
+        return {**{k: out[k] for k in keys[:at]}, **rates, **{k: out[k] for k in keys[at:]}}
+
+    @classmethod
+    def of(
+        cls, loadgen: LoadgenResult, *, achieved: float | None, scheduled: float | None
+    ) -> LoadgenInfo:
+        """The wire record without its raw /metrics text, with the rates."""
+        kept = {f.name: getattr(loadgen, f.name) for f in dataclasses.fields(LoadgenResult)}
+        lag = loadgen.client_lag
+        kept.update(
+            client_lag=None if lag is None else dataclasses.asdict(lag),
+            metrics_before=None,
+            metrics_after=None,
+        )
+        return cls(**kept, achieved_request_rate=achieved, scheduled_request_rate=scheduled)
 
 
 class Provenance(Frozen):
@@ -443,9 +404,7 @@ class RunResult(Frozen):
         return out
 
     @classmethod
-    def from_json(
-        cls, obj: Mapping[str, object], *, manifest: Mapping[str, object] | None = None
-    ) -> RunResult:
+    def from_json(cls, obj: Mapping[str, object], *, manifest: Manifest | None = None) -> RunResult:
         """A result from summary.json's object, of any schema version this orch knows.
 
         ``manifest``: the run's manifest.json, which fills the settings a version-1 file lacks.
@@ -458,17 +417,17 @@ class RunResult(Frozen):
     @classmethod
     def load(cls, path: Path | str) -> RunResult:
         """Read a run's summary.json; one older than the current schema is completed from the
-        manifest.json beside it, if there is one."""
+        manifest.json beside it, if there is one (``ManifestError`` if that is no manifest)."""
         path = Path(path)
         try:
             obj = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(obj, dict):
                 raise ValueError("not a JSON object")
-            side = path.with_name(MANIFEST_FILE)
             manifest = None
-            if schema_version(obj) < SCHEMA_VERSION and side.is_file():
-                manifest = json.loads(side.read_text(encoding="utf-8"))
-            return cls.from_json(obj, manifest=manifest if isinstance(manifest, dict) else None)
+            if schema_version(obj) < SCHEMA_VERSION:
+                found = load_manifest(path.with_name(MANIFEST_FILE))
+                manifest = found if isinstance(found, Manifest) else None
+            return cls.from_json(obj, manifest=manifest)
         except (OSError, ValueError, ValidationError) as exc:  # JSONDecodeError is a ValueError
             raise ResultError(
                 f"{path}: not a run result: {exc}",

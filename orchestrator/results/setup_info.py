@@ -1,22 +1,22 @@
 """What a report says about the set-up: hosts, GPUs, engine versions, models and drafters, the
 playbook and its git commit, read from each run's ``manifest.json`` and the results frame.
 
-A manifest is written once when its run starts (``runner/manifest.py``); it is read here
-defensively, as a record that may come from another orch version: a missing or malformed part
-shows as "-", it never stops a report.
+A manifest is written once when its run starts (``runner/manifest.py``) and read through its
+model (``results/manifest.py``), which migrates older ones: a part it does not have shows as
+"-"; a file that is no manifest stops the report with an error naming it.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
+from orchestrator.agent.facts import HostFacts as AgentFacts
 from orchestrator.results.document import Section, Table, Value
-from orchestrator.results.migrate import MANIFEST_FILE
+from orchestrator.results.manifest import MANIFEST_FILE, AnyManifest, Manifest, load_manifest
 
 
 @dataclass(frozen=True)
@@ -59,41 +59,25 @@ class RunManifest:
     gpu_ids: tuple[int, ...] = ()  # the GPUs orch gave the run on a shared host
 
 
-def _at(obj: object, *keys: str) -> object:
-    for key in keys:
-        if not isinstance(obj, Mapping):
-            return None
-        obj = obj.get(key)
-    return obj
-
-
-def _text(obj: object) -> str | None:
-    return obj if isinstance(obj, str) and obj else None
-
-
-def _gpus(facts: object) -> str:
-    gpus = _at(facts, "gpus")
-    if not isinstance(gpus, list) or not gpus:
+def _gpus(facts: AgentFacts) -> str:
+    if not facts.gpus:
         return "-"
     names: dict[str, int] = {}
-    for gpu in gpus:
-        name = _text(_at(gpu, "name")) or "GPU"
-        memory = _at(gpu, "memory_total_mib")
-        if isinstance(memory, int | float) and memory > 0:
-            name += f" ({memory / 1024:.0f} GiB)"
+    for gpu in facts.gpus:
+        name = gpu.name or "GPU"
+        if gpu.memory_total_mib:
+            name += f" ({gpu.memory_total_mib / 1024:.0f} GiB)"
         names[name] = names.get(name, 0) + 1
     return ", ".join(f"{n} × {name}" for name, n in names.items())
 
 
-def _engines(facts: object) -> str:
-    engines = _at(facts, "engines")
-    if not isinstance(engines, Mapping):
-        return "-"
-    found = [f"{k} {v}" for k, v in sorted(engines.items()) if isinstance(v, str) and v]
+def _engines(facts: AgentFacts) -> str:
+    found = [f"{k} {v}" for k, v in sorted(facts.engines.items()) if v]
     return ", ".join(found) or "-"
 
 
 def _workload(workload: object) -> str:
+    """The spec's workload as written (any orch version's): "-" for what it lacks."""
     if not isinstance(workload, Mapping):
         return "-"
     parts = [str(workload.get("prompts") or "-")]
@@ -111,41 +95,46 @@ def _workload(workload: object) -> str:
     return ", ".join(parts)
 
 
-def parse_manifest(obj: object, host: str) -> RunManifest:
-    git = _at(obj, "playbook", "git")
-    dirty = _at(git, "dirty")
-    targets = _at(obj, "run", "workload", "slo", "targets")
-    facts = _at(obj, "host_facts")
-    ids = _at(obj, "gpu_ids")
+def _text(obj: object) -> str | None:
+    return obj if isinstance(obj, str) and obj else None
+
+
+def parse_manifest(manifest: AnyManifest, host: str) -> RunManifest:
+    """What a report shows of a manifest (`orch loadgen`'s has no playbook, host or spec)."""
+    if not isinstance(manifest, Manifest):
+        return RunManifest(PlaybookSource(), HostFacts(host=host), "-", ())
+    book = manifest.playbook
+    git = book.git if book else None
+    facts = manifest.host_facts
+    declared = manifest.host_config.gpus if manifest.host_config else None
+    targets = manifest.spec("workload", "slo", "targets")
     return RunManifest(
         playbook=PlaybookSource(
-            name=_text(_at(obj, "playbook", "name")),
-            path=_text(_at(obj, "playbook", "path")),
-            commit=_text(_at(git, "commit")),
-            dirty=dirty if isinstance(dirty, bool) else None,
+            name=book.name if book else None,
+            path=book.path if book else None,
+            commit=git.commit if git else None,
+            dirty=git.dirty if git else None,
         ),
         host=HostFacts(
             host=host,
-            gpus=_gpus(facts) if facts else _text(_at(obj, "host_config", "gpus")) or "-",
-            driver=_text(_at(facts, "driver_version")) or "-",
-            engines=_engines(facts),
-            os=_text(_at(facts, "os")) or "-",
+            gpus=_gpus(facts) if facts else declared or "-",
+            driver=(facts.driver_version if facts else None) or "-",
+            engines=_engines(facts) if facts else "-",
+            os=(facts.os if facts else None) or "-",
         ),
-        workload=_workload(_at(obj, "run", "workload")),
+        workload=_workload(manifest.spec("workload")),
         slo_targets=tuple(t for t in targets if isinstance(t, str))
         if isinstance(targets, list)
         else (),
-        gpu_ids=tuple(i for i in ids if isinstance(i, int)) if isinstance(ids, list) else (),
+        gpu_ids=tuple(manifest.gpu_ids or ()),
     )
 
 
 def read_manifest(run_folder: Path, host: str) -> RunManifest | None:
-    """The run's manifest, None when it has none or it is not JSON."""
-    try:
-        obj = json.loads((run_folder / MANIFEST_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    return parse_manifest(obj, host)
+    """The run's manifest, None when it has none; ``ManifestError`` naming the file when it is
+    there but no manifest."""
+    found = load_manifest(run_folder / MANIFEST_FILE)
+    return None if found is None else parse_manifest(found, host)
 
 
 def run_folder(results_dir: str, folder: str) -> Path:

@@ -27,6 +27,7 @@ from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.acceptance import combine_acceptance
 from orchestrator.metrics.logparse import LogSummary
 from orchestrator.metrics.summary import RequestStats, request_stats
+from orchestrator.results.manifest import Manifest
 from orchestrator.results.model import (
     CPU_DEVICE,
     EngineLogFigures,
@@ -406,8 +407,7 @@ def build_result(
 
 
 def _engine_version(job: RunJob) -> str | None:
-    version = job.manifest.get("engine_version")
-    return version if isinstance(version, str) else None
+    return Manifest.model_validate(job.manifest).engine_version
 
 
 def _gpu_name(job: RunJob) -> str | None:
@@ -415,12 +415,8 @@ def _gpu_name(job: RunJob) -> str | None:
     on a CPU host (``gpus: none``), whatever GPU its nvidia-smi may show."""
     if job.plan.host.cpu_only:
         return CPU_DEVICE
-    facts = job.manifest.get("host_facts")
-    gpus = facts.get("gpus") if isinstance(facts, dict) else None
-    if isinstance(gpus, list) and gpus and isinstance(gpus[0], dict):
-        name = gpus[0].get("name")
-        return name if isinstance(name, str) else None
-    return None
+    facts = Manifest.model_validate(job.manifest).host_facts
+    return facts.gpus[0].name if facts and facts.gpus else None
 
 
 def _pair(lines: list[int] | None) -> tuple[int, int] | None:

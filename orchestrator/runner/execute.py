@@ -48,6 +48,7 @@ from orchestrator.errors import EngineError, HostError, HostUnreachable, OrchErr
 from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.remote.wire import PhaseEvent, ProgressEvent
+from orchestrator.results.manifest import MANIFEST_FILE, Manifest
 from orchestrator.results.model import NOT_RUN, RunError, RunResult, RunTimes, RunWarning
 from orchestrator.results.store import (
     AppendLog,
@@ -130,9 +131,9 @@ def begin_run(job: RunJob) -> float:
     if job.session == 1:
         make_dir(job.run_dir)
     stamp = iso_time(started)
+    stamped = {**job.manifest, "created_at": stamp, "started_at": stamp, "session": job.session}
     write_json(
-        job.run_dir / job.server_file("manifest.json"),
-        {**job.manifest, "created_at": stamp, "started_at": stamp, "session": job.session},
+        job.run_dir / job.server_file(MANIFEST_FILE), Manifest.model_validate(stamped).to_json()
     )
     return started
 

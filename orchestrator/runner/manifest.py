@@ -1,7 +1,7 @@
 """A run's manifest.json: what was asked for and where, known before its server starts.
 
-Written (by ``execute.begin_run``) the moment the run starts and never rewritten, with every
-secret as ``***``: the resolved run spec, argv, env, the host's facts, orch's version, the
+Its model is ``results/manifest.py: Manifest``. Written (by ``execute.begin_run``, through
+that model) the moment the run starts and never rewritten, with every secret as ``***``: the resolved run spec, argv, env, the host's facts, orch's version, the
 playbook's git commit, the doctor's findings and the prompts.
 """
 
@@ -20,6 +20,13 @@ from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.hostconfig import mask_json
 from orchestrator.engines import engine_for
 from orchestrator.engines.plan import PlannedLaunch
+from orchestrator.results.manifest import (
+    GitCommit,
+    HostAddress,
+    Manifest,
+    PlaybookSource,
+    PromptsRead,
+)
 from orchestrator.runner.execute import RunJob
 from orchestrator.runner.preflight import DoctorResult, HostSession
 from orchestrator.slurm.jobs import Allocation
@@ -100,40 +107,45 @@ def with_slurm(
 def manifest(
     job: RunJob, playbook: Playbook, session: HostSession, doctor: DoctorResult
 ) -> dict[str, Any]:
+    """The run's manifest (``results.manifest.Manifest``) as the dict a run carries until
+    ``execute.begin_run`` writes it through the model; built through the model, so a field
+    it does not declare is an error here."""
     plan = job.plan
     facts = session.facts
     source = playbook.source_path
-    return {
-        "run": masked_run(plan),
-        "run_id": job.run_id,
-        "host": plan.host.name,
-        "host_config": {
-            "address": plan.host.address,
-            "port": plan.host.port,
-            "user": plan.host.user,
-            "python": plan.host.python,
-            "workdir": plan.host.workdir,
-            "transport": plan.host.transport,
-            "gpus": str(plan.host.gpus) if plan.host.gpus else None,
-        },
-        "argv": plan.argv,
-        "env": plan.env_masked,
-        "port": plan.port,
-        "parallelism": {**plan.parallelism.to_json(), "gpus": plan.gpus},
-        "host_facts": dataclasses.asdict(facts) if facts else None,
-        "engine_version": facts.engines.get(str(plan.run.engine)) if facts else None,
-        "orch_version": __version__,
-        "playbook": {
-            "name": playbook.name,
-            "path": str(source) if source else None,
-            "git": git_commit(source.parent) if source else None,
-        },
-        "doctor": [f.to_json() for f in doctor.findings],
-        "prompts": {
-            "source": job.prompts.source,
-            "sha256": job.prompts.sha256,  # the content read (None: random prompts)
-            "count": len(job.prompts.items),
-            "skipped": job.prompts.skipped,
-            "input_len": job.prompts.input_len,
-        },
-    }
+    git = git_commit(source.parent) if source else None
+    record = Manifest(
+        run=masked_run(plan),
+        run_id=job.run_id,
+        host=plan.host.name,
+        host_config=HostAddress(
+            address=plan.host.address,
+            port=plan.host.port,
+            user=plan.host.user,
+            python=plan.host.python,
+            workdir=plan.host.workdir,
+            transport=plan.host.transport,
+            gpus=str(plan.host.gpus) if plan.host.gpus else None,
+        ),
+        argv=plan.argv,
+        env=plan.env_masked,
+        port=plan.port,
+        parallelism={**plan.parallelism.to_json(), "gpus": plan.gpus},
+        host_facts=facts,
+        engine_version=facts.engines.get(str(plan.run.engine)) if facts else None,
+        orch_version=__version__,
+        playbook=PlaybookSource(
+            name=playbook.name,
+            path=str(source) if source else None,
+            git=GitCommit.model_validate(git) if git else None,
+        ),
+        doctor=list(doctor.findings),
+        prompts=PromptsRead(
+            source=job.prompts.source,
+            sha256=job.prompts.sha256,  # the content read (None: random prompts)
+            count=len(job.prompts.items),
+            skipped=job.prompts.skipped,
+            input_len=job.prompts.input_len,
+        ),
+    )
+    return record.to_json()

@@ -29,14 +29,8 @@ from orchestrator.metrics.acceptance import Acceptance
 from orchestrator.metrics.prom import Scrape, SpecDelta
 from orchestrator.metrics.summary import ClientLag, LagStats
 from orchestrator.results.model import (
-    AcceptanceResult,
-    AcceptanceSource,
-    CollapseVerdict,
-    FindingRecord,
     LoadgenInfo,
     ParallelSettings,
-    PrometheusDelta,
-    RankedCause,
     RunSettings,
     RunWarning,
     SpeculativeSettings,
@@ -46,11 +40,6 @@ from orchestrator.results.model import (
 if TYPE_CHECKING:
     from orchestrator.runner.execute import LiveState
 
-ACCEPTANCE_SOURCES: dict[str, AcceptanceSource] = {
-    "prometheus": "prometheus",
-    "log": "log",
-    "client": "client",
-}
 # A saturated client sets the pace instead of the server (issue 4: make it visible).
 # Calibrated against the simulator's record of every request (benchmarks/saturation.py).
 # p99 of how late the load generator's 20 ms ticker woke up: judged only where the loop's own
@@ -421,10 +410,11 @@ def run_settings(
     )
 
 
-def finding_record(finding: Finding) -> FindingRecord:
-    """A finding as written; its free-form details go through JSON as summary.json always
+def finding_record(finding: Finding) -> Finding:
+    """A finding as written: its free-form details go through JSON as summary.json always
     wrote them (anything JSON cannot hold as its text)."""
-    return FindingRecord.model_validate(json.loads(json.dumps(finding.to_json(), default=str)))
+    details = json.loads(json.dumps(finding.details, default=str))
+    return dataclasses.replace(finding, details=details)
 
 
 def lag_stats(lag: WireLagStats | None) -> LagStats | None:
@@ -434,36 +424,15 @@ def lag_stats(lag: WireLagStats | None) -> LagStats | None:
 def loadgen_info(
     loadgen: LoadgenResult, *, achieved: float | None, scheduled: float | None
 ) -> LoadgenInfo:
-    """The wire's LoadgenResult as summary.json keeps it (the parity test in
-    tests/unit/test_results_model.py says which wire fields stay out), plus the open-loop
-    rates worked out here."""
-    info = LoadgenInfo.model_validate(loadgen, from_attributes=True)
-    return info.model_copy(
-        update={"achieved_request_rate": achieved, "scheduled_request_rate": scheduled}
-    )
+    """The wire's LoadgenResult as summary.json keeps it, with the open-loop rates worked out
+    here."""
+    return LoadgenInfo.of(loadgen, achieved=achieved, scheduled=scheduled)
 
 
-def acceptance_result(acc: Acceptance, prom: SpecDelta | None) -> AcceptanceResult:
-    return AcceptanceResult(
-        length=acc.length,
-        source=ACCEPTANCE_SOURCES[acc.source] if acc.source else None,
-        prometheus=acc.prometheus,
-        log=acc.log,
-        client=acc.client,
-        per_position=acc.per_position,
-        per_position_source=acc.per_position_source,
-        disagreement=list(acc.disagreement),
-        notes=list(acc.notes),
-        prometheus_delta=None
-        if prom is None
-        else PrometheusDelta.model_validate(prom, from_attributes=True),
-    )
+def acceptance_result(acc: Acceptance, prom: SpecDelta | None) -> Acceptance:
+    """The combined acceptance with the counters its Prometheus figure came from."""
+    return dataclasses.replace(acc, prometheus_delta=prom)
 
 
-def collapse_verdict(collapse: Collapse, causes: Sequence[Cause]) -> CollapseVerdict:
-    return CollapseVerdict.model_validate(
-        {
-            **dataclasses.asdict(collapse),
-            "likely_causes": [RankedCause.model_validate(c, from_attributes=True) for c in causes],
-        }
-    )
+def collapse_verdict(collapse: Collapse, causes: Sequence[Cause]) -> Collapse:
+    return dataclasses.replace(collapse, likely_causes=list(causes))

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.errors import OrchError
+from orchestrator.results.manifest import Manifest, load_manifest
 from orchestrator.results.model import ResultError, RunResult
 from orchestrator.results.store import set_aside_name, write_json
 from orchestrator.sweep.points import POINTS_DIR
@@ -179,12 +180,9 @@ def survey(run_dir: Path, planned: Sequence[str]) -> Found:
     manifests = sorted(run_dir.glob("manifest*.json")) if run_dir.is_dir() else []
     run_ids = []
     for path in manifests:
-        try:
-            run_id = json.loads(path.read_text(encoding="utf-8")).get("run_id")
-        except (OSError, ValueError):
-            continue
-        if isinstance(run_id, str):
-            run_ids.append(run_id)
+        record = load_manifest(path)  # ManifestError naming the file if it is no manifest
+        if isinstance(record, Manifest) and record.run_id is not None:
+            run_ids.append(record.run_id)
     return Found(statuses, results, len(manifests), run_ids)
 
 

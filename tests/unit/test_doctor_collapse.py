@@ -86,6 +86,7 @@ def test_collapse_record() -> None:
             "per-position acceptance is near zero from the first position (0.012 <= 0.05)",
         ],
         "message": collapse.message,
+        "likely_causes": [],  # ranked by rank_causes once the doctor's findings are known
     }
     assert collapse.message.startswith("speculation collapsed: mean acceptance length 1.04")
 

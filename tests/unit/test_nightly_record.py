@@ -20,17 +20,18 @@ from orchestrator.nightly.record import record_night
 from orchestrator.nightly.report import JSON_FILE, MD_FILE, write_nightly
 from orchestrator.results.model import Provenance, RunResult
 from orchestrator.results.store import write_json
+from tests.fixtures.manifest_records import run_manifest
 from tests.fixtures.run_results import collapse_verdict
 from tests.fixtures.sweep_results import measurement, write_sweep
 
 NIGHT = "20261202T030000Z-nightly"
-MANIFEST = {
-    "engine_version": "0.9.1",
-    "orch_version": "0.1.0",
-    "host_facts": {"driver_version": "550.54", "hostname": "gpu-box-1"},
-    "playbook": {"name": "nightly", "git": {"commit": "abc123", "dirty": False}},
-    "run": {"extra_args": ["--max-num-seqs", "64", "--revision", "r2"]},
-}
+MANIFEST = run_manifest(
+    engine_version="0.9.1",
+    orch_version="0.1.0",
+    facts={"driver_version": "550.54", "hostname": "gpu-box-1"},
+    playbook={"name": "nightly", "git": {"commit": "abc123", "dirty": False}},
+    run={"extra_args": ["--max-num-seqs", "64", "--revision", "r2"]},
+).to_json()
 
 
 def spec_repeat(repeat: int, out: float, *, failed: int = 0, host: str = "h1") -> RunResult:
@@ -41,8 +42,8 @@ def spec_repeat(repeat: int, out: float, *, failed: int = 0, host: str = "h1") -
         update={
             "provenance": Provenance(orch_version="0.1.0", engine_version="0.9.1"),
             "requests": base.requests.model_copy(update={"failed": failed}),
-            "acceptance": base.acceptance.model_copy(
-                update={"per_position": [0.8, 0.5 + repeat / 10]}
+            "acceptance": dataclasses.replace(
+                base.acceptance, per_position=[0.8, 0.5 + repeat / 10]
             ),
         }
     )

@@ -18,11 +18,19 @@ from orchestrator.errors import OrchError
 from orchestrator.results.compare import compare_tables, letters, relative_difference, relative_text
 from orchestrator.results.document import Document, Figure, Section, write_document
 from orchestrator.results.frame import frame_of, load
+from orchestrator.results.manifest import (
+    AnyManifest,
+    LoadgenManifest,
+    Manifest,
+    ManifestError,
+    PromptsRead,
+)
 from orchestrator.results.report_doc import build_report
 from orchestrator.results.report_figures import cdf_point, series_keys
 from orchestrator.results.report_html import render_html
 from orchestrator.results.report_markdown import render_markdown
-from orchestrator.results.setup_info import parse_manifest
+from orchestrator.results.setup_info import parse_manifest, read_manifest
+from tests.fixtures.manifest_records import run_manifest
 from tests.fixtures.sweep_results import measurement, write_sweep
 
 # a 1x1 PNG: enough for what the document does with a plot's bytes
@@ -302,23 +310,21 @@ def test_series_keys_keep_runs_of_one_configuration_apart() -> None:
 
 
 def test_setup_facts_come_from_the_manifest() -> None:
-    gpu = {"name": "NVIDIA RTX A6000", "memory_total_mib": 49140}
-    manifest = {
-        "playbook": {
+    manifest = run_manifest(
+        playbook={
             "name": "sweep-demo",
             "path": "playbooks/sweep-demo.yaml",
             "git": {"commit": "baf66ec0b1cf5162a6e7", "dirty": True},
         },
-        "host_facts": {
-            "gpus": [gpu, gpu],
+        facts={
             "driver_version": "580.95.05",
             "engines": {"vllm": "0.33.0", "sglang": "0.5.23"},
             "os": "Debian GNU/Linux 12",
         },
-        "run": {"workload": {"prompts": "builtin:mixed", "max_tokens": 96, "duration_s": 8.0,
-                             "warmup": 2, "slo": {"targets": ["tpot_ms_median <= 30"]}}},
-        "gpu_ids": [2, 3],
-    }  # fmt: skip
+        run={"workload": {"prompts": "builtin:mixed", "max_tokens": 96, "duration_s": 8.0,
+                          "warmup": 2, "slo": {"targets": ["tpot_ms_median <= 30"]}}},
+        gpu_ids=[2, 3],
+    )  # fmt: skip
     got = parse_manifest(manifest, "h1")
     assert got.playbook.text == "sweep-demo (playbooks/sweep-demo.yaml)"
     assert got.playbook.commit_text == "baf66ec0b1cf (with uncommitted changes)"
@@ -328,8 +334,20 @@ def test_setup_facts_come_from_the_manifest() -> None:
     assert (got.slo_targets, got.gpu_ids) == (("tpot_ms_median <= 30",), (2, 3))
 
 
-@pytest.mark.parametrize("manifest", [{}, [], {"playbook": "x", "host_facts": {"gpus": "2"}}])
-def test_a_manifest_of_another_shape_shows_as_unknown(manifest: object) -> None:
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        Manifest(),  # an old manifest that recorded none of it
+        LoadgenManifest(url="http://h:8000", loadgen_spec={}, prompts=PromptsRead(source="random")),
+    ],
+)
+def test_what_a_manifest_lacks_shows_as_unknown(manifest: AnyManifest) -> None:
     got = parse_manifest(manifest, "h1")
     assert (got.playbook.text, got.playbook.commit_text, got.host.gpus) == ("-", "-", "-")
     assert got.workload == "-" and got.slo_targets == ()
+
+
+def test_a_file_that_is_no_manifest_stops_the_report_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "manifest.json").write_text('{"playbook": "x", "host_facts": {"gpus": "2"}}')
+    with pytest.raises(ManifestError, match=f"^{tmp_path / 'manifest.json'}: not a run manifest"):
+        read_manifest(tmp_path, "h1")

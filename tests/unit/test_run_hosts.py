@@ -232,7 +232,7 @@ def test_shared_gpus_run_two_servers_at_once_and_one_port_waits(
     results = {r.run.name: r for r in outcome.results}
     assert {name: r.settings.gpu_ids for name, r in results.items()} == launches
     manifest = json.loads((outcome.results_dir / "two_a" / "manifest.json").read_text())
-    assert manifest["gpu_ids"] == [1]
+    assert manifest["gpu_ids"] == [1] and manifest["manifest_version"] == 1
     assert manifest["env"]["CUDA_VISIBLE_DEVICES"] == "1"
     assert manifest["env"]["CUDA_DEVICE_ORDER"] == "PCI_BUS_ID"
     pinned = json.loads((outcome.results_dir / "pinned_a" / "manifest.json").read_text())
