@@ -136,24 +136,26 @@ def _request_metric(
     return Metric(name, header, title, unit, value=_of_requests(read), of_requests=read, **kw)  # type: ignore[arg-type]
 
 
+STAT_TITLES = {"mean": "Mean", "median": "Median", "p10": "p10", "p90": "p90", "p99": "p99"}
 STAT_WORDS = {"mean": "mean", "median": "med", "p10": "p10", "p90": "p90", "p99": "p99"}
 
 
 def _latencies(
     field: str,
-    what: str,
+    what: tuple[str, str],
     latency: Latency,
     alias: str | None,
     shown: dict[str, TableRule],
     nightly: tuple[str, ...],
     spec: str,
 ) -> tuple[Metric, ...]:
-    """A latency's mean, median, p90 and p99 (ms, lower is better, SLO targets may bound them)."""
+    """A latency's mean, median, p90 and p99 (ms, lower is better, SLO targets may bound them);
+    ``what``: its name in a table header and in a title ("ITL", "per-token ITL")."""
     return tuple(
         _request_metric(
             f"{field}_{stat}",
-            f"{what} {STAT_WORDS[stat]} ms",
-            f"{what} {STAT_WORDS[stat]}",
+            f"{what[0]} {STAT_WORDS[stat]} ms",
+            f"{STAT_TITLES[stat]} {what[1]}",
             "ms",
             _stat_reader(field, stat),
             direction="lower",
@@ -245,7 +247,7 @@ CATALOGUE: tuple[Metric, ...] = (
         _request_metric(
             f"decode_tok_s_{stat}",
             f"decode {STAT_WORDS[stat]} tok/s",
-            f"{'Median' if stat == 'median' else stat.capitalize()} per-request decode speed",
+            f"{STAT_TITLES[stat]} per-request decode speed",
             "tok/s",
             _stat_reader("decode_tok_s", stat),
             direction="higher",
@@ -257,26 +259,28 @@ CATALOGUE: tuple[Metric, ...] = (
     ),
     *_latencies(
         "ttft_ms",
-        "TTFT",
+        ("TTFT", "TTFT"),
         "ttft",
         None,
         {"median": "always", "p99": "always"},
         ("median", "p99"),
         ".1f",
     ),
-    *_latencies("tpot_ms", "TPOT", "tpot", None, {"median": "always"}, ("median", "p99"), ".2f"),
-    *_latencies("itl_token_ms", "per-token ITL", "itl", "itl_ms", {}, (), ".2f"),
+    *_latencies(
+        "tpot_ms", ("TPOT", "TPOT"), "tpot", None, {"median": "always"}, ("median", "p99"), ".2f"
+    ),
+    *_latencies("itl_token_ms", ("ITL", "per-token ITL"), "itl", "itl_ms", {}, (), ".2f"),
     _request_metric(
         "itl_chunk_ms_median",
         "chunk ITL med ms",
-        "per-chunk ITL med",
+        "Median per-chunk ITL",
         "ms",
         _stat_reader("itl_chunk_ms", "median"),
         direction="lower",
         decimals=3,
         spec=".2f",
     ),
-    *_latencies("e2el_ms", "E2EL", "e2el", None, {}, (), ".1f"),
+    *_latencies("e2el_ms", ("E2EL", "E2E latency"), "e2el", None, {}, (), ".1f"),
     Metric(
         "acceptance_length",
         "accept len",
