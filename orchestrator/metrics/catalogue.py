@@ -33,19 +33,25 @@ TableRule = Literal["always", "speculation", "slo"]  # when a table shows the me
 Latency = Literal["ttft", "tpot", "itl", "e2el"]  # a request's own latency, for goodput
 
 
-@dataclass(frozen=True)
+Read = Callable[["RunResult"], "float | None"]
+ReadRequests = Callable[["RequestStats"], "float | None"]
+
+
+@dataclass(frozen=True, kw_only=True)
 class Metric:
-    """One figure: what it is called and shown as, and how it is made from a result."""
+    """One figure: what it is called and shown as, and how it is made from a result: either
+    ``compute`` (from the whole result) or ``of_requests`` (a request statistic, which SLO
+    targets read during a run, before there is a result)."""
 
     name: str
     header: str  # a table's column header: "TTFT p99 ms"
-    title: str  # a plot axis or a sentence: "TTFT p99"
+    title: str  # a plot axis or a sentence: "p99 TTFT"
     unit: str  # "ms", "tok/s", "" for a ratio
     direction: Direction | None  # None: a diagnostic, neither way is better
     decimals: int  # summary.csv keeps this many (fixed point)
     spec: str  # format of a table's figure: ".1f"
-    value: Callable[[RunResult], float | None]
-    of_requests: Callable[[RequestStats], float | None] | None = None  # SLO targets read this
+    compute: Read | None = None
+    of_requests: ReadRequests | None = None
     per_request: Latency | None = None
     slo: bool = False
     nightly: float | None = None  # default threshold, when the nightly watches it
@@ -53,19 +59,23 @@ class Metric:
     table: TableRule | None = None
     aliases: tuple[str, ...] = ()  # older spellings an SLO target may still use
 
-    @property
-    def higher_is_better(self) -> bool:
-        return self.direction == "higher"
+    def __post_init__(self) -> None:
+        if (self.compute is None) == (self.of_requests is None):
+            raise TypeError(f"metric {self.name}: give compute or of_requests, not both")
+
+    def value(self, result: RunResult) -> float | None:
+        """The figure of one measurement; None when unknown or not finite."""
+        if self.of_requests is not None:
+            req = result.requests
+            return finite(self.of_requests(req)) if req is not None else None
+        assert self.compute is not None
+        return finite(self.compute(result))
 
     def better(self, change: float) -> bool | None:
         """Whether a (non-zero) change of the figure is an improvement; None: no direction."""
         if self.direction is None or change == 0:
             return None
         return change > 0 if self.direction == "higher" else change < 0
-
-    def axis_label(self) -> str:
-        """ "TTFT p99 (ms)": a plot axis."""
-        return f"{self.title} ({self.unit})" if self.unit else self.title
 
 
 def finite(value: float | None) -> float | None:
@@ -95,76 +105,83 @@ def total_tok_s(result: RunResult) -> float | None:
     return ratio(float(req.total_prompt_tokens + req.total_output_tokens), req.duration_s)
 
 
-def _of_requests(
-    read: Callable[[RequestStats], float | None],
-) -> Callable[[RunResult], float | None]:
-    return lambda r: finite(read(r.requests)) if r.requests is not None else None
+def output_tok_s_per_gpu(result: RunResult) -> float | None:
+    req = result.requests
+    return ratio(req.output_throughput if req else None, gpu_count(result))
 
 
-def _per_gpu(figure: Callable[[RunResult], float | None]) -> Callable[[RunResult], float | None]:
-    return lambda r: ratio(figure(r), gpu_count(r))
-
-
-def _interactivity(result: RunResult) -> float | None:
+def interactivity(result: RunResult) -> float | None:
+    """1000 / median TPOT: the tokens per second one user sees."""
     req = result.requests
     return ratio(1000.0, req.tpot_ms.median if req else None)
 
 
-def _failure_rate(result: RunResult) -> float | None:
+def failure_rate(result: RunResult) -> float | None:
+    """Failed requests / sent."""
     req = result.requests
     sent = req.completed + req.failed if req else 0
     return req.failed / sent if req and sent else None
 
 
-def _stat_reader(field: str, stat: str) -> Callable[[RequestStats], float | None]:
-    def read(stats: RequestStats) -> float | None:
-        dist: Stats = getattr(stats, field)
-        found: float | None = getattr(dist, stat)
-        return found
-
-    return read
+def loop_delay_ms_p99(result: RunResult) -> float | None:
+    lag = result.requests.client_lag if result.requests else None
+    return lag.loop_delay_ms.p99 if lag and lag.loop_delay_ms else None
 
 
-def _request_metric(
-    name: str,
-    header: str,
-    title: str,
-    unit: str,
-    read: Callable[[RequestStats], float | None],
-    **kw: object,
-) -> Metric:
-    return Metric(name, header, title, unit, value=_of_requests(read), of_requests=read, **kw)  # type: ignore[arg-type]
-
-
+# A distribution of the request statistics, and a statistic of it: read by attribute, never
+# by a name in a string.
+DISTRIBUTIONS: dict[str, Callable[[RequestStats], Stats]] = {
+    "decode_tok_s": lambda s: s.decode_tok_s,
+    "ttft_ms": lambda s: s.ttft_ms,
+    "tpot_ms": lambda s: s.tpot_ms,
+    "itl_token_ms": lambda s: s.itl_token_ms,
+    "itl_chunk_ms": lambda s: s.itl_chunk_ms,
+    "e2el_ms": lambda s: s.e2el_ms,
+}
+STATISTICS: dict[str, Callable[[Stats], float | None]] = {
+    "mean": lambda d: d.mean,
+    "median": lambda d: d.median,
+    "p10": lambda d: d.p10,
+    "p90": lambda d: d.p90,
+    "p99": lambda d: d.p99,
+}
 STAT_TITLES = {"mean": "Mean", "median": "Median", "p10": "p10", "p90": "p90", "p99": "p99"}
 STAT_WORDS = {"mean": "mean", "median": "med", "p10": "p10", "p90": "p90", "p99": "p99"}
 
 
-def _latencies(
-    field: str,
+def statistic(dist: str, stat: str) -> ReadRequests:
+    """The reader of ``<dist>_<stat>`` (``ttft_ms``, ``p99``)."""
+    of_dist, of_stat = DISTRIBUTIONS[dist], STATISTICS[stat]
+    return lambda s: of_stat(of_dist(s))
+
+
+def latencies(
+    dist: str,
     what: tuple[str, str],
     latency: Latency,
-    alias: str | None,
-    shown: dict[str, TableRule],
-    nightly: tuple[str, ...],
-    spec: str,
+    *,
+    watched: tuple[str, ...] = (),
+    shown: tuple[str, ...] = (),
+    alias: str | None = None,
 ) -> tuple[Metric, ...]:
-    """A latency's mean, median, p90 and p99 (ms, lower is better, SLO targets may bound them);
-    ``what``: its name in a table header and in a title ("ITL", "per-token ITL")."""
+    """A latency's mean, median, p90 and p99: ms, lower is better, SLO targets may bound them
+    (each request's own ``latency`` for goodput). ``what``: its name in a table header and in a
+    title ("ITL", "per-token ITL"); the nightly watches the ``watched`` statistics (10%), every
+    table shows the ``shown`` ones; ``alias``: an older spelling of ``dist``."""
     return tuple(
-        _request_metric(
-            f"{field}_{stat}",
-            f"{what[0]} {STAT_WORDS[stat]} ms",
-            f"{STAT_TITLES[stat]} {what[1]}",
-            "ms",
-            _stat_reader(field, stat),
+        Metric(
+            name=f"{dist}_{stat}",
+            header=f"{what[0]} {STAT_WORDS[stat]} ms",
+            title=f"{STAT_TITLES[stat]} {what[1]}",
+            unit="ms",
             direction="lower",
             decimals=3,
-            spec=spec,
+            spec=".2f" if latency in ("tpot", "itl") else ".1f",
+            of_requests=statistic(dist, stat),
             per_request=latency,
             slo=True,
-            nightly=0.10 if stat in nightly else None,
-            table=shown.get(stat),
+            nightly=0.10 if stat in watched else None,
+            table="always" if stat in shown else None,
             aliases=(f"{alias}_{stat}",) if alias else (),
         )
         for stat in ("mean", "median", "p90", "p99")
@@ -173,194 +190,67 @@ def _latencies(
 
 # The order is the DataFrame's and the tables'; summary.csv keeps its historical columns in
 # place and appends the rest in this order.
+# fmt: off
 CATALOGUE: tuple[Metric, ...] = (
-    _request_metric(
-        "duration_s",
-        "window s",
-        "Measured window",
-        "s",
-        lambda s: s.duration_s,
-        direction=None,
-        decimals=3,
-        spec=".1f",
-    ),
-    _request_metric(
-        "request_throughput",
-        "req/s",
-        "Request throughput",
-        "req/s",
-        lambda s: s.request_throughput,
-        direction="higher",
-        decimals=4,
-        spec=".3f",
-        slo=True,
-    ),
-    _request_metric(
-        "output_tok_s",
-        "out tok/s",
-        "Output throughput",
-        "tok/s",
-        lambda s: s.output_throughput,
-        direction="higher",
-        decimals=2,
-        spec=".1f",
-        slo=True,
-        nightly=0.05,
-        table="always",
-    ),
-    Metric(
-        "total_tok_s", "total tok/s", "Total throughput", "tok/s", "higher", 2, ".1f", total_tok_s
-    ),
-    Metric(
-        "output_tok_s_per_gpu",
-        "out tok/s/GPU",
-        "Output throughput per GPU",
-        "tok/s/GPU",
-        "higher",
-        2,
-        ".1f",
-        _per_gpu(_of_requests(lambda s: s.output_throughput)),
-        table="always",
-    ),
-    Metric(
-        "total_tok_s_per_gpu",
-        "total tok/s/GPU",
-        "Total throughput per GPU",
-        "tok/s/GPU",
-        "higher",
-        2,
-        ".1f",
-        _per_gpu(total_tok_s),
-    ),
-    Metric(
-        "interactivity",
-        "tok/s/user",
-        "Interactivity",
-        "tok/s/user",
-        "higher",
-        3,
-        ".1f",
-        _interactivity,
-        table="always",
-    ),
+    Metric(name="duration_s", header="window s", title="Measured window", unit="s",
+           direction=None, decimals=3, spec=".1f", of_requests=lambda s: s.duration_s),
+    Metric(name="request_throughput", header="req/s", title="Request throughput", unit="req/s",
+           direction="higher", decimals=4, spec=".3f",
+           of_requests=lambda s: s.request_throughput, slo=True),
+    Metric(name="output_tok_s", header="out tok/s", title="Output throughput", unit="tok/s",
+           direction="higher", decimals=2, spec=".1f", of_requests=lambda s: s.output_throughput,
+           slo=True, nightly=0.05, table="always"),
+    Metric(name="total_tok_s", header="total tok/s", title="Total throughput", unit="tok/s",
+           direction="higher", decimals=2, spec=".1f", compute=total_tok_s),
+    Metric(name="output_tok_s_per_gpu", header="out tok/s/GPU", title="Output throughput per GPU",
+           unit="tok/s/GPU", direction="higher", decimals=2, spec=".1f",
+           compute=output_tok_s_per_gpu, table="always"),
+    Metric(name="total_tok_s_per_gpu", header="total tok/s/GPU", title="Total throughput per GPU",
+           unit="tok/s/GPU", direction="higher", decimals=2, spec=".1f",
+           compute=lambda r: ratio(total_tok_s(r), gpu_count(r))),
+    Metric(name="interactivity", header="tok/s/user", title="Interactivity", unit="tok/s/user",
+           direction="higher", decimals=3, spec=".1f", compute=interactivity, table="always"),
     *(
-        _request_metric(
-            f"decode_tok_s_{stat}",
-            f"decode {STAT_WORDS[stat]} tok/s",
-            f"{STAT_TITLES[stat]} per-request decode speed",
-            "tok/s",
-            _stat_reader("decode_tok_s", stat),
-            direction="higher",
-            decimals=2,
-            spec=".1f",
-            nightly=0.05 if stat == "median" else None,
-        )
+        Metric(name=f"decode_tok_s_{stat}", header=f"decode {STAT_WORDS[stat]} tok/s",
+               title=f"{STAT_TITLES[stat]} per-request decode speed", unit="tok/s",
+               direction="higher", decimals=2, spec=".1f",
+               of_requests=statistic("decode_tok_s", stat),
+               nightly=0.05 if stat == "median" else None)
         for stat in ("mean", "median", "p10", "p90")
     ),
-    *_latencies(
-        "ttft_ms",
-        ("TTFT", "TTFT"),
-        "ttft",
-        None,
-        {"median": "always", "p99": "always"},
-        ("median", "p99"),
-        ".1f",
-    ),
-    *_latencies(
-        "tpot_ms", ("TPOT", "TPOT"), "tpot", None, {"median": "always"}, ("median", "p99"), ".2f"
-    ),
-    *_latencies("itl_token_ms", ("ITL", "per-token ITL"), "itl", "itl_ms", {}, (), ".2f"),
-    _request_metric(
-        "itl_chunk_ms_median",
-        "chunk ITL med ms",
-        "Median per-chunk ITL",
-        "ms",
-        _stat_reader("itl_chunk_ms", "median"),
-        direction="lower",
-        decimals=3,
-        spec=".2f",
-    ),
-    *_latencies("e2el_ms", ("E2EL", "E2E latency"), "e2el", None, {}, (), ".1f"),
-    Metric(
-        "acceptance_length",
-        "accept len",
-        "Acceptance length",
-        "tokens/step",
-        "higher",
-        4,
-        ".2f",
-        lambda r: finite(r.acceptance.length) if r.acceptance else None,
-        nightly=0.05,
-        table="speculation",
-    ),
-    Metric(
-        "goodput_req_s",
-        "goodput req/s",
-        "Goodput",
-        "req/s",
-        "higher",
-        4,
-        ".3f",
-        lambda r: finite(r.slo.goodput) if r.slo else None,
-        table="slo",
-    ),
-    Metric(
-        "goodput_fraction",
-        "goodput share",
-        "Share of requests meeting every SLO target",
-        "",
-        "higher",
-        4,
-        ".3f",
-        lambda r: finite(r.slo.goodput_fraction) if r.slo else None,
-    ),
-    Metric(
-        "failure_rate",
-        "failed share",
-        "Failed requests / sent",
-        "",
-        "lower",
-        4,
-        ".3f",
-        _failure_rate,
-        nightly=0.01,
-        absolute=True,
-    ),
-    Metric(
-        "engine_gen_tok_s",
-        "engine tok/s",
-        "Generation throughput the engine logged",
-        "tok/s",
-        None,
-        2,
-        ".1f",
-        lambda r: finite(r.engine_metrics.generation_throughput_mean),
-    ),
-    Metric(
-        "client_lag_ms_p99",
-        "send lag p99 ms",
-        "Client send lag p99",
-        "ms",
-        None,
-        3,
-        ".2f",
-        lambda r: finite(r.requests.client_lag.send_lag_ms.p99) if r.requests else None,
-    ),
-    Metric(
-        "loop_delay_ms_p99",
-        "loop delay p99 ms",
-        "Client loop delay p99",
-        "ms",
-        None,
-        3,
-        ".2f",
-        lambda r: (
-            finite(r.requests.client_lag.loop_delay_ms.p99)
-            if r.requests and r.requests.client_lag.loop_delay_ms
-            else None
-        ),
-    ),
+    *latencies("ttft_ms", ("TTFT", "TTFT"), "ttft", watched=("median", "p99"),
+               shown=("median", "p99")),
+    *latencies("tpot_ms", ("TPOT", "TPOT"), "tpot", watched=("median", "p99"), shown=("median",)),
+    *latencies("itl_token_ms", ("ITL", "per-token ITL"), "itl", alias="itl_ms"),
+    Metric(name="itl_chunk_ms_median", header="chunk ITL med ms", title="Median per-chunk ITL",
+           unit="ms", direction="lower", decimals=3, spec=".2f",
+           of_requests=statistic("itl_chunk_ms", "median")),
+    *latencies("e2el_ms", ("E2EL", "E2E latency"), "e2el"),
+    Metric(name="acceptance_length", header="accept len", title="Acceptance length",
+           unit="tokens/step", direction="higher", decimals=4, spec=".2f",
+           compute=lambda r: r.acceptance.length if r.acceptance else None,
+           nightly=0.05, table="speculation"),
+    Metric(name="goodput_req_s", header="goodput req/s", title="Goodput", unit="req/s",
+           direction="higher", decimals=4, spec=".3f",
+           compute=lambda r: r.slo.goodput if r.slo else None, table="slo"),
+    Metric(name="goodput_fraction", header="goodput share",
+           title="Share of requests meeting every SLO target", unit="", direction="higher",
+           decimals=4, spec=".3f", compute=lambda r: r.slo.goodput_fraction if r.slo else None),
+    Metric(name="failure_rate", header="failed share", title="Failed requests / sent", unit="",
+           direction="lower", decimals=4, spec=".3f", compute=failure_rate,
+           nightly=0.01, absolute=True),
+    # diagnostics: how the engine and the client fared, not figures of merit
+    Metric(name="engine_gen_tok_s", header="engine tok/s",
+           title="Generation throughput the engine logged", unit="tok/s", direction=None,
+           decimals=2, spec=".1f",
+           compute=lambda r: r.engine_metrics.generation_throughput_mean),
+    Metric(name="client_lag_ms_p99", header="send lag p99 ms", title="Client send lag p99",
+           unit="ms", direction=None, decimals=3, spec=".2f",
+           of_requests=lambda s: s.client_lag.send_lag_ms.p99),
+    Metric(name="loop_delay_ms_p99", header="loop delay p99 ms", title="Client loop delay p99",
+           unit="ms", direction=None, decimals=3, spec=".2f", compute=loop_delay_ms_p99),
 )
+# fmt: on
 
 BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOGUE}
 _ALIASES: dict[str, Metric] = {a: m for m in CATALOGUE for a in m.aliases}

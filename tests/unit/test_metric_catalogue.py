@@ -91,6 +91,8 @@ def test_the_catalogue_is_one_consistent_declaration() -> None:
             assert m.direction is not None, f"{m.name}: an output judges it but it has no direction"
         if m.slo:
             assert m.of_requests is not None, f"{m.name}: an SLO target needs the request reader"
+    with pytest.raises(TypeError, match="compute or of_requests"):
+        Metric(name="x", header="x", title="x", unit="", direction=None, decimals=1, spec="")
     assert {m.name for m in catalogue.SLO if m.per_request} == {
         f"{lat}_ms_{stat}"
         for lat in ("ttft", "tpot", "itl_token", "e2el")
