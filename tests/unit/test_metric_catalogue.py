@@ -205,3 +205,10 @@ def test_the_nightly_judges_by_the_metrics_direction(m: Metric) -> None:
 def test_finite_and_ratio_guard_unknowns() -> None:
     assert catalogue.finite(math.inf) is None and catalogue.finite(2) == 2.0
     assert catalogue.ratio(3.0, 0) is None and catalogue.ratio(3.0, 2) == 1.5
+
+
+def test_every_plotted_figure_is_catalogued() -> None:
+    from orchestrator.results.figures import LOAD_METRICS
+    from orchestrator.results.report_figures import PLOT_METRICS
+
+    assert set(PLOT_METRICS) | set(LOAD_METRICS) <= set(catalogue.NAMES)
