@@ -14,13 +14,15 @@ from rich.markup import escape
 from rich.table import Table
 
 from orchestrator.cli.common import out
+from orchestrator.metrics import catalogue
 
 if TYPE_CHECKING:  # pandas takes a second to import: only `orch results` pays for it
     import pandas as pd
 
 RESULTS_ROOT = Path("results")
 
-# (column, header, format) of the default table; the frame has every other column too
+# (column, header, format) of the default table: who and what, then the catalogue's table
+# metrics; the frame has every other column too
 KEY_COLUMNS = (
     ("run", "run", ""),
     ("host", "host", ""),
@@ -28,14 +30,7 @@ KEY_COLUMNS = (
     ("load", "load", ""),
     ("repeat", "#", ""),
     ("verdict", "verdict", ""),
-    ("output_tok_s", "out tok/s", ".1f"),
-    ("output_tok_s_per_gpu", "tok/s/GPU", ".1f"),
-    ("interactivity", "tok/s/user", ".1f"),
-    ("ttft_ms_median", "TTFT med", ".1f"),
-    ("ttft_ms_p99", "TTFT p99", ".1f"),
-    ("tpot_ms_median", "TPOT med", ".2f"),
-    ("acceptance_length", "accept", ".2f"),
-    ("goodput_req_s", "goodput", ".3f"),
+    *((m.name, m.header, m.spec) for m in catalogue.TABLE),
     ("slo_met", "SLO", ""),
 )
 

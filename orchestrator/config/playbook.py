@@ -50,7 +50,7 @@ from orchestrator.config.yamlload import (
 )
 from orchestrator.engines.methods import EngineName, SpeculativeMethod
 from orchestrator.errors import ConfigError
-from orchestrator.sweep.slo import SloTarget, parse_target
+from orchestrator.sweep.slo import THROUGHPUTS, SloTarget, parse_target
 
 Positive = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -103,7 +103,7 @@ class SloSpec(StrictModel):
 
     targets: Annotated[list[str], Field(min_length=1)] = Field(
         description="'<metric> <= <number>' (latencies, e.g. ttft_ms_p99 <= 2000) or"
-        " '<metric> >= <number>' (output_tok_s, request_throughput)."
+        f" '<metric> >= <number>' ({', '.join(THROUGHPUTS)})."
     )
     search: Literal["concurrency", "request_rate"] | None = Field(
         None, description="Find the highest concurrency or request rate meeting every target."

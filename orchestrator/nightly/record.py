@@ -2,7 +2,8 @@
 
 ``record_night(results_dir)`` reads every measurement (``load_results``: summary.json files
 only, never the per-request files), groups them by case (``case_of``: a run's repeats, and the
-same case measured on several hosts, pool together), and makes one row per case x metric:
+same case measured on several hosts, pool together), and makes one row per case x metric (the
+metric catalogue's nightly ones, computed by it):
 
 - ``output_tok_s``, ``decode_tok_s_median`` (per-request decode tok/s, median), ``ttft_ms_median``,
   ``ttft_ms_p99``, ``tpot_ms_median``, ``tpot_ms_p99``, ``failure_rate`` (failed requests / sent);
@@ -25,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestrator.errors import OrchError
+from orchestrator.metrics import catalogue
 from orchestrator.nightly.cases import CaseKey, NightAttributes, attributes_of, case_of
 from orchestrator.nightly.cases import read_manifest as read_run_manifest
 from orchestrator.nightly.history import HistoryRow
@@ -55,27 +57,14 @@ def night_time(results_dir: Path, results: list[RunResult]) -> datetime:
 
 
 def figure(result: RunResult, name: str) -> float | None:
-    """One measurement's value of a nightly metric (None: not measured, or not finite)."""
-    req, acc = result.requests, result.acceptance
-    value: float | None = None
+    """One measurement's value of a nightly metric (None: not measured, or not finite): the
+    catalogue's, or the acceptance rate at a draft position."""
     k = position(name)
-    if k is not None:
-        per = acc.per_position if acc else None
-        value = per[k - 1] if per and len(per) >= k else None
-    elif name == "acceptance_length":
-        value = acc.length if acc else None
-    elif req is None:
-        value = None
-    elif name == "failure_rate":
-        sent = req.completed + req.failed
-        value = req.failed / sent if sent else None
-    elif name == "output_tok_s":
-        value = req.output_throughput
-    elif name == "decode_tok_s_median":
-        value = req.decode_tok_s.median
-    else:
-        stat, _, which = name.rpartition("_")  # ttft_ms_p99 -> ttft_ms, p99
-        value = getattr(getattr(req, stat), which)
+    if k is None:
+        return catalogue.get(name).value(result)
+    acc = result.acceptance
+    per = acc.per_position if acc else None
+    value = per[k - 1] if per and len(per) >= k else None
     return float(value) if value is not None and math.isfinite(value) else None
 
 

@@ -25,23 +25,14 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator import __version__
+from orchestrator.metrics import catalogue
 from orchestrator.results.document import Document, Figure, Section, Table, Value, figure_value
 from orchestrator.results.likeness import Workload, differences, workload_of
-from orchestrator.results.report_doc import (
-    ACCEPTANCE,
-    GOODPUT,
-    LATENCY,
-    THROUGHPUT,
-    Column,
-    figure_cell,
-    load_label,
-)
+from orchestrator.results.report_doc import TABLE_COLUMNS, Column, figure_cell, load_label
 from orchestrator.results.setup_info import setup_section
 from orchestrator.results.stats import aggregate
 
-COMPARED = (THROUGHPUT[1], THROUGHPUT[0], THROUGHPUT[2], *LATENCY, ACCEPTANCE, GOODPUT)
-HIGHER_IS_BETTER = {"output_tok_s", "output_tok_s_per_gpu", "interactivity", "goodput_req_s"}
-LOWER_IS_BETTER = {"ttft_ms_median", "ttft_ms_p99", "tpot_ms_median"}
+COMPARED = TABLE_COLUMNS  # the catalogue's table metrics; its direction colours a difference
 FOLDERS, SIDE_BY_SIDE = "Folders", "Figures side by side"  # section headings the CLI prints
 ROW_KEYS = ("match", "load_kind", "load_value")
 
@@ -122,10 +113,9 @@ def diff_value(column: Column, base: pd.Series | None, other: pd.Series | None) 
     diff = relative_difference(_float(base[mean]), _float(other[mean]))
     noisy = bool(base[f"{column.metric}_noisy"]) or bool(other[f"{column.metric}_noisy"])
     tone = "plain"
-    if diff is not None and diff != 0 and not noisy:
-        better = diff > 0 if column.metric in HIGHER_IS_BETTER else diff < 0
-        if column.metric in HIGHER_IS_BETTER | LOWER_IS_BETTER:
-            tone = "good" if better else "bad"
+    better = catalogue.get(column.metric).better(diff) if diff is not None else None
+    if better is not None and not noisy:
+        tone = "good" if better else "bad"
     text = relative_text(diff) + (" (noisy)" if noisy and diff is not None else "")
     return Value(text, tone="muted" if noisy else tone)  # type: ignore[arg-type]
 

@@ -3,8 +3,8 @@
 ``load(path_or_paths)`` reads every ``summary.json`` under one results folder, several, or a
 parent folder holding several (``results/``: each ``<stamp>-<playbook>`` folder in it), through
 the run result model (``RunResult``) only, and returns a row per run x load point x repeat with
-the run's settings as columns (``COLUMNS``). Figures are as measured; the derived ones follow
-``orchestrator.results.report.derived``: throughput per GPU = the figure / ``gpu_count`` (the
+the run's settings as columns (``COLUMNS``). The figures are the metric catalogue's
+(``orchestrator.metrics.catalogue``), as measured; the derived ones: throughput per GPU = the figure / ``gpu_count`` (the
 server's tensor-parallel size when a result did not record its GPUs), ``total_tok_s`` = (prompt
 + output tokens) / the measured window, ``interactivity`` = 1000 / median TPOT (tok/s/user).
 Unknown values are NaN (numbers) or None (text). ``results_dir`` names the folder a row came
@@ -24,8 +24,9 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.errors import OrchError
+from orchestrator.metrics import catalogue
 from orchestrator.results.model import RunResult
-from orchestrator.results.report import derived, load_results
+from orchestrator.results.report import gpu_count, load_results
 from orchestrator.results.store import set_aside_name
 
 IDENTITY = [
@@ -59,34 +60,14 @@ IDENTITY = [
     "started_at",
     "noisy_ci",
 ]
+# every catalogued metric (``orchestrator.metrics.catalogue``, in its order), between the
+# request counts and what is not a figure of merit (acceptance's source, per position, SLO met)
 FIGURES = [
     "completed",
     "failed",
-    "duration_s",
-    "request_throughput",
-    "output_tok_s",
-    "total_tok_s",
-    "output_tok_s_per_gpu",
-    "total_tok_s_per_gpu",
-    "interactivity",
-    "decode_tok_s_median",
-    "ttft_ms_mean",
-    "ttft_ms_median",
-    "ttft_ms_p90",
-    "ttft_ms_p99",
-    "tpot_ms_mean",
-    "tpot_ms_median",
-    "tpot_ms_p90",
-    "tpot_ms_p99",
-    "itl_token_ms_median",
-    "itl_token_ms_p99",
-    "e2el_ms_median",
-    "e2el_ms_p99",
-    "acceptance_length",
+    *catalogue.NAMES,
     "acceptance_source",
     "acceptance_per_position",
-    "goodput_req_s",
-    "goodput_fraction",
     "slo_met",
 ]
 # the workload a row measured (``workload_duration_s``: the time budget asked for, not the
@@ -147,7 +128,7 @@ STAMPED = re.compile(r"^\d{8}T\d{6}Z-")
 def measurement_row(result: RunResult, results_dir: str) -> dict[str, object]:
     """One measurement's row (``COLUMNS``, None where unknown)."""
     settings, acc, point, slo = result.settings, result.acceptance, result.point, result.slo
-    spec, workload, more = settings.speculative, settings.workload, derived(result)
+    spec, workload = settings.speculative, settings.workload
     row: dict[str, object] = {
         "results_dir": results_dir,
         "folder": result.run.folder,
@@ -162,7 +143,7 @@ def measurement_row(result: RunResult, results_dir: str) -> dict[str, object]:
         "model": settings.model,
         "tensor_parallel": settings.tensor_parallel,
         "gpu_name": settings.gpu_name,
-        "gpu_count": more.gpu_count,
+        "gpu_count": gpu_count(result),
         "engine_version": result.provenance.engine_version,
         "orch_version": result.provenance.orch_version,
         "load_kind": point.kind if point else None,
@@ -178,18 +159,13 @@ def measurement_row(result: RunResult, results_dir: str) -> dict[str, object]:
         "error": result.error.message if result.error else None,
         "started_at": result.times.started_at,
         "noisy_ci": workload.noisy_ci if workload else None,
-        "total_tok_s": more.total_tok_s,
-        "output_tok_s_per_gpu": more.output_tok_s_per_gpu,
-        "total_tok_s_per_gpu": more.total_tok_s_per_gpu,
-        "interactivity": more.interactivity,
-        "acceptance_length": acc.length if acc else None,
+        "completed": result.requests.completed if result.requests else None,
+        "failed": result.requests.failed if result.requests else None,
         "acceptance_source": acc.source if acc else None,
         "acceptance_per_position": list(acc.per_position) if acc and acc.per_position else None,
-        "goodput_req_s": slo.goodput if slo else None,
-        "goodput_fraction": slo.goodput_fraction if slo else None,
         "slo_met": slo.met if slo else None,
     }
-    row.update(_request_figures(result))
+    row.update(catalogue.values(result))
     row.update(workload_columns(result))
     return row
 
@@ -212,28 +188,6 @@ def workload_columns(result: RunResult) -> dict[str, object]:
         "burstiness": w.burstiness,
         "seed": w.seed,
     }
-
-
-def _request_figures(result: RunResult) -> dict[str, object]:
-    req = result.requests
-    if req is None:
-        return {"completed": None, "failed": None}
-    figures: dict[str, object] = {
-        "completed": req.completed,
-        "failed": req.failed,
-        "duration_s": req.duration_s,
-        "request_throughput": req.request_throughput,
-        "output_tok_s": req.output_throughput,
-        "decode_tok_s_median": req.decode_tok_s.median,
-        "itl_token_ms_median": req.itl_token_ms.median,
-        "itl_token_ms_p99": req.itl_token_ms.p99,
-        "e2el_ms_median": req.e2el_ms.median,
-        "e2el_ms_p99": req.e2el_ms.p99,
-    }
-    for name, stats in (("ttft", req.ttft_ms), ("tpot", req.tpot_ms)):
-        for stat in ("mean", "median", "p90", "p99"):
-            figures[f"{name}_ms_{stat}"] = getattr(stats, stat)
-    return figures
 
 
 def frame_of(results: Iterable[tuple[str, RunResult]]) -> pd.DataFrame:

@@ -16,12 +16,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from orchestrator.metrics import catalogue
 from orchestrator.results.model import RunResult
 from orchestrator.results.store import set_aside_name, write_bytes
 
 CsvValue = str | int | float | bool | None
 
-CSV_COLUMNS = [
+# The columns in their historical places (scripts read the CSV by position): identity and
+# settings, and the catalogued metrics that were there. Every other catalogued metric follows.
+HISTORICAL_COLUMNS = [
     "run",
     "host",
     "engine",
@@ -77,36 +80,19 @@ CSV_COLUMNS = [
     "prompts_sha256",
 ]
 
+CSV_COLUMNS = [*HISTORICAL_COLUMNS, *(n for n in catalogue.NAMES if n not in HISTORICAL_COLUMNS)]
+
 # Decimals kept per float column (trailing zeros dropped). Fixed-point, never an exponent:
-# a spreadsheet or `column -t` shows 12345.67 tok/s, not 1.235e+04.
+# a spreadsheet or `column -t` shows 12345.67 tok/s, not 1.235e+04. A metric's are the
+# catalogue's; these are the settings' and the acceptance sources'.
 CSV_DECIMALS = {
-    "duration_s": 3,
-    "request_throughput": 4,
-    "output_tok_s": 2,
-    "decode_tok_s_mean": 2,
-    "decode_tok_s_median": 2,
-    "decode_tok_s_p10": 2,
-    "decode_tok_s_p90": 2,
-    "ttft_ms_median": 3,
-    "ttft_ms_p90": 3,
-    "tpot_ms_median": 3,
-    "tpot_ms_p90": 3,
-    "itl_chunk_ms_median": 3,
-    "itl_token_ms_median": 3,
-    "acceptance_length": 4,
+    **{m.name: m.decimals for m in catalogue.CATALOGUE},
     "acceptance_length_prometheus": 4,
     "acceptance_length_log": 4,
     "acceptance_length_client": 4,
-    "engine_gen_tok_s": 2,
-    "client_lag_ms_p99": 3,
-    "loop_delay_ms_p99": 3,
     "request_rate": 4,
     "spec_decode_acceptance_rate": 2,
     "load_value": 4,
-    "output_tok_s_per_gpu": 2,
-    "total_tok_s_per_gpu": 2,
-    "interactivity": 3,
-    "goodput_req_s": 4,
 }
 DEFAULT_DECIMALS = 4
 
@@ -116,7 +102,7 @@ class Derived:
     """Figures made from a measurement's own, the way public dashboards compare serving
     configurations: throughput per GPU (the figure / the GPUs the server used) and
     interactivity (1000 / median TPOT: tokens per second one user sees). None where a part is
-    unknown or zero."""
+    unknown or zero. The catalogue (``orchestrator.metrics.catalogue``) computes each."""
 
     gpu_count: int | None
     total_tok_s: float | None  # (prompt + output tokens) / measured window
@@ -125,44 +111,28 @@ class Derived:
     interactivity: float | None  # tok/s/user
 
 
-def gpu_count(result: RunResult) -> int | None:
-    """GPUs the server used: recorded since schema 3, else its tensor-parallel size (orch gives
-    a server exactly that many)."""
-    settings = result.settings
-    count = settings.gpu_count if settings.gpu_count is not None else settings.tensor_parallel
-    return count if count is not None and count > 0 else None
-
-
-def _ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or den <= 0 or not math.isfinite(num):
-        return None
-    return num / den
+gpu_count = catalogue.gpu_count
 
 
 def derived(result: RunResult) -> Derived:
-    req = result.requests
-    gpus = gpu_count(result)
-    total = None
-    if req is not None:
-        total = _ratio(float(req.total_prompt_tokens + req.total_output_tokens), req.duration_s)
-    tpot = req.tpot_ms.median if req else None
+    get = catalogue.BY_NAME
     return Derived(
-        gpu_count=gpus,
-        total_tok_s=total,
-        output_tok_s_per_gpu=_ratio(req.output_throughput if req else None, gpus),
-        total_tok_s_per_gpu=_ratio(total, gpus),
-        interactivity=_ratio(1000.0, tpot),
+        gpu_count=gpu_count(result),
+        total_tok_s=get["total_tok_s"].value(result),
+        output_tok_s_per_gpu=get["output_tok_s_per_gpu"].value(result),
+        total_tok_s_per_gpu=get["total_tok_s_per_gpu"].value(result),
+        interactivity=get["interactivity"].value(result),
     )
 
 
 def summary_row(result: RunResult) -> dict[str, CsvValue]:
-    """One run's CSV row (times in ms, None where unknown)."""
+    """One run's CSV row (times in ms, None where unknown): the catalogued metrics and, around
+    them, what identifies the measurement and how it was made."""
     req, acc, settings = result.requests, result.acceptance, result.settings
     spec, workload = settings.speculative, settings.workload
-    lag = req.client_lag if req else None
     bench = result.vllm_bench()
-    more, point, slo = derived(result), result.point, result.slo
-    return {
+    point, slo = result.point, result.slo
+    row: dict[str, CsvValue] = {
         "run": result.run.name,
         "host": result.run.host,
         "engine": settings.engine,
@@ -170,28 +140,11 @@ def summary_row(result: RunResult) -> dict[str, CsvValue]:
         "num_draft_tokens": spec.num_draft_tokens,
         "completed": req.completed if req else 0,
         "failed": req.failed if req else 0,
-        "duration_s": req.duration_s if req else None,
-        "request_throughput": req.request_throughput if req else None,
-        "output_tok_s": req.output_throughput if req else None,
-        "decode_tok_s_mean": req.decode_tok_s.mean if req else None,
-        "decode_tok_s_median": req.decode_tok_s.median if req else None,
-        "decode_tok_s_p10": req.decode_tok_s.p10 if req else None,
-        "decode_tok_s_p90": req.decode_tok_s.p90 if req else None,
-        "ttft_ms_median": req.ttft_ms.median if req else None,
-        "ttft_ms_p90": req.ttft_ms.p90 if req else None,
-        "tpot_ms_median": req.tpot_ms.median if req else None,
-        "tpot_ms_p90": req.tpot_ms.p90 if req else None,
-        "itl_chunk_ms_median": req.itl_chunk_ms.median if req else None,
-        "itl_token_ms_median": req.itl_token_ms.median if req else None,
-        "acceptance_length": acc.length if acc else None,
         "acceptance_source": acc.source if acc else None,
         "acceptance_length_prometheus": acc.prometheus if acc else None,
         "acceptance_length_log": acc.log if acc else None,
         "acceptance_length_client": acc.client if acc else None,
         "acceptance_disagreement": acc.disagrees if acc else False,
-        "engine_gen_tok_s": result.engine_metrics.generation_throughput_mean,
-        "client_lag_ms_p99": lag.send_lag_ms.p99 if lag else None,
-        "loop_delay_ms_p99": lag.loop_delay_ms.p99 if lag and lag.loop_delay_ms else None,
         "collapse": result.collapse is not None,
         "error": result.error.message if result.error else "",
         "draft_model": spec.draft_model,
@@ -203,17 +156,15 @@ def summary_row(result: RunResult) -> dict[str, CsvValue]:
         "spec_decode_acceptance_rate": bench.spec_decode_acceptance_rate if bench else None,
         "model": settings.model,
         "gpu_name": settings.gpu_name,
-        "gpu_count": more.gpu_count,
+        "gpu_count": gpu_count(result),
         "load_kind": point.kind if point else None,
         "load_value": point.value if point else None,
         "repeat": point.repeat if point else None,
-        "output_tok_s_per_gpu": more.output_tok_s_per_gpu,
-        "total_tok_s_per_gpu": more.total_tok_s_per_gpu,
-        "interactivity": more.interactivity,
-        "goodput_req_s": slo.goodput if slo else None,
         "slo_met": slo.met if slo else None,
         "prompts_sha256": workload.prompts_sha256 if workload else None,
     }
+    row.update(catalogue.values(result))
+    return row
 
 
 def csv_value(column: str, value: CsvValue) -> str:

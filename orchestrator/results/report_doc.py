@@ -20,6 +20,7 @@ import pandas as pd
 
 from orchestrator import __version__
 from orchestrator.engines.methods import display_name
+from orchestrator.metrics import catalogue
 from orchestrator.results.document import (
     Document,
     Figure,
@@ -46,19 +47,13 @@ class Column:
     spec: str  # format of the mean and the ± half-width
 
 
-THROUGHPUT = (
-    Column("output_tok_s", "out tok/s", ".1f"),
-    Column("output_tok_s_per_gpu", "out tok/s/GPU", ".1f"),
-    Column("interactivity", "tok/s/user", ".1f"),
-)
-LATENCY = (
-    Column("ttft_ms_median", "TTFT med ms", ".1f"),
-    Column("ttft_ms_p99", "TTFT p99 ms", ".1f"),
-    Column("tpot_ms_median", "TPOT med ms", ".2f"),
-)
-ACCEPTANCE = Column("acceptance_length", "accept len", ".2f")
-GOODPUT = Column("goodput_req_s", "goodput req/s", ".3f")
-METRICS = tuple(c.metric for c in (*THROUGHPUT, *LATENCY, ACCEPTANCE, GOODPUT))
+def column(metric: catalogue.Metric) -> Column:
+    return Column(metric.name, metric.header, metric.spec)
+
+
+# the catalogue's table metrics, in its order: throughput, latency, acceptance, goodput
+TABLE_COLUMNS = tuple(column(m) for m in catalogue.TABLE)
+METRICS = tuple(c.metric for c in TABLE_COLUMNS)
 
 COLUMNS_NOTE = (
     "Each figure: the mean over the repeats that measured the point ± the half-width of its 95% "
@@ -164,12 +159,13 @@ def measured(rows: pd.DataFrame) -> pd.DataFrame:
 def config_columns(rows: pd.DataFrame) -> tuple[list[Column], bool]:
     """The figure columns a configuration's table shows (acceptance when it speculates), and
     whether it shows goodput and SLO (when its workload had targets)."""
-    columns = [*THROUGHPUT, *LATENCY]
+    shown: set[catalogue.TableRule] = {"always"}
     if (rows["method"] != "none").any():
-        columns.append(ACCEPTANCE)
+        shown.add("speculation")
     slo = bool(rows["slo_met"].notna().any())
     if slo:
-        columns.append(GOODPUT)
+        shown.add("slo")
+    columns = [column(m) for m in catalogue.TABLE if m.table in shown]
     return columns, slo
 
 

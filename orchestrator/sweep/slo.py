@@ -1,8 +1,9 @@
 """Service-level targets: ``ttft_ms_p99 <= 2000``, ``tpot_ms_median <= 50``, ``output_tok_s >= 900``.
 
-A target names a figure of a measurement's request statistics and a bound. The names are the
-columns users see in tables (``<latency>_ms_<statistic>``), so what a playbook writes is what a
-report shows.
+A target names a figure of a measurement's request statistics and a bound. The names, and which
+way each is bounded, are the metric catalogue's (``orchestrator.metrics.catalogue``: the metrics
+with ``slo`` set), so what a playbook writes is the column a report and summary.csv show
+(``itl_ms_<statistic>`` is still read as ``itl_token_ms_<statistic>``).
 
 Goodput follows ``vllm bench serve --goodput``: a latency target, whatever its statistic,
 becomes the same bound on every request's own value (``ttft_ms_p99 <= 2000`` -> each request's
@@ -28,18 +29,19 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
+from orchestrator.metrics import catalogue
+
 if TYPE_CHECKING:
     # orchestrator.config.playbook imports this module for the target grammar, and these import
     # the configuration package back: the functions that need them at run time import them there
     # (so this module imports first or second, whichever way round).
     from orchestrator.loadgen.records import RequestRecord
-    from orchestrator.metrics.summary import RequestStats, Stats
+    from orchestrator.metrics.summary import RequestStats
     from orchestrator.results.model import SloResult
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
-STATISTICS = ("mean", "median", "p90", "p99")
-THROUGHPUTS = ("output_tok_s", "request_throughput")
-METRICS = tuple(f"{lat}_ms_{stat}" for lat in LATENCIES for stat in STATISTICS) + THROUGHPUTS
+THROUGHPUTS = tuple(m.name for m in catalogue.SLO if m.per_request is None)
+METRICS = catalogue.slo_names()
 
 _TARGET = re.compile(r"\s*([A-Za-z0-9_]+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*")
 
@@ -57,8 +59,7 @@ class SloTarget:
     def latency(self) -> str | None:
         """``ttft``, ``tpot``, ``itl`` or ``e2el`` for a latency target (a per-request bound for
         goodput); None for a throughput target."""
-        head = self.metric.split("_ms_", 1)[0]
-        return head if head in LATENCIES and "_ms_" in self.metric else None
+        return catalogue.get(self.metric).per_request
 
     def met_by(self, value: float) -> bool:
         return value <= self.bound if self.op == "<=" else value >= self.bound
@@ -80,16 +81,17 @@ def parse_target(text: str) -> SloTarget:
         )
     metric, op, number = found.groups()
     if metric not in METRICS:
+        latencies = sorted({m.name.rsplit("_", 1)[0] for m in catalogue.SLO if m.per_request})
         raise ValueError(
             f"SLO target {text!r}: unknown metric {metric!r}{did_you_mean(metric, list(METRICS))}"
-            f" (latencies: {{ttft,tpot,itl,e2el}}_ms_{{mean,median,p90,p99}}; throughputs:"
+            f" (latencies: {{{','.join(latencies)}}}_{{mean,median,p90,p99}}; throughputs:"
             f" {', '.join(THROUGHPUTS)})"
         )
     try:
         bound = float(number)
     except ValueError:
         raise ValueError(f"SLO target {text!r}: {number!r} is not a number") from None
-    lower_is_better = metric not in THROUGHPUTS
+    lower_is_better = catalogue.get(metric).direction == "lower"
     if (op == "<=") != lower_is_better:
         want = "<=" if lower_is_better else ">="
         raise ValueError(f"SLO target {text!r}: {metric} is bounded with {want}")
@@ -98,23 +100,11 @@ def parse_target(text: str) -> SloTarget:
     return SloTarget(metric, "<=" if op == "<=" else ">=", bound)
 
 
-_LATENCY_STATS = {"ttft": "ttft_ms", "tpot": "tpot_ms", "itl": "itl_token_ms", "e2el": "e2el_ms"}
-_THROUGHPUT_FIELDS = {
-    "output_tok_s": "output_throughput",
-    "request_throughput": "request_throughput",
-}
-
-
 def figure(target: SloTarget, stats: RequestStats) -> float | None:
     """The measured figure ``target`` bounds; None when the measurement has none (no completed
     request, no per-chunk token counts for itl, an empty window for a throughput)."""
-    if target.metric in _THROUGHPUT_FIELDS:
-        value: float | None = getattr(stats, _THROUGHPUT_FIELDS[target.metric])
-        return value
-    latency, statistic = target.metric.split("_ms_", 1)
-    dist: Stats = getattr(stats, _LATENCY_STATS[latency])
-    found: float | None = getattr(dist, statistic)
-    return found
+    read = catalogue.get(target.metric).of_requests
+    return read(stats) if read is not None else None
 
 
 def request_value(latency: str, record: RequestRecord) -> float | None:
@@ -122,7 +112,7 @@ def request_value(latency: str, record: RequestRecord) -> float | None:
     None for a failed request or one whose value cannot be known."""
     from orchestrator.metrics.summary import PER_CHUNK_COUNTS
 
-    if latency not in _LATENCY_STATS:
+    if latency not in LATENCIES:
         raise ValueError(f"unknown latency {latency!r}: one of {', '.join(LATENCIES)}")
     if not record.ok or record.ttft is None or record.e2el is None:
         return None

@@ -12,7 +12,7 @@ import pytest
 import orchestrator.results
 from orchestrator.errors import OrchError
 from orchestrator.results.frame import COLUMNS, frame_of, load, newest_results_folder
-from orchestrator.results.report import CSV_COLUMNS, summary_row
+from orchestrator.results.report import CSV_COLUMNS, HISTORICAL_COLUMNS, summary_row
 from tests.fixtures.run_results import T0, make_result, write_results
 from tests.fixtures.sweep_results import measurement, write_sweep
 
@@ -24,12 +24,17 @@ DESIGN_COLUMNS = [
     *("request_rate", "repeat", "repeats", "point_index", "origin", "verdict", "not_run"),
     *("error", "started_at", "noisy_ci"),
     *("completed", "failed", "duration_s", "request_throughput", "output_tok_s", "total_tok_s"),
-    *("output_tok_s_per_gpu", "total_tok_s_per_gpu", "interactivity", "decode_tok_s_median"),
+    *("output_tok_s_per_gpu", "total_tok_s_per_gpu", "interactivity"),
+    *("decode_tok_s_mean", "decode_tok_s_median", "decode_tok_s_p10", "decode_tok_s_p90"),
     *("ttft_ms_mean", "ttft_ms_median", "ttft_ms_p90", "ttft_ms_p99"),
     *("tpot_ms_mean", "tpot_ms_median", "tpot_ms_p90", "tpot_ms_p99"),
-    *("itl_token_ms_median", "itl_token_ms_p99", "e2el_ms_median", "e2el_ms_p99"),
-    *("acceptance_length", "acceptance_source", "acceptance_per_position"),
-    *("goodput_req_s", "goodput_fraction", "slo_met"),
+    *("itl_token_ms_mean", "itl_token_ms_median", "itl_token_ms_p90", "itl_token_ms_p99"),
+    "itl_chunk_ms_median",
+    *("e2el_ms_mean", "e2el_ms_median", "e2el_ms_p90", "e2el_ms_p99"),
+    *("acceptance_length", "goodput_req_s", "goodput_fraction", "failure_rate"),
+    # the metric catalogue's diagnostics, then what is not a figure of merit
+    *("engine_gen_tok_s", "client_lag_ms_p99", "loop_delay_ms_p99"),
+    *("acceptance_source", "acceptance_per_position", "slo_met"),
     # issue 20: the workload, so that rows of different workloads can be told apart
     *("prompts", "prompts_sha256", "num_prompts", "workload_duration_s", "input_len"),
     *("max_tokens", "api", "temperature", "ignore_eos", "burstiness", "seed"),
@@ -179,13 +184,14 @@ def test_no_results_folder_yet(tmp_path: Path) -> None:
 
 
 def test_summary_csv_appends_the_dashboard_columns() -> None:
-    assert CSV_COLUMNS[-12:] == [
+    assert HISTORICAL_COLUMNS[-12:] == [
         *("model", "gpu_name", "gpu_count", "load_kind", "load_value", "repeat"),
         *("output_tok_s_per_gpu", "total_tok_s_per_gpu", "interactivity", "goodput_req_s"),
         "slo_met",
         "prompts_sha256",  # issue 20
     ]
     assert CSV_COLUMNS[:3] == ["run", "host", "engine"]  # the old columns keep their places
+    assert CSV_COLUMNS[: len(HISTORICAL_COLUMNS)] == HISTORICAL_COLUMNS
     row = summary_row(
         measurement(
             value=4, repeat=2, out=300.0, tpot=25.0, prompt_tokens=500, output_tokens=1500,

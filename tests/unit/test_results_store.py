@@ -15,7 +15,13 @@ import pytest
 
 from orchestrator.errors import OrchError
 from orchestrator.metrics.summary import ClientLag, LagStats, Stats
-from orchestrator.results.report import CSV_COLUMNS, csv_value, summary_row, write_summary_csv
+from orchestrator.results.report import (
+    CSV_COLUMNS,
+    HISTORICAL_COLUMNS,
+    csv_value,
+    summary_row,
+    write_summary_csv,
+)
 from orchestrator.results.store import AppendLog, new_results_dir, safe_name, write_json, write_text
 from tests.fixtures.run_results import acceptance, make_result, request_stats
 
@@ -134,10 +140,17 @@ def test_summary_row_and_csv(tmp_path) -> None:
     # output and total tok/s per GPU (101.5 / 2; no token counts), interactivity (1000 / 9),
     # goodput, slo_met, prompts_sha256 (none recorded here)
     tail = ",Qwen/Qwen3.6-27B,,2,,,,50.75,0,111.111,,,"
-    assert lines[1].endswith(",False,,z-lab/drafter,2,builtin:mixed,1,,160,27.33" + tail)
-    assert lines[2].endswith(
+    historical = [",".join(line.split(",")[: len(HISTORICAL_COLUMNS)]) for line in lines[1:]]
+    assert historical[0].endswith(",False,,z-lab/drafter,2,builtin:mixed,1,,160,27.33" + tail)
+    assert historical[1].endswith(
         ",False,died,z-lab/drafter,2,builtin:mixed,1,,160,,Qwen/Qwen3.6-27B,,2,,,,,,,,,"
     )
+    # the catalogued metrics appended after them: total tok/s (no token counts: 0), the other
+    # latency statistics (none measured here), goodput share, failure rate (1 of 9 sent)
+    appended = [line.split(",")[len(HISTORICAL_COLUMNS) :] for line in lines[1:]]
+    assert CSV_COLUMNS[len(HISTORICAL_COLUMNS) :][-2:] == ["goodput_fraction", "failure_rate"]
+    assert appended[0] == ["0", *[""] * 12, "0.1111"]
+    assert appended[1] == [""] * 14
 
 
 @pytest.mark.parametrize(

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import math
-import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 import numpy
 import pandas as pd
 
+from orchestrator.metrics import catalogue
 from orchestrator.results.model import LoadPoint
 from orchestrator.results.plot import method_label, palette
 
@@ -39,19 +39,8 @@ CI = "95% CI"  # stats.aggregate's default confidence
 MAX_TITLE_LINE = 100
 LEGEND_CHARS_PER_IN = 15  # characters of an 8-point legend entry per inch of figure
 
-METRICS: dict[str, tuple[str, str]] = {
-    "output_tok_s_per_gpu": ("Output throughput per GPU", "tok/s/GPU"),
-    "total_tok_s_per_gpu": ("Total throughput per GPU", "tok/s/GPU"),
-    "output_tok_s": ("Output throughput", "tok/s"),
-    "total_tok_s": ("Total throughput", "tok/s"),
-    "request_throughput": ("Request throughput", "req/s"),
-    "goodput_req_s": ("Goodput", "req/s"),
-    "interactivity": ("Interactivity", "tok/s/user"),
-    "decode_tok_s_median": ("Median per-request decode speed", "tok/s"),
-    "acceptance_length": ("Acceptance length", "tokens/step"),
-}
-LATENCIES = {"ttft": "TTFT", "tpot": "TPOT", "itl_token": "per-token ITL", "e2el": "E2E latency"}
-_LATENCY = re.compile(r"(?P<what>ttft|tpot|itl_token|e2el)_ms_(?P<stat>mean|median|p\d+)")
+# (words, unit) of every catalogued metric: a plot's axis
+METRICS: dict[str, tuple[str, str]] = {m.name: (m.title, m.unit) for m in catalogue.CATALOGUE}
 
 
 @dataclass(frozen=True)
@@ -111,13 +100,7 @@ def flags(values: Iterable[object]) -> numpy.ndarray:
 
 def metric_name(metric: str) -> tuple[str, str]:
     """(words, unit) of a frame column: ("p99 TTFT", "ms")."""
-    if metric in METRICS:
-        return METRICS[metric]
-    m = _LATENCY.fullmatch(metric)
-    if m is None:
-        return metric, ""
-    stat = {"mean": "Mean", "median": "Median"}.get(m["stat"], m["stat"])
-    return f"{stat} {LATENCIES[m['what']]}", "ms"
+    return METRICS.get(metric, (metric, ""))
 
 
 def point_label(kind: object, value: object) -> str:
