@@ -50,6 +50,9 @@ class Backend(Protocol):
     # how a dry run describes the place's schedule, when not as a host's ("" then); {gpus} is
     # its GPU count as hosts.yaml says it
     placement: str
+    # why a run needing more GPUs than the place declares can never get them, when not as on
+    # a host ("" then); {name}: the place, {have}: its GPUs as declared
+    gpu_shortfall: str
 
     def places(self, inventory: Inventory, only: Sequence[str] | None) -> list[HostConfig]:
         """The inventory's places of this kind that ``only`` selects (all: None)."""

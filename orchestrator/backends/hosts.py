@@ -59,6 +59,7 @@ class HostPool:
     bounded_gpus = False
     front_door = False
     placement = ""
+    gpu_shortfall = ""
 
     def places(self, inventory: Inventory, only: Sequence[str] | None) -> list[HostConfig]:
         return inventory.select(only or None)

@@ -68,6 +68,10 @@ class SlurmClusters:
         "Slurm, {gpus} per node, each run in an allocation of its own (times below leave out "
         "the queue and assume one run at a time)"
     )
+    gpu_shortfall = (
+        "the Slurm cluster {name} gives {have} per node (hosts.yaml: gpus_per_node), and orch "
+        "asks for one node per run"
+    )
 
     def places(self, inventory: Inventory, only: Sequence[str] | None) -> list[HostConfig]:
         return [c.as_host() for c in inventory.select_clusters(only or None)]

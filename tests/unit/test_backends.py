@@ -263,7 +263,7 @@ def slurm_imports(path: Path) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("package", ["commands", "cli", "runner"])
+@pytest.mark.parametrize("package", ["commands", "cli", "runner", "engines"])
 def test_no_command_asks_whether_a_place_is_a_cluster(package: str) -> None:
     """Commands go through the backend of each place: none reads ``host.cluster`` or imports
     the Slurm code, so a Kubernetes backend needs no edit here."""
