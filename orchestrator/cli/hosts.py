@@ -12,6 +12,8 @@ from rich.markup import escape
 from rich.progress import Progress, SpinnerColumn, TextColumn
 from rich.table import Table
 
+from orchestrator.backends import select_places
+from orchestrator.backends.reports import CheckReport, ClusterReport, HostReport
 from orchestrator.cli.common import (
     DEFAULT_HOSTS_FILE,
     AcceptNewOpt,
@@ -24,10 +26,9 @@ from orchestrator.cli.common import (
     out,
     print_json,
 )
-from orchestrator.commands.hostcheck import ClusterReport, HostReport, check_clusters, check_hosts
+from orchestrator.commands import hostcheck
 from orchestrator.commands.session import load_hosts, open_pool
 from orchestrator.config import HostConfig, Inventory
-from orchestrator.config.cluster import ClusterConfig
 from orchestrator.engines import ENGINES
 from orchestrator.runner.progress import HostPhase
 from orchestrator.slurm.facts import Partition
@@ -49,12 +50,11 @@ def check(
     Exit status 0 when every host is reachable, runs the agent and has the GPUs hosts.yaml
     declares, and every cluster's partition has the GPUs asked for and accepts the job.
     """
-    inventory, hosts = load_hosts(hosts_file, only)
-    clusters = inventory.select_clusters(only or None)
+    inventory, _ = load_hosts(hosts_file, only)
+    places = select_places(inventory, only)
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
-    reports, cluster_reports = asyncio.run(
-        _check_with_progress(inventory, hosts, clusters, ssh, quiet=as_json)
-    )
+    checked = asyncio.run(_check_with_progress(inventory, places, ssh, quiet=as_json))
+    reports, cluster_reports = checked.hosts, checked.clusters
     if as_json:
         print_json(
             {
@@ -72,18 +72,17 @@ def check(
         for name, error, hint in hints:
             if error and hint:
                 out.print(f"[bold]{escape(name)}[/]: {escape(hint)}")
-    if not all(r.ok for r in reports) or not all(r.ok for r in cluster_reports):
+    if not checked.ok:
         raise typer.Exit(1)
 
 
 async def _check_with_progress(
     inventory: Inventory,
-    hosts: list[HostConfig],
-    clusters: list[ClusterConfig],
+    places: list[HostConfig],
     ssh: SshOptions,
     *,
     quiet: bool,
-) -> tuple[list[HostReport], list[ClusterReport]]:
+) -> CheckReport:
     with Progress(
         SpinnerColumn(),
         TextColumn("[bold]{task.description}"),
@@ -94,17 +93,14 @@ async def _check_with_progress(
     ) as progress:
         tasks = {
             name: progress.add_task(name, phase=HostPhase.WAITING.value, total=None)
-            for name in [*(h.name for h in hosts), *(c.name for c in clusters)]
+            for name in [p.name for p in places]
         }
 
         def on_phase(name: str, phase: HostPhase) -> None:
             progress.update(tasks[name], phase=phase.value)
 
         async with open_pool(inventory, ssh) as pool:
-            return await asyncio.gather(
-                check_hosts(pool, hosts, on_phase=on_phase),
-                check_clusters(pool, clusters, on_phase=on_phase),
-            )
+            return await hostcheck.check(pool, places, on_phase=on_phase)
 
 
 def render_table(reports: list[HostReport]) -> Table:

@@ -367,7 +367,7 @@ def render_plan(plans: Sequence[PlannedLaunch], schedule: PlaybookPlan, results_
     by_key = {f"{p.run_name}@{p.host.name}": p for p in plans}
     for host in schedule.hosts:
         out.print(
-            f"[bold]{'cluster' if host.cluster else 'host'} {escape(host.host)}[/]: "
+            f"[bold]{host.noun} {escape(host.host)}[/]: "
             f"{escape(host_line(host, schedule.share_gpus))}"
             f", about {duration_text(host.total_s)}"
         )
@@ -400,11 +400,8 @@ def host_line(host: HostPlan, share_gpus: bool) -> str:
     if host.gpu_count == 0:
         return "CPU host (gpus: none), one run after another"
     gpus = "GPU count not in hosts.yaml" if host.gpu_count is None else f"{host.gpu_count} GPUs"
-    if host.cluster:
-        return (
-            f"Slurm, {gpus} per node, each run in an allocation of its own (times below leave "
-            "out the queue and assume one run at a time)"
-        )
+    if host.placement:
+        return host.placement.format(gpus=gpus)
     if host.shared:
         return f"{gpus}, runs share them at once (share_gpus)"
     if share_gpus:

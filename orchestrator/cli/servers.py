@@ -16,6 +16,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from orchestrator.backends import select_places
+from orchestrator.backends.reports import CleanReport, ClusterJobs, HostServers
 from orchestrator.cli.common import (
     DEFAULT_HOSTS_FILE,
     AcceptNewOpt,
@@ -30,8 +32,8 @@ from orchestrator.cli.common import (
 )
 from orchestrator.commands import clean as clean_command
 from orchestrator.commands import servers as command
-from orchestrator.commands.clean import CleanReport, parse_age
-from orchestrator.commands.servers import STOP_GRACE_S, ClusterJobs, HostServers
+from orchestrator.commands.clean import parse_age
+from orchestrator.commands.servers import STOP_GRACE_S
 from orchestrator.commands.session import load_hosts
 from orchestrator.remote.wire import ServerState
 from orchestrator.slurm.jobs import JobState
@@ -193,17 +195,17 @@ def ps(
     """List the engine servers orch started on the hosts that are running (--all: every run's),
     with their start time and uptime. Host entries reaching one workdir are shown once.
     On Slurm clusters, orch's jobs in the queue (pending or running)."""
-    inventory, hosts = load_hosts(hosts_file, only)
-    clusters = inventory.select_clusters(only or None)
+    inventory, _ = load_hosts(hosts_file, only)
+    places = select_places(inventory, only)
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
 
-    report = asyncio.run(command.ps(inventory, hosts, ssh, all_runs=all_runs, clusters=clusters))
+    report = asyncio.run(command.ps(inventory, places, ssh, all_runs=all_runs))
     results, jobs = report.hosts, report.clusters
     if as_json:
-        print_json(ps_json(results, jobs if clusters else None))
+        print_json(ps_json(results, jobs if jobs else None))
     else:
         out.print(ps_table(results, all_runs=all_runs))
-        if clusters:
+        if jobs:
             out.print(jobs_table(jobs))
         for name, error, hint in [(r.host, r.error, r.hint) for r in results] + [
             (c.cluster, c.error, c.hint) for c in jobs
@@ -242,20 +244,18 @@ def stop(
     holds the engine, which stops with it."""
     if bool(run_id) == all_servers:
         raise typer.BadParameter("give either a RUN_ID or --all")
-    inventory, hosts = load_hosts(hosts_file, only)
-    clusters = inventory.select_clusters(only or None)
+    inventory, _ = load_hosts(hosts_file, only)
+    places = select_places(inventory, only)
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
 
-    report = asyncio.run(
-        command.stop(inventory, hosts, ssh, run_id=run_id, timeout_s=timeout, clusters=clusters)
-    )
+    report = asyncio.run(command.stop(inventory, places, ssh, run_id=run_id, timeout_s=timeout))
     results, stopped, cancelled = report.hosts, report.stopped, report.cancelled
     if as_json:
         stop_json: dict[str, Any] = {
             "stopped": [dict(s.to_json(), host=h) for h, s in stopped],
             "errors": host_errors(results, report.clusters),
         }
-        if clusters:
+        if report.clusters:
             stop_json["cancelled"] = [job_json(c, job) for c, job in cancelled]
         print_json(stop_json)
     else:
@@ -285,7 +285,7 @@ def stop(
     if report.unknown_run:
         err.print(
             f"[red]no server was launched for run {escape(str(run_id))} on "
-            f"{', '.join([h.name for h in hosts] + [c.name for c in clusters])}[/] (see `orch ps`)"
+            f"{', '.join(p.name for p in places)}[/] (see `orch ps`)"
         )
         raise typer.Exit(1)
     if report.failed:
@@ -310,6 +310,7 @@ def clean_json(report: CleanReport) -> dict[str, Any]:
                 "also": list(h.also),
                 "error": h.error,
                 "hint": h.hint,
+                **({"note": h.note} if h.note else {}),
                 **(h.result.to_json() if h.result else {}),
             }
             for h in report.hosts
@@ -342,6 +343,8 @@ def render_clean(report: CleanReport) -> None:
             + (f", {specs} stale spec file(s)" if specs else "")
             + f"; kept {len(h.result.kept)} finished, {len(h.result.live)} live untouched"
         )
+        if h.note:
+            out.print(f"{name}: [yellow]{escape(h.note)}[/]")
 
 
 def clean(
@@ -367,14 +370,16 @@ def clean(
     """Remove finished runs' folders (argv with secrets, engine logs) from the hosts' workdirs.
 
     A running server's folder is never touched. Without --older-than or --keep every finished
-    run goes; your results folder keeps its own copy of each run's files.
+    run goes; your results folder keeps its own copy of each run's files. On Slurm clusters,
+    the job folders in the shared workdir whose jobs have left the queue.
     """
     older_than_s = parse_age(older_than) if older_than is not None else None
-    inventory, hosts = load_hosts(hosts_file, only)
+    inventory, _ = load_hosts(hosts_file, only)
+    places = select_places(inventory, only)
     ssh = SshOptions(known_hosts=known_hosts, accept_new_host_keys=accept_new_host_keys)
     report = asyncio.run(
         clean_command.clean(
-            inventory, hosts, ssh, older_than_s=older_than_s, keep=keep, dry_run=dry_run
+            inventory, places, ssh, older_than_s=older_than_s, keep=keep, dry_run=dry_run
         )
     )
     if as_json:

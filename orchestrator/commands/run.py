@@ -21,8 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.agent.client import AgentClient
-from orchestrator.commands.clusterrun import run_cluster
-from orchestrator.commands.hostrun import HostRun, host_slots, run_host
+from orchestrator.backends.base import backend_of
+from orchestrator.backends.hostrun import HostRun
 from orchestrator.commands.session import SshOptions, load_hosts, open_pool
 from orchestrator.config import Inventory, Playbook, RunSpec, load_playbook
 from orchestrator.config.errors import did_you_mean
@@ -172,7 +172,11 @@ def plan_run(
     # serves on one device: never more
     refuse_gpu_shortfalls(
         playbook,
-        [p for p in plans if playbook.share_gpus or p.host.cluster is not None or p.host.cpu_only],
+        [
+            p
+            for p in plans
+            if playbook.share_gpus or backend_of(p.host).bounded_gpus or p.host.cpu_only
+        ],
     )
     data = playbook_file.read_bytes()
     prompts = load_run_prompts(playbook, plans)
@@ -499,18 +503,14 @@ async def run_playbook(
     todo = [j for j in jobs if j.key not in results]
     async with ServerRegistry(observer) as registry:
         observer.on_event(ExecutionStarted())
-        # each host's runs one after another, or on GPU slots with share_gpus (hostrun.py); a
-        # cluster's in allocations of their own (clusterrun.py)
+        # each place's runs as its backend places them: a host's one after another, or on GPU
+        # slots with share_gpus (backends/hostrun.py); a cluster's in allocations of their own
+        # (backends/clusterrun.py)
         workers: list[asyncio.Future[None]] = []
         for name in dict.fromkeys(j.plan.host.name for j in todo):
             host_run = HostRun(sessions[name], pool, registry, observer, results)
             mine = [j for j in todo if j.plan.host.name == name]
-            cluster = mine[0].plan.host.cluster
-            work = (
-                run_cluster(host_run, cluster, mine, playbook.slurm, force=force)
-                if cluster is not None
-                else run_host(host_run, mine, host_slots(playbook, sessions[name], observer))
-            )
+            work = backend_of(mine[0].plan.host).execute(host_run, mine, playbook, force=force)
             workers.append(asyncio.ensure_future(work))
         try:
             await asyncio.gather(*workers)

@@ -247,7 +247,7 @@ class ClusterConfig:
     def as_host(self) -> HostConfig:
         """Where a playbook's runs on this cluster go: the login node's connection, with the
         compute nodes' Python and the engines' environment (each run then asks for an
-        allocation of its own; ``commands/clusterrun.py``)."""
+        allocation of its own; ``backends/clusterrun.py``)."""
         return replace(
             self.login,
             python=self.python,
@@ -256,6 +256,7 @@ class ClusterConfig:
             env_marks=self.env_marks,
             gpus=GpuSpec(self.gpus_per_node),  # the gres type is a site's name, not a model
             tags=self.tags,
+            backend="slurm",
             cluster=self,
         )
 

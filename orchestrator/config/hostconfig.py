@@ -81,8 +81,11 @@ class HostConfig:
     source: str | None = None  # "hosts.yaml:12" where the host was declared, for messages
     # where each env value was written (defaults, a group or the host), for ${VAR} errors
     env_marks: dict[str, Mark] = field(default_factory=dict, compare=False, repr=False)
+    # the kind of place, the key of its backend (``backends/base.py: REGISTRY``): "ssh" for a
+    # host, "slurm" for a cluster's entry (``ClusterConfig.as_host``)
+    backend: str = "ssh"
     # a Slurm cluster's runs: reached through its login node, each run in an allocation of its
-    # own (``ClusterConfig.as_host``); None for a host
+    # own (``ClusterConfig.as_host``); None for a host. Read by the Slurm backend alone
     cluster: ClusterConfig | None = field(default=None, compare=False, repr=False)
 
     @property

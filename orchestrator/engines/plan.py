@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.backends.base import backend_of
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.config.inventory import Inventory
 from orchestrator.config.playbook import Playbook, RunSpec, cluster_hosts
@@ -198,12 +199,10 @@ class GpuShortfall:
                 f"host {p.host.name} is a CPU host (hosts.yaml: gpus: none), where a server "
                 "runs on one device, the CPU"
             )
-        if p.host.cluster is not None:
-            return (
-                f"run {p.run_name!r} needs {p.gpus} GPUs ({p.parallelism.describe()}) but the "
-                f"Slurm cluster {p.host.name} gives {self.host_gpus} per node (hosts.yaml: "
-                "gpus_per_node), and orch asks for one node per run"
-            )
+        limit = backend_of(p.host).gpu_shortfall
+        if limit:
+            why = limit.format(name=p.host.name, have=self.host_gpus)
+            return f"run {p.run_name!r} needs {p.gpus} GPUs ({p.parallelism.describe()}) but {why}"
         return (
             f"run {p.run_name!r} needs {p.gpus} GPUs ({p.parallelism.describe()}) but host "
             f"{p.host.name} has {self.host_gpus} (hosts.yaml: gpus: {p.host.gpus}): with "

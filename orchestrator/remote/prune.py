@@ -81,20 +81,13 @@ def run_entry(directory: str, *, now: float) -> RunEntry:
         return RunEntry(run_id, live=starting, ended_at=changed)
     if state.alive or state.group_pids:
         return RunEntry(run_id, live=True, ended_at=None)
-    record = read_exit(directory)
-    if record is not None:
-        return RunEntry(run_id, live=False, ended_at=record.ended_at)
-    times = [
-        t
-        for t in (_mtime(os.path.join(directory, n)) for n in (SERVER_LOG, EXIT_JSON, SERVER_JSON))
-        if t is not None
-    ]
-    return RunEntry(run_id, live=False, ended_at=max(times) if times else None)
+    return finished_entry(directory)
 
 
-def run_folders(workdir: str) -> List[str]:
-    """Every folder under ``runs/`` named like a run id (symlinks and stray files left alone)."""
-    root = os.path.join(os.path.expanduser(workdir), "runs")
+def run_folders(workdir: str, under: str = "runs") -> List[str]:
+    """Every folder under ``runs/`` (``under``) named like a run id (symlinks and stray files
+    left alone)."""
+    root = os.path.join(os.path.expanduser(workdir), under)
     try:
         names = sorted(os.listdir(root))
     except FileNotFoundError:
@@ -109,6 +102,44 @@ def run_folders(workdir: str) -> List[str]:
         if RUN_ID.match(name) and os.path.isdir(path) and not os.path.islink(path):
             out.append(path)
     return out
+
+
+JOBS_DIR = "jobs"  # a Slurm cluster's job folders in its workdir (slurm/node.py: JOBS_DIR)
+
+
+def job_folders(workdir: str) -> List[str]:
+    """Every job folder under ``jobs/`` named like a run id (as `run_folders` does runs)."""
+    return run_folders(workdir, JOBS_DIR)
+
+
+def job_entry(directory: str, *, now: float, live: List[str]) -> RunEntry:
+    """A job folder's liveness, from ``live`` (the controller asked Slurm) or a young folder
+    with no server record yet (submitted meanwhile), and its end, from the records of the
+    runs inside it (its agent workdir): their processes ran on a node, not here."""
+    run_id = os.path.basename(directory)
+    if run_id in live:
+        return RunEntry(run_id, live=True, ended_at=None)
+    inner = run_folders(directory)
+    if not any(os.path.exists(os.path.join(d, SERVER_JSON)) for d in inner):
+        changed = _mtime(directory)
+        starting = changed is not None and now - changed < STARTING_GRACE_S
+        return RunEntry(run_id, live=starting, ended_at=changed)
+    ends = [e.ended_at for e in (finished_entry(d) for d in inner) if e.ended_at is not None]
+    return RunEntry(run_id, live=False, ended_at=max(ends) if ends else _mtime(directory))
+
+
+def finished_entry(directory: str) -> RunEntry:
+    """A run folder known to be finished: its end from ``exit.json``, else its files' times."""
+    run_id = os.path.basename(directory)
+    record = read_exit(directory)
+    if record is not None:
+        return RunEntry(run_id, live=False, ended_at=record.ended_at)
+    times = [
+        t
+        for t in (_mtime(os.path.join(directory, n)) for n in (SERVER_LOG, EXIT_JSON, SERVER_JSON))
+        if t is not None
+    ]
+    return RunEntry(run_id, live=False, ended_at=max(times) if times else None)
 
 
 def folder_bytes(directory: str) -> int:
@@ -144,8 +175,13 @@ def run(raw: Dict[str, Any], emit: Emit) -> PruneResult:
     if spec.older_than_s is not None and spec.older_than_s < 0:
         raise AgentFailure(ErrorKind.BAD_SPEC, "prune: 'older_than_s' must be 0 or more")
     now = time.time()
-    folders = {os.path.basename(d): d for d in run_folders(spec.workdir)}
-    entries = [run_entry(d, now=now) for d in folders.values()]
+    if spec.jobs:
+        folders = {os.path.basename(d): d for d in job_folders(spec.workdir)}
+        entries = [job_entry(d, now=now, live=spec.live) for d in folders.values()]
+    else:
+        folders = {os.path.basename(d): d for d in run_folders(spec.workdir)}
+        entries = [run_entry(d, now=now) for d in folders.values()]
+        entries = [RunEntry(e.run_id, True, None) if e.run_id in spec.live else e for e in entries]
     remove, kept = select(entries, now=now, older_than_s=spec.older_than_s, keep=spec.keep)
     pruned = []
     for entry in remove:

@@ -434,6 +434,11 @@ class PruneSpec(Wire):
     ``older_than_s``: only runs that ended at least that long ago; ``keep``: spare the ``keep``
     most recently ended finished runs; neither: every finished run. Spec files left in
     ``specs/`` longer than ``stale_spec_s`` (an agent that never ran to read them) go too.
+
+    ``jobs``: the workdir is a Slurm cluster's, seen from its login node: runs are its job
+    folders (``jobs/<id>/``), whose engines ran on other machines, so no process says whether
+    one is live: those in ``live`` (the jobs still in Slurm's queue) are, and a folder without
+    a server record yet that changed lately (a job just submitted).
     """
 
     workdir: str
@@ -441,6 +446,8 @@ class PruneSpec(Wire):
     keep: Optional[int] = None
     dry_run: bool = False
     stale_spec_s: float = 86400.0
+    jobs: bool = False
+    live: List[str] = field(default_factory=list)
 
 
 @dataclass(frozen=True)

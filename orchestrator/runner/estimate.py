@@ -31,6 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from orchestrator.backends.base import backend_of
 from orchestrator.config.playbook import WorkloadSpec
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import OrchError
@@ -170,7 +171,10 @@ class HostPlan:
     gpu_count: int | None  # as hosts.yaml declares it (no host is touched by a dry run)
     shared: bool  # share_gpus, with a known GPU count
     servers: list[ServerPlan]
-    cluster: bool = False  # a Slurm cluster: each run in an allocation of its own
+    noun: str = "host"  # what the place is called: its backend's noun ("cluster")
+    # how its backend places runs, when not as a host does ("Slurm, {gpus} per node, each run
+    # in an allocation of its own ..."; {gpus}: the GPU count as hosts.yaml says it)
+    placement: str = ""
 
     @property
     def total_s(self) -> float:
@@ -255,8 +259,9 @@ def estimate(
             _placed(s, begins=p.start, ids=p.gpu_ids, beside=beside[s.key], waits=p.waited_for)
             for s, p in zip(servers, placed, strict=True)
         ]
-        cluster = mine[0].host.cluster is not None
-        hosts.append(HostPlan(name, host_gpu_count(mine[0].host), bool(count), servers, cluster))
+        kind = backend_of(mine[0].host)
+        gpus = host_gpu_count(mine[0].host)
+        hosts.append(HostPlan(name, gpus, bool(count), servers, kind.noun, kind.placement))
     return PlaybookPlan(share_gpus, hosts)
 
 

@@ -14,9 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator import __version__
-from orchestrator.agent.facts import HostFacts
 from orchestrator.config import Playbook
-from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.hostconfig import mask_json
 from orchestrator.engines import engine_for
 from orchestrator.engines.plan import PlannedLaunch
@@ -29,7 +27,6 @@ from orchestrator.results.manifest import (
 )
 from orchestrator.runner.execute import RunJob
 from orchestrator.runner.preflight import DoctorResult, HostSession
-from orchestrator.slurm.jobs import Allocation
 
 
 def git_commit(path: Path) -> dict[str, Any] | None:
@@ -74,34 +71,6 @@ def with_gpu_ids(record: dict[str, Any], gpu_ids: Sequence[int]) -> dict[str, An
     env["CUDA_VISIBLE_DEVICES"] = ",".join(str(i) for i in gpu_ids)
     env.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     return {**record, "env": env, "gpu_ids": list(gpu_ids)}
-
-
-def with_slurm(
-    record: dict[str, Any],
-    cluster: ClusterConfig,
-    *,
-    job_id: int | None,
-    allocation: Allocation | None,
-    facts: HostFacts | None = None,
-) -> dict[str, Any]:
-    """``record`` for a run on a Slurm cluster: its job, the node and GPUs Slurm gave it, and
-    the facts probed inside the allocation (where the engine runs, not the login node)."""
-    slurm = {
-        "cluster": cluster.name,
-        "partition": cluster.partition,
-        "account": cluster.account,
-        "qos": cluster.qos,
-        "job_id": job_id,
-        "nodes": list(allocation.nodes) if allocation else [],
-        "gpus": list(allocation.gpus) if allocation else [],
-        "cpus": allocation.cpus if allocation else None,
-        "memory_mib": allocation.memory_mib if allocation else None,
-    }
-    out = {**record, "slurm": slurm}
-    if facts is not None:
-        out["host_facts"] = dataclasses.asdict(facts)
-        out["engine_version"] = facts.engines.get(str(record.get("run", {}).get("engine")))
-    return out
 
 
 def manifest(

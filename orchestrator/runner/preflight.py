@@ -8,14 +8,13 @@ loading, and a host without the GPUs or free memory a run needs is caught before
 from __future__ import annotations
 
 import dataclasses
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from orchestrator.agent import Agent
 from orchestrator.agent.client import AgentClient
 from orchestrator.agent.facts import HostFacts
+from orchestrator.backends.base import backend_of
 from orchestrator.config import HostConfig
 from orchestrator.doctor import HostProbe, ModelConfig, check_run, model_from_agent
 from orchestrator.doctor.findings import Finding
@@ -52,21 +51,9 @@ class DoctorResult:
 
 
 async def open_host(pool: ConnectionPool, host: HostConfig, ports: Sequence[int]) -> HostSession:
-    """Reach ``host``, push the agent, probe it (``ports``: the ones its runs will listen on).
-
-    A cluster's login node gets the agent (in the shared workdir, run there by the login's
-    Python) but no probe: the nodes its runs get are probed inside their allocations."""
-    if host.cluster is not None:
-        login = host.cluster.login
-        agent = Agent(await pool.get(login), login, connect=functools.partial(pool.get, login))
-        await agent.ensure()
-        return HostSession(host, agent=agent)
-    conn = await pool.get(host)
-    # every call takes a live connection: one that dropped is re-opened for the next step
-    agent = Agent(conn, host, connect=functools.partial(pool.get, host))
-    await agent.ensure()
-    facts = HostFacts.from_probe(await agent.probe(ports=sorted(set(ports))))
-    return HostSession(host, agent=agent, facts=facts)
+    """Reach ``host``, push the agent, probe it (``ports``: the ones its runs will listen on),
+    as its backend does it (a cluster's login node gets the agent but no probe)."""
+    return await backend_of(host).open(pool, host, ports)
 
 
 async def open_hosts(
@@ -135,7 +122,7 @@ async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
 def from_login(finding: Finding, plan: PlannedLaunch) -> Finding:
     """A model's files not found from a cluster's login node may still be on the node the run
     is given (its own disk): a warning here, checked again inside the allocation."""
-    if plan.host.cluster is None or finding.severity != "error":
+    if not backend_of(plan.host).front_door or finding.severity != "error":
         return finding
     return dataclasses.replace(
         finding,

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.errors import OrchError
+from orchestrator.remote.prune import JOBS_DIR  # the job folders: one name, the agent's
 
 JOB_SCRIPT = '#!/bin/sh\nexec "$@"\n'
 JOB_SCRIPT_NAME = "orch-job.sh"
 JOB_NAME_PREFIX = "orch-"
-JOBS_DIR = "jobs"
 
 # squeue's output format: the job name last, as the only field a user may fill with anything
 # (a "|" in it then stays in the name). %A, not %i: an array task's own numeric id.

@@ -39,6 +39,7 @@ from orchestrator.aio import shielded
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.errors import AgentError, HostTimeout, OrchError, RemoteCommandError
+from orchestrator.remote.prune import JOBS_DIR  # one name for the job folders
 from orchestrator.remote.wire import (
     EchoResult,
     EchoSpec,
@@ -75,7 +76,6 @@ from orchestrator.slurm.jobs import JOB_NAME_PREFIX, AllocationRequest, squeue_a
 from orchestrator.transport import Connection
 
 Connect = Callable[[], Awaitable[Connection]]
-JOBS_DIR = "jobs"
 # WAIT: the job's first program where the workdir is not shared: wait for the agent (argv[1],
 # put there whole by PUT, which made its private folder), send the job's output to argv[3] in
 # that folder, then become the rest of argv

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.commands.clusterrun import choose_port, few_cpus, port_candidates
+from orchestrator.backends.clusterrun import choose_port, few_cpus, port_candidates
 from orchestrator.slurm.jobs import Allocation
 
 

@@ -13,8 +13,8 @@ from typer.testing import CliRunner
 
 from orchestrator.agent.facts import HostFacts
 from orchestrator.agent.fake import FakeAgent
+from orchestrator.backends.hostrun import host_slots
 from orchestrator.cli.main import app
-from orchestrator.commands.hostrun import host_slots
 from orchestrator.config import GpuSpec, HostConfig, load_inventory, load_playbook
 from orchestrator.engines import ENGINES
 from orchestrator.engines.plan import plan_launches

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.agent.facts import HostFacts
+from orchestrator.backends.reports import HostServers, same_place
 from orchestrator.commands.clean import parse_age
-from orchestrator.commands.servers import HostServers, same_place
 from orchestrator.errors import OrchError, ResultsWriteError
 from orchestrator.remote import prune
 from orchestrator.remote.prune import RunEntry, select

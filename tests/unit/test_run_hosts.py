@@ -1,4 +1,4 @@
-"""A playbook's hosts during `orch run` (``commands/hostrun.py``), on in-memory FakeAgents: a
+"""A playbook's hosts during `orch run` (``backends/hostrun.py``), on in-memory FakeAgents: a
 host lost mid-playbook has its remaining runs recorded as not run, with the cause, while the
 other host goes on; with ``share_gpus`` a host runs its runs at once on GPUs of their own.
 
@@ -20,7 +20,7 @@ import pytest
 from orchestrator.agent.client import AgentClient
 from orchestrator.agent.facts import HostFacts
 from orchestrator.agent.fake import FakeAgent, FakeLog, Stream, http_answer, status_of
-from orchestrator.commands import hostrun
+from orchestrator.backends import hostrun
 from orchestrator.commands import run as run_mod
 from orchestrator.commands.run import PlaybookOutcome, run_playbook
 from orchestrator.config import load_inventory, load_playbook

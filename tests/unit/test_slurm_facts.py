@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.commands.hostcheck import partition_problems
+from orchestrator.backends.slurm import partition_problems
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.slurm.facts import (

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from orchestrator.backends.reports import ClusterJobs, HostServers, PsReport, StopReport
 from orchestrator.cli.servers import host_errors, job_json, jobs_table, ps_json
-from orchestrator.commands.servers import ClusterJobs, HostServers, PsReport, StopReport
 from orchestrator.slurm.jobs import JobState
 from tests.fixtures.cli import WIDTH
 

@@ -14,20 +14,21 @@ listens on the next free port, found by the node's probe, and its manifest says 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from orchestrator.agent.client import Agent
 from orchestrator.agent.facts import HostFacts
-from orchestrator.commands.hostrun import HostRun
+from orchestrator.backends.hostrun import HostRun
 from orchestrator.config.cluster import ClusterConfig
 from orchestrator.config.playbook import SlurmSpec
 from orchestrator.doctor.findings import Finding, warning
 from orchestrator.engines.plan import relocated
 from orchestrator.errors import OrchError
 from orchestrator.runner.execute import RunJob, execute_run, not_run_results
-from orchestrator.runner.manifest import with_slurm
 from orchestrator.runner.preflight import HostSession, doctor_run
 from orchestrator.runner.progress import DoctorNotice, PhaseChanged, RunPhase
 from orchestrator.runner.server import live_agent, shielded
@@ -171,6 +172,34 @@ class ClusterRun:
         if self.force or str(job.plan.run.doctor) != "error":
             return []
         return result.errors
+
+
+def with_slurm(
+    record: dict[str, Any],
+    cluster: ClusterConfig,
+    *,
+    job_id: int | None,
+    allocation: Allocation | None,
+    facts: HostFacts | None = None,
+) -> dict[str, Any]:
+    """``record`` for a run on a Slurm cluster: its job, the node and GPUs Slurm gave it, and
+    the facts probed inside the allocation (where the engine runs, not the login node)."""
+    slurm = {
+        "cluster": cluster.name,
+        "partition": cluster.partition,
+        "account": cluster.account,
+        "qos": cluster.qos,
+        "job_id": job_id,
+        "nodes": list(allocation.nodes) if allocation else [],
+        "gpus": list(allocation.gpus) if allocation else [],
+        "cpus": allocation.cpus if allocation else None,
+        "memory_mib": allocation.memory_mib if allocation else None,
+    }
+    out = {**record, "slurm": slurm}
+    if facts is not None:
+        out["host_facts"] = dataclasses.asdict(facts)
+        out["engine_version"] = facts.engines.get(str(record.get("run", {}).get("engine")))
+    return out
 
 
 def port_candidates(wanted: int) -> list[int]:
