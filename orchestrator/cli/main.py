@@ -13,6 +13,7 @@ from orchestrator.cli import hosts, logs, nightly, servers
 from orchestrator.cli.common import EXIT_INTERRUPTED, err, print_json, report_error
 from orchestrator.cli.compare import compare_command
 from orchestrator.cli.doctor import doctor_command
+from orchestrator.cli.interrupts import Interrupts, given
 from orchestrator.cli.loadgen import loadgen_command
 from orchestrator.cli.report import report_command
 from orchestrator.cli.results import results_command
@@ -105,10 +106,15 @@ def schema(kind: Annotated[SchemaKind, typer.Argument(help="hosts or playbook")]
     print_json(json_schema(kind.value))
 
 
-def run(argv: list[str] | None = None) -> int:
-    """Run the CLI and return its exit code; OrchError becomes one message, never a traceback."""
+def run(argv: list[str] | None = None, *, interrupts: Interrupts | None = None) -> int:
+    """Run the CLI and return its exit code; OrchError becomes one message, never a traceback.
+
+    In-process callers (tests) pass ``interrupts`` (e.g. ``ManualInterrupts``): a playbook
+    run then takes its stop requests from it and leaves the process's signal handlers alone.
+    """
     try:
-        app(args=argv, prog_name="orch")
+        with given(interrupts):
+            app(args=argv, prog_name="orch")
     except SystemExit as exc:
         code = exc.code
         return code if isinstance(code, int) else (0 if code is None else 1)
