@@ -9,11 +9,14 @@ playbook through a context variable) or to ``orchestrator.cli.run.launch(..., in
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import signal
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # asyncio costs `orch --help` tens of ms; only the run's loop needs it
+    import asyncio
 
 # Ctrl-C, `kill`, a closed terminal or SSH session: all stop a run the same way.
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
