@@ -22,6 +22,7 @@ BENCHMARKS = {
     "overhead": "Overhead of a run around its workload",
     "reports": "Reports over 1,000 runs",
     "saturation": "Client saturation: the detector against the simulator's truth",
+    "startup": "CLI start-up",
 }
 HEAD = """\
 # orch's benchmarks of itself

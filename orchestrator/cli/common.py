@@ -17,32 +17,11 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.segment import Segment
-from typer.core import TyperArgument, TyperOption
 
+from orchestrator.cli import helpfmt as helpfmt  # typer's help labels, as orch shows them
 from orchestrator.commands.session import SshOptions as SshOptions
 from orchestrator.errors import ConfigError, EngineError, OrchError, SpecError
 from orchestrator.runner.fanout import without_host as without_host
-
-_typed_label = TyperOption.display_type_rich
-
-
-def _flags_take_no_value(self: TyperOption, ctx: Any) -> str | None:
-    """typer's rich help labels every option with its type, so flags (--help included) read
-    `--json <bool>` as if they took a value; its plain help leaves flags bare, as this does."""
-    return None if self.is_flag or self.count else _typed_label(self, ctx)
-
-
-TyperOption.display_type_rich = _flags_take_no_value  # type: ignore[method-assign]
-_argument_label = TyperArgument.display_type_rich
-
-
-def _lists_by_name(self: TyperArgument, ctx: Any) -> str | None:
-    """An argument taking several values reads `RESULTS_DIR...`; typer would add the Python
-    type, `<list[Path]>`, beside it."""
-    return None if self.nargs != 1 else _argument_label(self, ctx)
-
-
-TyperArgument.display_type_rich = _lists_by_name  # type: ignore[method-assign,assignment]
 
 
 # Progress and messages go to stderr so that `--json` output on stdout stays machine-readable.

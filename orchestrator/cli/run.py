@@ -35,6 +35,8 @@ from orchestrator.cli.common import (
     without_host,
 )
 from orchestrator.cli.display import Display
+from orchestrator.cli.interrupts import STOP_SIGNALS as STOP_SIGNALS
+from orchestrator.cli.interrupts import Interrupts, from_context
 from orchestrator.commands.run import (
     PlaybookOutcome,
     RunPlan,
@@ -60,8 +62,6 @@ from orchestrator.runner.estimate import (
     read_past,
 )
 
-# Ctrl-C, `kill`, a closed terminal or SSH session: all stop a run the same way.
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STOP_GRACE_S = 60.0  # how long the clean-up may still take after a second stop signal
 STOP_GRACE_ENV = "ORCH_STOP_GRACE_S"
 
@@ -179,11 +179,22 @@ def run_command(
 
 
 def launch(
-    run_plan: RunPlan, *, ssh: SshOptions, results: Path, force: bool, hosts_file: Path
+    run_plan: RunPlan,
+    *,
+    ssh: SshOptions,
+    results: Path,
+    force: bool,
+    hosts_file: Path,
+    interrupts: Interrupts | None = None,
 ) -> PlaybookOutcome:
     """Run a planned playbook with its progress on stderr; the first stop signal stops every
-    server it started and ends the command with 128+N (``typer.Exit``)."""
+    server it started and ends the command with 128+N (``typer.Exit``).
+
+    ``interrupts``: where stop requests come from; by default the command's (``main.run``'s
+    ``interrupts=``), else the process's signals. In-process callers pass their own so the
+    run never touches the process's signal handlers."""
     plans = run_plan.plans
+    source = interrupts if interrupts is not None else from_context()
     display = Display(err)
     stop = StopSignals(
         grace_s=stop_grace_s(),
@@ -192,7 +203,9 @@ def launch(
         ),
     )
     try:
-        outcome = asyncio.run(_run(run_plan, ssh, results, display, force, stop=stop))
+        outcome = asyncio.run(
+            _run(run_plan, ssh, results, display, force, stop=stop, interrupts=source)
+        )
     except KeyboardInterrupt:
         # A SIGINT that came before the handlers were in place or after the loop closed.
         # typer would turn this into a silent exit 130; say what happened.
@@ -341,21 +354,14 @@ async def _run(
     force: bool,
     *,
     stop: StopSignals,
+    interrupts: Interrupts,
 ) -> PlaybookOutcome:
-    """The playbook, cancelled by the first of Ctrl-C, SIGTERM or SIGHUP: servers left running
-    would hold the GPUs with nobody to stop them.
-
-    The handlers stay until asyncio.run closes the loop (which removes them): a signal during
-    its shutdown must not raise KeyboardInterrupt there either.
+    """The playbook, cancelled by the first stop request (Ctrl-C, SIGTERM or SIGHUP from the
+    CLI's ``interrupts``): servers left running would hold the GPUs with nobody to stop them.
     """
-    loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
-    for sig in STOP_SIGNALS:
-        try:
-            loop.add_signal_handler(sig, stop.on_signal, sig, task.cancel)
-        except (ValueError, RuntimeError, NotImplementedError):  # not the main thread, Windows
-            continue
+    interrupts.install(asyncio.get_running_loop(), lambda sig: stop.on_signal(sig, task.cancel))
     return await execute_plan(
         run_plan, ssh=ssh, results_root=results, observer=display, force=force
     )
