@@ -26,6 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 from orchestrator.agent import verify
 from orchestrator.agent.bundle import AgentBundle, build_bundle
+from orchestrator.agent.session import AgentSession, SessionLost, SessionStream
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.engines import engine_packages
 from orchestrator.errors import (
@@ -38,7 +39,9 @@ from orchestrator.errors import (
     RemoteDiskFull,
 )
 from orchestrator.remote.wire import (
+    CONTRACT,
     CONTRACT_VERSION,
+    SERVE_VERB,
     ContractMismatch,
     EchoResult,
     EchoSpec,
@@ -99,18 +102,14 @@ R = TypeVar("R", bound=Wire)
 # call may take (a host's `agent_timeout_s` in hosts.yaml replaces these); a caller passing its
 # own timeout (stop waits for the engine to exit, http for the server) wins.
 VERB_TIMEOUT_S = {
-    "echo": 60.0,
-    "probe": 120.0,
-    "status": 60.0,
-    "http": 60.0,
-    "launch": 120.0,
-    "read_model_configs": 120.0,
-    "stop": 180.0,
+    verb: c.timeout_s for verb, c in CONTRACT.items() if c.timeout_s is not None and not c.streaming
 }
 # Streams: seconds they may stay silent. tail sends a heartbeat every 5 s; loadgen a progress
 # line every 2 s once it runs, but first loads the tokenizer (slow on a cold cache). A host's
 # `agent_timeout_s` can raise these, never lower them below the heartbeat's reach.
-STREAM_SILENCE_S = {"tail": 60.0, "loadgen": 600.0}
+STREAM_SILENCE_S = {
+    verb: c.timeout_s for verb, c in CONTRACT.items() if c.timeout_s is not None and c.streaming
+}
 MIN_STREAM_SILENCE_S = 20.0
 FIND_BLOCKED_TIMEOUT_S = 5.0
 # A load generator cut by a dropped connection ends on its own (stdin EOF, then a hard exit
@@ -123,6 +122,7 @@ BLOCKED_HINT = (
     "process stuck in the kernel, e.g. on a stale NFS mount or a failing disk); kill it or fix "
     "the mount, then retry. If the host is only slow, raise agent_timeout_s in hosts.yaml"
 )
+MAX_SESSION_FAILURES = 2  # sessions ended under a call before this agent stops starting them
 STDIN_SPEC = "-"  # the spec path that tells the agent to read its spec from stdin's first line
 
 
@@ -284,6 +284,9 @@ class Agent:
         self._pyz: str | None = None  # elsewhere than the workdir this agent pushes to
         self._ready = False
         self._lock = asyncio.Lock()
+        self._session: AgentSession | None = None
+        self._session_lock = asyncio.Lock()
+        self._sessions_failed = 0  # sessions that ended under a call: at 2, one-shot calls only
 
     def with_prefix(
         self, prefix: Sequence[str], host: HostConfig, *, pyz: str | None = None
@@ -491,6 +494,16 @@ class Agent:
         may never have read it). Lines that are not events (a chatty login script, say) are
         tolerated when a final event follows.
         """
+        if not keep_spec and self._may_use_session(verb):
+            session = await self._open_session()
+            if session is not None:
+                return await self._session_call(session, verb, spec, timeout)
+        return await self._one_shot(verb, spec, timeout=timeout, keep_spec=keep_spec)
+
+    async def _one_shot(
+        self, verb: str, spec: Wire, *, timeout: float | None = None, keep_spec: bool = False
+    ) -> Wire:
+        """``verb`` as its own agent process (first contact, streams, recovery, Slurm)."""
         argv, stdin = await self._command(verb, spec, keep_spec=keep_spec)
         deadline = self._timeout(verb, timeout)
         try:
@@ -516,6 +529,80 @@ class Agent:
             return value
         await self._discard(argv[-1])
         raise self._no_result(verb, proc.returncode, decoded.noise, proc.stderr)
+
+    # -- the session agent (agent/session.py) ----------------------------------------------
+    def _may_use_session(self, verb: str) -> bool:
+        """After first contact, for the verbs the contract serves in a session, on a transport
+        whose streams take writes; never behind a prefix (Slurm's srun runs one process per
+        call) nor where this agent's files are not seen."""
+        contract = CONTRACT.get(verb)
+        return (
+            contract is not None
+            and contract.session
+            and self._ready
+            and not self.prefix
+            and self._pyz is None
+            and self._sessions_failed < MAX_SESSION_FAILURES
+            and bool(getattr(self.conn, "supports_sessions", False))
+        )
+
+    async def _open_session(self) -> AgentSession | None:
+        """The running session, started first if there is none (or it ended); None when one
+        cannot be started (the call then runs as its own process)."""
+        async with self._session_lock:
+            if self._session is not None and self._session.alive:
+                return self._session
+            await self.close_session()
+            conn = await self.live()
+            argv = [
+                self.host.python,
+                await self.pyz_path(),
+                SERVE_VERB,
+                f"session-{uuid.uuid4().hex}",
+            ]
+            stream: SessionStream = conn.open_stream(argv, check=False)  # type: ignore[assignment]
+            session = AgentSession(stream, argv, conn)
+            try:
+                await session.start()
+            except OrchError:
+                self._sessions_failed += 1
+                return None
+            self._session = session
+            return session
+
+    async def close_session(self) -> None:
+        """End the session agent, if one runs (the next call starts another)."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def _session_call(
+        self, session: AgentSession, verb: str, spec: Wire, timeout: float | None
+    ) -> Wire:
+        """``verb`` over the session, with the one-shot call's deadline and errors. A session
+        that ends under the call is dropped; a verb that only reads is then sent again as its
+        own process, any other raises what the one-shot call would have."""
+        deadline = self._timeout(verb, timeout)
+        try:
+            final = await asyncio.wait_for(session.request(verb, spec), deadline)
+        except asyncio.TimeoutError as exc:  # its thread may be stuck: the session goes with it
+            waited = f"no answer within {deadline:g} s"
+            raise await self._blocked(verb, session.argv, waited, close=session) from exc
+        except SessionLost as lost:
+            # exited with a status before answering anything: it cannot serve (an agent without
+            # `serve` answers unknown_verb), so this call never ran and no session is tried again
+            refused = session.answered == 0 and (lost.returncode or 0) > 0
+            self._sessions_failed = MAX_SESSION_FAILURES if refused else self._sessions_failed + 1
+            await self.close_session()
+            if refused or CONTRACT[verb].retry_safe:
+                return await self._one_shot(verb, spec, timeout=timeout)
+            if lost.error is not None:
+                raise lost.error from None
+            raise self._no_result(verb, lost.returncode, lost.noise, lost.stderr) from None
+        _name, value = self._decode(verb, final)
+        if isinstance(value, ErrorEvent):
+            raise self._agent_error(verb, value)
+        return value
 
     async def _stream(
         self, verb: str, spec: Wire, *, timeout: float | None = None
@@ -596,10 +683,19 @@ class Agent:
                 hint=CONTRACT_HINT,
             ) from exc
 
-    async def _blocked(self, verb: str, argv: list[str], waited: str) -> HostTimeout:
-        """The deadline's error, naming the remote process it left behind (pid when found)."""
+    async def _blocked(
+        self, verb: str, argv: list[str], waited: str, *, close: AgentSession | None = None
+    ) -> HostTimeout:
+        """The deadline's error, naming the remote process it left behind (pid when found);
+        ``close``: the session it ran in, ended once its pid is known."""
         pids = await self._find(argv[-1]) if argv[-1] != STDIN_SPEC else []
-        await self._discard(argv[-1])
+        if close is not None:
+            if close is self._session:
+                await self.close_session()
+            else:
+                await close.close()
+        else:
+            await self._discard(argv[-1])
         which = f"pid {', '.join(map(str, pids))}" if pids else "pid unknown"
         return HostTimeout(
             self.host.name,
@@ -609,8 +705,9 @@ class Agent:
         )
 
     async def _find(self, spec_path: str) -> list[int]:
-        """Pids of the processes whose command line holds ``spec_path`` (unique per call)."""
-        if not spec_path.startswith("/"):
+        """Pids of the processes whose command line holds ``spec_path`` (unique per call: a
+        spec file's path, or a session's tag)."""
+        if not spec_path.startswith(("/", "session-")):
             return []
         try:
             conn = await self.live()
