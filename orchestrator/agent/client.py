@@ -26,7 +26,7 @@ from typing import Any, Protocol, TypeVar
 
 from orchestrator.agent import verify
 from orchestrator.agent.bundle import AgentBundle, build_bundle
-from orchestrator.agent.session import AgentSession, SessionLost, SessionStream
+from orchestrator.agent.session import AgentSession, SessionLost, SessionStream, SpareStream
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.engines import engine_packages
 from orchestrator.errors import (
@@ -287,6 +287,7 @@ class Agent:
         self._session: AgentSession | None = None
         self._session_lock = asyncio.Lock()
         self._sessions_failed = 0  # sessions that ended under a call: at 2, one-shot calls only
+        self._spare: SpareStream | None = None  # the next load point's process, started ahead
 
     def with_prefix(
         self, prefix: Sequence[str], host: HostConfig, *, pyz: str | None = None
@@ -454,7 +455,9 @@ class Agent:
         return _typed(await self._call("prune", spec, timeout=timeout), PruneResult)
 
     async def launch(self, spec: LaunchSpec) -> LaunchResult:
-        return _typed(await self._call("launch", spec), LaunchResult)
+        launched = _typed(await self._call("launch", spec), LaunchResult)
+        await self._start_spare()  # its load generator starts while the engine loads
+        return launched
 
     async def status(self, spec: StatusSpec, *, timeout: float | None = None) -> StatusResult:
         return _typed(await self._call("status", spec, timeout=timeout), StatusResult)
@@ -478,6 +481,8 @@ class Agent:
         async with contextlib.aclosing(self._stream("loadgen", spec)) as events:
             async for event in events:
                 if isinstance(event, PhaseEvent | ProgressEvent | RequestRecord | LoadgenResult):
+                    if isinstance(event, LoadgenResult):
+                        await self._start_spare()  # the next point's, after this one's window
                     yield event
 
     async def read_model_configs(self, spec: ReadModelConfigsSpec) -> ReadModelConfigsResult:
@@ -571,10 +576,43 @@ class Agent:
             return session
 
     async def close_session(self) -> None:
-        """End the session agent, if one runs (the next call starts another)."""
+        """End the session agent and the spare load generator, if they run."""
         session, self._session = self._session, None
         if session is not None:
             await session.close()
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await spare.close()
+
+    async def _start_spare(self) -> None:
+        """Start the next load point's load generator now (see ``SpareStream``); best effort:
+        without one, the next point starts its own."""
+        if self._spare is not None or not self._may_use_session("status"):
+            return
+        with contextlib.suppress(OrchError):
+            conn = await self.live()
+            argv = [
+                self.host.python,
+                await self.pyz_path(),
+                "loadgen",
+                f"{STDIN_SPEC}spare-{uuid.uuid4().hex}",
+            ]
+            silence = self._silence("loadgen")
+            stream: SessionStream = conn.open_stream(  # type: ignore[assignment]
+                argv, check=False, idle_timeout=silence
+            )
+            await stream.__aenter__()
+            self._spare = SpareStream(stream, argv, conn)
+
+    async def _take_spare(self) -> SpareStream | None:
+        """The spare load generator if it still waits on this agent's connection."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        if spare.alive and spare.conn is self.conn and not getattr(self.conn, "closed", False):
+            return spare
+        await spare.close()
+        return None
 
     async def _session_call(
         self, session: AgentSession, verb: str, spec: Wire, timeout: float | None
@@ -611,17 +649,23 @@ class Agent:
 
         Closing the iterator early stops the remote agent (the transport sends it SIGTERM).
         """
-        argv, stdin = await self._command(verb, spec)
         noise: list[str] = []
         finished = False
         silence = self._silence(verb)
-        stream = (
-            self.conn.open_stream(argv, timeout=timeout, check=False, idle_timeout=silence)
-            if stdin is None
-            else self.conn.open_stream(
-                argv, timeout=timeout, check=False, idle_timeout=silence, input=stdin
+        spare = await self._take_spare() if verb == "loadgen" and timeout is None else None
+        stream: Any
+        if spare is not None:  # started ahead: the spec goes on its stdin
+            argv = spare.argv
+            stream = spare.fed(json.dumps(spec_file(spec), ensure_ascii=True) + "\n")
+        else:
+            argv, stdin = await self._command(verb, spec)
+            stream = (
+                self.conn.open_stream(argv, timeout=timeout, check=False, idle_timeout=silence)
+                if stdin is None
+                else self.conn.open_stream(
+                    argv, timeout=timeout, check=False, idle_timeout=silence, input=stdin
+                )
             )
-        )
         try:
             async with stream as remote:
                 async for line in remote:
@@ -688,7 +732,7 @@ class Agent:
     ) -> HostTimeout:
         """The deadline's error, naming the remote process it left behind (pid when found);
         ``close``: the session it ran in, ended once its pid is known."""
-        pids = await self._find(argv[-1]) if argv[-1] != STDIN_SPEC else []
+        pids = await self._find(argv[-1])
         if close is not None:
             if close is self._session:
                 await self.close_session()
@@ -707,7 +751,7 @@ class Agent:
     async def _find(self, spec_path: str) -> list[int]:
         """Pids of the processes whose command line holds ``spec_path`` (unique per call: a
         spec file's path, or a session's tag)."""
-        if not spec_path.startswith(("/", "session-")):
+        if not spec_path.startswith(("/", "session-", f"{STDIN_SPEC}spare-")):
             return []
         try:
             conn = await self.live()
@@ -725,7 +769,7 @@ class Agent:
         the engine's secrets) would stay in the workdir. Best effort: the caller's error is the
         one that matters, so a failure here (connection lost) is not raised over it.
         """
-        if spec_path == STDIN_SPEC:
+        if spec_path.startswith(STDIN_SPEC):  # on stdin: no file
             return
         with contextlib.suppress(OrchError):
             await (await self.live()).remove(spec_path)

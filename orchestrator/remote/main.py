@@ -8,7 +8,9 @@ lines and the spec hold is the contract in ``wire``; a spec of another contract 
 refused rather than misread.
 
 A spec path of ``-`` means the spec is the first line of stdin: the controller's fallback when
-the host's disk is full and no spec file can be written (still never on a command line).
+the host's disk is full and no spec file can be written (still never on a command line). So
+does ``-<tag>`` (the tag unique per process, for ``pgrep -f``): a spare load generator started
+ahead of its load point, which imports its verb's module while it waits for the spec.
 
 The long-running verbs (``WATCHED``) end when their controller goes away: the controller keeps
 the command's stdin open, so when stdin reaches EOF (the SSH channel closed, the controller was
@@ -89,7 +91,7 @@ def load_spec(path: str) -> Dict[str, Any]:
 
     ``-``: the spec is stdin's first line (nothing to delete)."""
     try:
-        if path == STDIN_SPEC:
+        if from_stdin(path):
             raw = sys.stdin.buffer.readline()
         else:
             with open(path, "rb") as handle:
@@ -101,20 +103,20 @@ def load_spec(path: str) -> Dict[str, Any]:
     try:
         spec = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        if path != STDIN_SPEC:
+        if not from_stdin(path):
             _remove(path)
         raise AgentFailure(
             ErrorKind.BAD_SPEC, f"spec file {path} is not valid JSON: {exc}", {"path": path}
         ) from exc
     if not isinstance(spec, dict):
-        if path != STDIN_SPEC:
+        if not from_stdin(path):
             _remove(path)
         raise AgentFailure(
             ErrorKind.BAD_SPEC,
             f"spec file {path} holds a {type(spec).__name__}, not an object",
             {"path": path},
         )
-    if spec.pop("keep_spec", None) is not True and path != STDIN_SPEC:
+    if spec.pop("keep_spec", None) is not True and not from_stdin(path):
         _remove(path)
     return checked_version(spec)
 
@@ -135,6 +137,18 @@ def checked_version(spec: Dict[str, Any]) -> Dict[str, Any]:
             {"theirs": version, "ours": CONTRACT_VERSION},
         )
     return spec
+
+
+def from_stdin(path: str) -> bool:
+    """Whether the spec comes on stdin (``-``, or ``-<tag>``) rather than from a file."""
+    return path.startswith(STDIN_SPEC)
+
+
+def _preload(verb: str) -> None:
+    """Import ``verb``'s module before waiting for a spec on stdin (a spare process): the
+    import then costs nothing when the spec comes. A failure is said later, by ``resolve``."""
+    with contextlib.suppress(Exception):
+        resolve(verb)
 
 
 def _remove(path: str) -> None:
@@ -161,6 +175,8 @@ def run_verb(argv: List[str], out: Any, *, spec_read: Optional[Callable[[], obje
         if len(argv) != 2:
             raise AgentFailure(ErrorKind.BAD_USAGE, USAGE, {"argv": list(argv)})
         verb, spec_path = argv
+        if from_stdin(spec_path):
+            _preload(verb)
         spec, spec_failure = _load_quietly(spec_path)
         if spec_read is not None:
             spec_read()
