@@ -20,7 +20,14 @@ import pytest
 from orchestrator.agent.client import Agent
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.errors import HostTimeout, RemoteCommandError
-from orchestrator.remote.wire import EchoSpec, HttpSpec, StatusSpec
+from orchestrator.remote.wire import (
+    EchoSpec,
+    HttpSpec,
+    LoadgenResult,
+    LoadgenSpec,
+    PromptSource,
+    StatusSpec,
+)
 from orchestrator.transport.ssh import ConnectionPool
 from tests.fixtures.sshd import SshdFactory, SshdHost
 
@@ -205,3 +212,48 @@ def test_a_call_past_its_deadline_names_the_session_process_and_ends_it(
     assert message.startswith(f"{host.name}: http: no answer within 1.5 s from the agent; ")
     assert f"its process may still be blocked on the host ({pid}): " in message
     assert " serve session-" in message
+
+
+def test_a_load_point_feeds_the_spare_load_generator_started_ahead(
+    sshd_factory: SshdFactory, silent_port: int
+) -> None:
+    """After a load point, the next one's process is already running, waiting for its spec on
+    stdin (no spec file); its events are read as a one-shot's; an unused one ends with the
+    session."""
+    host = sshd_factory.start("sess-d")
+    spec = LoadgenSpec(
+        model="m",
+        prompts=PromptSource(kind="list", items=["hello"]),
+        port=silent_port,
+        num_prompts=1,
+        concurrency=1,
+        max_tokens=4,
+        timeout_s=0.5,
+    )
+
+    async def point(agent: Agent) -> LoadgenResult:
+        results = [e async for e in agent.loadgen(spec) if isinstance(e, LoadgenResult)]
+        assert len(results) == 1
+        return results[0]
+
+    async def body(agent: Agent) -> tuple[list[str], str, int]:
+        await agent.ensure()
+        first = await point(agent)  # its own process: no spare yet
+        assert (first.requests, first.failed) == (1, 1)  # nothing answers on that port
+        spare = agent._spare
+        assert spare is not None
+        tag = spare.argv[-1]
+        assert tag.startswith("-spare-") and len(processes_with(tag)) == 1
+        second = await point(agent)  # fed to the spare
+        assert agent._spare is not None and agent._spare is not spare
+        assert (second.requests, second.failed) == (1, 1)
+        return spec_files(host.workdir), agent._spare.argv[-1], len(processes_with(tag))
+
+    listing, unused, after = with_sshd_agent(sshd_factory, host, body)
+    assert listing == []
+    assert after == 0  # the spare that ran the second point is gone
+    for _ in range(50):
+        if not processes_with(unused):
+            break
+        subprocess.run(["sleep", "0.1"], check=True)
+    assert processes_with(unused) == []  # the unused spare ended with the session
