@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import posixpath
 import re
 import shlex
@@ -122,6 +123,7 @@ BLOCKED_HINT = (
     "process stuck in the kernel, e.g. on a stale NFS mount or a failing disk); kill it or fix "
     "the mount, then retry. If the host is only slow, raise agent_timeout_s in hosts.yaml"
 )
+SESSION_ENV = "ORCH_AGENT_SESSION"  # "0": every call its own agent process, as before sessions
 MAX_SESSION_FAILURES = 2  # sessions ended under a call before this agent stops starting them
 STDIN_SPEC = "-"  # the spec path that tells the agent to read its spec from stdin's first line
 
@@ -548,6 +550,7 @@ class Agent:
             and not self.prefix
             and self._pyz is None
             and self._sessions_failed < MAX_SESSION_FAILURES
+            and os.environ.get(SESSION_ENV, "1") != "0"
             and bool(getattr(self.conn, "supports_sessions", False))
         )
 
