@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import posixpath
 import re
 import shlex
@@ -26,6 +27,7 @@ from typing import Any, Protocol, TypeVar
 
 from orchestrator.agent import verify
 from orchestrator.agent.bundle import AgentBundle, build_bundle
+from orchestrator.agent.session import AgentSession, SessionLost, SessionStream, SpareStream
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.engines import engine_packages
 from orchestrator.errors import (
@@ -38,7 +40,9 @@ from orchestrator.errors import (
     RemoteDiskFull,
 )
 from orchestrator.remote.wire import (
+    CONTRACT,
     CONTRACT_VERSION,
+    SERVE_VERB,
     ContractMismatch,
     EchoResult,
     EchoSpec,
@@ -99,18 +103,14 @@ R = TypeVar("R", bound=Wire)
 # call may take (a host's `agent_timeout_s` in hosts.yaml replaces these); a caller passing its
 # own timeout (stop waits for the engine to exit, http for the server) wins.
 VERB_TIMEOUT_S = {
-    "echo": 60.0,
-    "probe": 120.0,
-    "status": 60.0,
-    "http": 60.0,
-    "launch": 120.0,
-    "read_model_configs": 120.0,
-    "stop": 180.0,
+    verb: c.timeout_s for verb, c in CONTRACT.items() if c.timeout_s is not None and not c.streaming
 }
 # Streams: seconds they may stay silent. tail sends a heartbeat every 5 s; loadgen a progress
 # line every 2 s once it runs, but first loads the tokenizer (slow on a cold cache). A host's
 # `agent_timeout_s` can raise these, never lower them below the heartbeat's reach.
-STREAM_SILENCE_S = {"tail": 60.0, "loadgen": 600.0}
+STREAM_SILENCE_S = {
+    verb: c.timeout_s for verb, c in CONTRACT.items() if c.timeout_s is not None and c.streaming
+}
 MIN_STREAM_SILENCE_S = 20.0
 FIND_BLOCKED_TIMEOUT_S = 5.0
 # A load generator cut by a dropped connection ends on its own (stdin EOF, then a hard exit
@@ -123,6 +123,8 @@ BLOCKED_HINT = (
     "process stuck in the kernel, e.g. on a stale NFS mount or a failing disk); kill it or fix "
     "the mount, then retry. If the host is only slow, raise agent_timeout_s in hosts.yaml"
 )
+SESSION_ENV = "ORCH_AGENT_SESSION"  # "0": every call its own agent process, as before sessions
+MAX_SESSION_FAILURES = 2  # sessions ended under a call before this agent stops starting them
 STDIN_SPEC = "-"  # the spec path that tells the agent to read its spec from stdin's first line
 
 
@@ -284,6 +286,10 @@ class Agent:
         self._pyz: str | None = None  # elsewhere than the workdir this agent pushes to
         self._ready = False
         self._lock = asyncio.Lock()
+        self._session: AgentSession | None = None
+        self._session_lock = asyncio.Lock()
+        self._sessions_failed = 0  # sessions that ended under a call: at 2, one-shot calls only
+        self._spare: SpareStream | None = None  # the next load point's process, started ahead
 
     def with_prefix(
         self, prefix: Sequence[str], host: HostConfig, *, pyz: str | None = None
@@ -451,7 +457,9 @@ class Agent:
         return _typed(await self._call("prune", spec, timeout=timeout), PruneResult)
 
     async def launch(self, spec: LaunchSpec) -> LaunchResult:
-        return _typed(await self._call("launch", spec), LaunchResult)
+        launched = _typed(await self._call("launch", spec), LaunchResult)
+        await self._start_spare()  # its load generator starts while the engine loads
+        return launched
 
     async def status(self, spec: StatusSpec, *, timeout: float | None = None) -> StatusResult:
         return _typed(await self._call("status", spec, timeout=timeout), StatusResult)
@@ -475,6 +483,8 @@ class Agent:
         async with contextlib.aclosing(self._stream("loadgen", spec)) as events:
             async for event in events:
                 if isinstance(event, PhaseEvent | ProgressEvent | RequestRecord | LoadgenResult):
+                    if isinstance(event, LoadgenResult):
+                        await self._start_spare()  # the next point's, after this one's window
                     yield event
 
     async def read_model_configs(self, spec: ReadModelConfigsSpec) -> ReadModelConfigsResult:
@@ -491,6 +501,16 @@ class Agent:
         may never have read it). Lines that are not events (a chatty login script, say) are
         tolerated when a final event follows.
         """
+        if not keep_spec and self._may_use_session(verb):
+            session = await self._open_session()
+            if session is not None:
+                return await self._session_call(session, verb, spec, timeout)
+        return await self._one_shot(verb, spec, timeout=timeout, keep_spec=keep_spec)
+
+    async def _one_shot(
+        self, verb: str, spec: Wire, *, timeout: float | None = None, keep_spec: bool = False
+    ) -> Wire:
+        """``verb`` as its own agent process (first contact, streams, recovery, Slurm)."""
         argv, stdin = await self._command(verb, spec, keep_spec=keep_spec)
         deadline = self._timeout(verb, timeout)
         try:
@@ -517,6 +537,114 @@ class Agent:
         await self._discard(argv[-1])
         raise self._no_result(verb, proc.returncode, decoded.noise, proc.stderr)
 
+    # -- the session agent (agent/session.py) ----------------------------------------------
+    def _may_use_session(self, verb: str) -> bool:
+        """After first contact, for the verbs the contract serves in a session, on a transport
+        whose streams take writes; never behind a prefix (Slurm's srun runs one process per
+        call) nor where this agent's files are not seen."""
+        contract = CONTRACT.get(verb)
+        return (
+            contract is not None
+            and contract.session
+            and self._ready
+            and not self.prefix
+            and self._pyz is None
+            and self._sessions_failed < MAX_SESSION_FAILURES
+            and os.environ.get(SESSION_ENV, "1") != "0"
+            and bool(getattr(self.conn, "supports_sessions", False))
+        )
+
+    async def _open_session(self) -> AgentSession | None:
+        """The running session, started first if there is none (or it ended); None when one
+        cannot be started (the call then runs as its own process)."""
+        async with self._session_lock:
+            if self._session is not None and self._session.alive:
+                return self._session
+            await self.close_session()
+            conn = await self.live()
+            argv = [
+                self.host.python,
+                await self.pyz_path(),
+                SERVE_VERB,
+                f"session-{uuid.uuid4().hex}",
+            ]
+            stream: SessionStream = conn.open_stream(argv, check=False)  # type: ignore[assignment]
+            session = AgentSession(stream, argv, conn)
+            try:
+                await session.start()
+            except OrchError:
+                self._sessions_failed += 1
+                return None
+            self._session = session
+            return session
+
+    async def close_session(self) -> None:
+        """End the session agent and the spare load generator, if they run."""
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+        spare, self._spare = self._spare, None
+        if spare is not None:
+            await spare.close()
+
+    async def _start_spare(self) -> None:
+        """Start the next load point's load generator now (see ``SpareStream``); best effort:
+        without one, the next point starts its own."""
+        if self._spare is not None or not self._may_use_session("status"):
+            return
+        with contextlib.suppress(OrchError):
+            conn = await self.live()
+            argv = [
+                self.host.python,
+                await self.pyz_path(),
+                "loadgen",
+                f"{STDIN_SPEC}spare-{uuid.uuid4().hex}",
+            ]
+            silence = self._silence("loadgen")
+            stream: SessionStream = conn.open_stream(  # type: ignore[assignment]
+                argv, check=False, idle_timeout=silence
+            )
+            await stream.__aenter__()
+            self._spare = SpareStream(stream, argv, conn)
+
+    async def _take_spare(self) -> SpareStream | None:
+        """The spare load generator if it still waits on this agent's connection."""
+        spare, self._spare = self._spare, None
+        if spare is None:
+            return None
+        if spare.alive and spare.conn is self.conn and not getattr(self.conn, "closed", False):
+            return spare
+        await spare.close()
+        return None
+
+    async def _session_call(
+        self, session: AgentSession, verb: str, spec: Wire, timeout: float | None
+    ) -> Wire:
+        """``verb`` over the session, with the one-shot call's deadline and errors. A session
+        that ends under the call is dropped; a verb that only reads is then sent again as its
+        own process, any other raises what the one-shot call would have."""
+        deadline = self._timeout(verb, timeout)
+        try:
+            final = await asyncio.wait_for(session.request(verb, spec), deadline)
+        except asyncio.TimeoutError as exc:  # its thread may be stuck: the session goes with it
+            waited = f"no answer within {deadline:g} s"
+            raise await self._blocked(verb, session.argv, waited, close=session) from exc
+        except SessionLost as lost:
+            # exited with a status before answering anything: it cannot serve (an agent without
+            # `serve` answers unknown_verb), so this call never ran and no session is tried again
+            refused = session.answered == 0 and (lost.returncode or 0) > 0
+            self._sessions_failed = MAX_SESSION_FAILURES if refused else self._sessions_failed + 1
+            await self.close_session()
+            if refused or CONTRACT[verb].retry_safe:
+                return await self._one_shot(verb, spec, timeout=timeout)
+            if lost.error is not None:
+                raise lost.error from None
+            raise self._no_result(verb, lost.returncode, lost.noise, lost.stderr) from None
+        _name, value = self._decode(verb, final)
+        if isinstance(value, ErrorEvent):
+            raise self._agent_error(verb, value)
+        return value
+
     async def _stream(
         self, verb: str, spec: Wire, *, timeout: float | None = None
     ) -> AsyncGenerator[Wire, None]:
@@ -524,17 +652,23 @@ class Agent:
 
         Closing the iterator early stops the remote agent (the transport sends it SIGTERM).
         """
-        argv, stdin = await self._command(verb, spec)
         noise: list[str] = []
         finished = False
         silence = self._silence(verb)
-        stream = (
-            self.conn.open_stream(argv, timeout=timeout, check=False, idle_timeout=silence)
-            if stdin is None
-            else self.conn.open_stream(
-                argv, timeout=timeout, check=False, idle_timeout=silence, input=stdin
+        spare = await self._take_spare() if verb == "loadgen" and timeout is None else None
+        stream: Any
+        if spare is not None:  # started ahead: the spec goes on its stdin
+            argv = spare.argv
+            stream = spare.fed(json.dumps(spec_file(spec), ensure_ascii=True) + "\n")
+        else:
+            argv, stdin = await self._command(verb, spec)
+            stream = (
+                self.conn.open_stream(argv, timeout=timeout, check=False, idle_timeout=silence)
+                if stdin is None
+                else self.conn.open_stream(
+                    argv, timeout=timeout, check=False, idle_timeout=silence, input=stdin
+                )
             )
-        )
         try:
             async with stream as remote:
                 async for line in remote:
@@ -596,10 +730,19 @@ class Agent:
                 hint=CONTRACT_HINT,
             ) from exc
 
-    async def _blocked(self, verb: str, argv: list[str], waited: str) -> HostTimeout:
-        """The deadline's error, naming the remote process it left behind (pid when found)."""
-        pids = await self._find(argv[-1]) if argv[-1] != STDIN_SPEC else []
-        await self._discard(argv[-1])
+    async def _blocked(
+        self, verb: str, argv: list[str], waited: str, *, close: AgentSession | None = None
+    ) -> HostTimeout:
+        """The deadline's error, naming the remote process it left behind (pid when found);
+        ``close``: the session it ran in, ended once its pid is known."""
+        pids = await self._find(argv[-1])
+        if close is not None:
+            if close is self._session:
+                await self.close_session()
+            else:
+                await close.close()
+        else:
+            await self._discard(argv[-1])
         which = f"pid {', '.join(map(str, pids))}" if pids else "pid unknown"
         return HostTimeout(
             self.host.name,
@@ -609,8 +752,9 @@ class Agent:
         )
 
     async def _find(self, spec_path: str) -> list[int]:
-        """Pids of the processes whose command line holds ``spec_path`` (unique per call)."""
-        if not spec_path.startswith("/"):
+        """Pids of the processes whose command line holds ``spec_path`` (unique per call: a
+        spec file's path, or a session's tag)."""
+        if not spec_path.startswith(("/", "session-", f"{STDIN_SPEC}spare-")):
             return []
         try:
             conn = await self.live()
@@ -628,7 +772,7 @@ class Agent:
         the engine's secrets) would stay in the workdir. Best effort: the caller's error is the
         one that matters, so a failure here (connection lost) is not raised over it.
         """
-        if spec_path == STDIN_SPEC:
+        if spec_path.startswith(STDIN_SPEC):  # on stdin: no file
             return
         with contextlib.suppress(OrchError):
             await (await self.live()).remove(spec_path)

@@ -17,13 +17,14 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import AsyncGenerator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from orchestrator.agent.bundle import AgentBundle
 from orchestrator.agent.client import probe_packages
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.errors import AgentError, HostUnreachable, OrchError
 from orchestrator.remote.wire import (
+    CONTRACT,
     EchoResult,
     EchoSpec,
     ErrorKind,
@@ -33,22 +34,17 @@ from orchestrator.remote.wire import (
     LaunchResult,
     LaunchSpec,
     LoadgenEvent,
-    LoadgenResult,
     LoadgenSpec,
-    PhaseEvent,
     ProbeResult,
     ProbeSpec,
-    ProgressEvent,
     ReadModelConfigsResult,
     ReadModelConfigsSpec,
-    RequestRecord,
     ServerState,
     StatusResult,
     StatusSpec,
     StopResult,
     StopSpec,
     TailEvent,
-    TailHeartbeat,
     TailLines,
     TailResult,
     TailSpec,
@@ -145,13 +141,8 @@ class FakeAgent:
         return self._answer("status", spec, StatusResult)
 
     async def tail(self, spec: TailSpec) -> AsyncGenerator[TailEvent, None]:
-        stream = self._stream("tail", spec)
-        for event in stream.events:
-            if not isinstance(event, TailLines | TailHeartbeat | TailResult):
-                raise TypeError(f"FakeAgent: tail cannot send a {type(event).__name__}")
-            yield event
-        if stream.then is not None:
-            raise stream.then
+        async for event in self._events("tail", spec):
+            yield cast(TailEvent, event)
 
     async def stop(self, spec: StopSpec, *, timeout: float | None = None) -> StopResult:
         return self._answer("stop", spec, StopResult)
@@ -160,13 +151,8 @@ class FakeAgent:
         return self._answer("http", spec, HttpResult)
 
     async def loadgen(self, spec: LoadgenSpec) -> AsyncGenerator[LoadgenEvent, None]:
-        stream = self._stream("loadgen", spec)
-        for event in stream.events:
-            if not isinstance(event, PhaseEvent | ProgressEvent | RequestRecord | LoadgenResult):
-                raise TypeError(f"FakeAgent: loadgen cannot send a {type(event).__name__}")
-            yield event
-        if stream.then is not None:
-            raise stream.then
+        async for event in self._events("loadgen", spec):
+            yield cast(LoadgenEvent, event)
 
     async def read_model_configs(self, spec: ReadModelConfigsSpec) -> ReadModelConfigsResult:
         return self._answer("read_model_configs", spec, ReadModelConfigsResult)
@@ -186,6 +172,9 @@ class FakeAgent:
         return outcome
 
     def _answer(self, verb: str, spec: Wire, expected: type[R]) -> R:
+        """The scripted answer, checked against the verb's contract (``wire.CONTRACT``)."""
+        if expected is not CONTRACT[verb].result:
+            raise TypeError(f"FakeAgent: {verb} answers a {CONTRACT[verb].result.__name__}")
         outcome = self._outcome(verb, spec)
         if isinstance(outcome, OrchError):
             raise outcome
@@ -195,6 +184,17 @@ class FakeAgent:
                 f"the script gave {type(outcome).__name__}"
             )
         return outcome
+
+    async def _events(self, verb: str, spec: Wire) -> AsyncGenerator[Wire, None]:
+        """The scripted stream, each event one the verb's contract lets it send."""
+        contract = CONTRACT[verb]
+        stream = self._stream(verb, spec)
+        for event in stream.events:
+            if not isinstance(event, (*contract.events, contract.result)):
+                raise TypeError(f"FakeAgent: {verb} cannot send a {type(event).__name__}")
+            yield event
+        if stream.then is not None:
+            raise stream.then
 
     def _stream(self, verb: str, spec: Wire) -> Stream:
         outcome = self._outcome(verb, spec)

@@ -593,12 +593,14 @@ def render_sweep(outcome: PlaybookOutcome) -> None:
 def _render_slo_answers(outcome: PlaybookOutcome) -> None:
     """Each run's SLO search answer (what slo-search.json says), one line a run, the answer in
     bold: the figure a search is run for, shown where the run ends."""
-    from orchestrator.results.report_doc import SLO_VERDICT_NOTE
     from orchestrator.results.slo_answer import slo_answers
 
     answers = slo_answers(outcome.results_dir, outcome.results)
     if not answers:
         return
+    # only now: report_doc imports pandas and the figures (1.5 s), for one sentence
+    from orchestrator.results.report_doc import SLO_VERDICT_NOTE
+
     targets = ", ".join(dict.fromkeys(t for a in answers for t in a.targets))
     out.print(f"[bold]SLO search[/]{escape(f' ({targets})' if targets else '')}:")
     for a in answers:

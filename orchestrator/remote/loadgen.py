@@ -365,6 +365,11 @@ def _checked_reset(reset: Optional[CacheResetSpec]) -> Optional[CacheResetSpec]:
 # ---------------------------------------------------------------- the run (I/O)
 
 
+def preload() -> None:
+    """What a spare load generator imports while it waits for its spec (``main._preload``)."""
+    from . import loadrunner  # noqa: F401 - imported for its cost, not its names
+
+
 def run(raw: Dict[str, Any], emit: Emit) -> LoadgenResult:
     cfg = LoadSpec.parse(raw)
     tokenizer = load_tokenizer(cfg.tokenizer)

@@ -8,7 +8,9 @@ lines and the spec hold is the contract in ``wire``; a spec of another contract 
 refused rather than misread.
 
 A spec path of ``-`` means the spec is the first line of stdin: the controller's fallback when
-the host's disk is full and no spec file can be written (still never on a command line).
+the host's disk is full and no spec file can be written (still never on a command line). So
+does ``-<tag>`` (the tag unique per process, for ``pgrep -f``): a spare load generator started
+ahead of its load point, which imports its verb's module while it waits for the spec.
 
 The long-running verbs (``WATCHED``) end when their controller goes away: the controller keeps
 the command's stdin open, so when stdin reaches EOF (the SSH channel closed, the controller was
@@ -39,6 +41,7 @@ from .protocol import AgentFailure, Emit, write_event
 from .wire import (
     CONTRACT,
     CONTRACT_VERSION,
+    SERVE_VERB,
     ErrorEvent,
     ErrorKind,
     Wire,
@@ -49,20 +52,9 @@ from .wire import (
 
 Handler = Callable[[Dict[str, Any], Emit], Wire]
 
-# verb -> "module:function" (relative to this package), or a handler itself.
-VERBS: Dict[str, Union[str, Handler]] = {
-    "echo": "echo:run",
-    "probe": "probe:run",
-    "launch": "lifecycle:launch",
-    "hold": "hold:run",
-    "tail": "lifecycle:tail",
-    "stop": "lifecycle:stop",
-    "prune": "prune:run",
-    "status": "lifecycle:status",
-    "http": "http:run",
-    "loadgen": "loadgen:run",
-    "read_model_configs": "modelfiles:run",
-}
+# verb -> "module:function" (relative to this package), or a handler itself: the contract's
+# table (``wire.CONTRACT``) says which, so a verb is declared in one place.
+VERBS: Dict[str, Union[str, Handler]] = {verb: c.handler for verb, c in CONTRACT.items()}
 
 USAGE = "usage: agent.pyz <verb> <spec.json | ->"
 STDIN_SPEC = "-"
@@ -99,7 +91,7 @@ def load_spec(path: str) -> Dict[str, Any]:
 
     ``-``: the spec is stdin's first line (nothing to delete)."""
     try:
-        if path == STDIN_SPEC:
+        if from_stdin(path):
             raw = sys.stdin.buffer.readline()
         else:
             with open(path, "rb") as handle:
@@ -111,21 +103,26 @@ def load_spec(path: str) -> Dict[str, Any]:
     try:
         spec = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
-        if path != STDIN_SPEC:
+        if not from_stdin(path):
             _remove(path)
         raise AgentFailure(
             ErrorKind.BAD_SPEC, f"spec file {path} is not valid JSON: {exc}", {"path": path}
         ) from exc
     if not isinstance(spec, dict):
-        if path != STDIN_SPEC:
+        if not from_stdin(path):
             _remove(path)
         raise AgentFailure(
             ErrorKind.BAD_SPEC,
             f"spec file {path} holds a {type(spec).__name__}, not an object",
             {"path": path},
         )
-    if spec.pop("keep_spec", None) is not True and path != STDIN_SPEC:
+    if spec.pop("keep_spec", None) is not True and not from_stdin(path):
         _remove(path)
+    return checked_version(spec)
+
+
+def checked_version(spec: Dict[str, Any]) -> Dict[str, Any]:
+    """``spec`` without its ``"v"``; contract_mismatch when it is missing or another one."""
     if "v" not in spec:
         raise AgentFailure(
             ErrorKind.CONTRACT_MISMATCH,
@@ -140,6 +137,22 @@ def load_spec(path: str) -> Dict[str, Any]:
             {"theirs": version, "ours": CONTRACT_VERSION},
         )
     return spec
+
+
+def from_stdin(path: str) -> bool:
+    """Whether the spec comes on stdin (``-``, or ``-<tag>``) rather than from a file."""
+    return path.startswith(STDIN_SPEC)
+
+
+def _preload(verb: str) -> None:
+    """Import ``verb``'s module (and what its ``preload()`` imports) before waiting for a spec
+    on stdin (a spare process): the imports then cost nothing when the spec comes. A failure
+    is said later, by ``resolve``."""
+    with contextlib.suppress(Exception):
+        handler = resolve(verb)
+        preload = getattr(sys.modules.get(handler.__module__), "preload", None)
+        if callable(preload):
+            preload()
 
 
 def _remove(path: str) -> None:
@@ -166,9 +179,26 @@ def run_verb(argv: List[str], out: Any, *, spec_read: Optional[Callable[[], obje
         if len(argv) != 2:
             raise AgentFailure(ErrorKind.BAD_USAGE, USAGE, {"argv": list(argv)})
         verb, spec_path = argv
+        if from_stdin(spec_path):
+            _preload(verb)
         spec, spec_failure = _load_quietly(spec_path)
         if spec_read is not None:
             spec_read()
+    except AgentFailure as failure:
+        _write_failure(failure, out)
+        return 1
+    except Exception as exc:  # noqa: BLE001 - any bug must still end as one error event
+        _write_internal(exc, out)
+        return 1
+    return dispatch(verb, spec, spec_failure, out)
+
+
+def dispatch(
+    verb: str, spec: Dict[str, Any], spec_failure: Optional[AgentFailure], out: Any
+) -> int:
+    """Run ``verb`` on its read spec, writing its events and its result or error to ``out``;
+    the exit status. The one-shot agent and each request of a session come through here."""
+    try:
         handler = resolve(verb)  # an unknown verb wins over a bad spec: it is the bigger mistake
         if spec_failure is not None:
             raise spec_failure
@@ -184,15 +214,19 @@ def run_verb(argv: List[str], out: Any, *, spec_read: Optional[Callable[[], obje
     except AgentFailure as failure:
         _write_failure(failure, out)
     except Exception as exc:  # noqa: BLE001 - any bug must still end as one error event
-        details = {"type": type(exc).__name__, "traceback": traceback.format_exc()}
-        if isinstance(exc, OSError) and exc.errno is not None:
-            # by name (ENOSPC): the controller tells a full disk from a bug on any platform
-            details["errno"] = errno.errorcode.get(exc.errno, str(exc.errno))
-            if exc.filename is not None:
-                details["path"] = os.fsdecode(exc.filename)
-        message = f"agent failed: {type(exc).__name__}: {exc}"
-        write_event(error_line(ErrorEvent(ErrorKind.INTERNAL, message, details)), out)
+        _write_internal(exc, out)
     return 1
+
+
+def _write_internal(exc: Exception, out: Any) -> None:
+    details = {"type": type(exc).__name__, "traceback": traceback.format_exc()}
+    if isinstance(exc, OSError) and exc.errno is not None:
+        # by name (ENOSPC): the controller tells a full disk from a bug on any platform
+        details["errno"] = errno.errorcode.get(exc.errno, str(exc.errno))
+        if exc.filename is not None:
+            details["path"] = os.fsdecode(exc.filename)
+    message = f"agent failed: {type(exc).__name__}: {exc}"
+    write_event(error_line(ErrorEvent(ErrorKind.INTERNAL, message, details)), out)
 
 
 def _write_failure(failure: AgentFailure, out: Any) -> None:
@@ -260,6 +294,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     out = _protocol_stream()
     try:
+        if args and args[0] == SERVE_VERB:
+            from .session import serve  # the session agent: requests on stdin until EOF
+
+            return serve(sys.stdin.buffer, out)
         if args and args[0] in WATCHED and stdin_is_a_channel():
             signal.signal(signal.SIGINT, signal.default_int_handler)
             return run_verb(args, out, spec_read=watch_controller)

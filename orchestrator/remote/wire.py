@@ -741,24 +741,70 @@ LoadgenEvent = Union[PhaseEvent, ProgressEvent, RequestRecord, LoadgenResult]
 
 @dataclass(frozen=True)
 class VerbContract:
+    """One verb, declared once: what both sides wire from (see "How to add a verb" in
+    docs/ARCHITECTURE.md).
+
+    ``handler``: the agent's ``module:function`` (imported only when the verb is called).
+    ``timeout_s``: a quick verb's deadline for the whole call; a stream's (``events``) for the
+    silence between two lines. ``session``: whether the controller may send it over the
+    session agent (``serve``) instead of starting a process for it; first contact (echo, probe)
+    and the long-lived streams stay one process per call. ``retry_safe``: it only reads, so a
+    call cut by a dropped session is sent again once as its own process.
+    """
+
     spec: Type[Wire]
     result: Type[Wire]
     events: Tuple[Type[Wire], ...] = ()
+    handler: str = ""
+    timeout_s: Optional[float] = None
+    session: bool = False
+    retry_safe: bool = False
+
+    @property
+    def streaming(self) -> bool:
+        return bool(self.events)
 
 
+# fmt: off
 CONTRACT: Dict[str, VerbContract] = {
-    "echo": VerbContract(EchoSpec, EchoResult),
-    "probe": VerbContract(ProbeSpec, ProbeResult),
-    "launch": VerbContract(LaunchSpec, LaunchResult),
-    "hold": VerbContract(HoldSpec, HoldResult, (HoldLaunched,)),
-    "status": VerbContract(StatusSpec, StatusResult),
-    "tail": VerbContract(TailSpec, TailResult, (TailLines, TailHeartbeat)),
-    "stop": VerbContract(StopSpec, StopResult),
-    "prune": VerbContract(PruneSpec, PruneResult),
-    "http": VerbContract(HttpSpec, HttpResult),
-    "loadgen": VerbContract(LoadgenSpec, LoadgenResult, (PhaseEvent, ProgressEvent, RequestRecord)),
-    "read_model_configs": VerbContract(ReadModelConfigsSpec, ReadModelConfigsResult),
+    "echo": VerbContract(EchoSpec, EchoResult, handler="echo:run", timeout_s=60.0),
+    "probe": VerbContract(ProbeSpec, ProbeResult, handler="probe:run", timeout_s=120.0),
+    "launch": VerbContract(
+        LaunchSpec, LaunchResult, handler="lifecycle:launch", timeout_s=120.0, session=True
+    ),
+    "hold": VerbContract(HoldSpec, HoldResult, (HoldLaunched,), handler="hold:run"),
+    "tail": VerbContract(
+        TailSpec, TailResult, (TailLines, TailHeartbeat), handler="lifecycle:tail", timeout_s=60.0
+    ),
+    "stop": VerbContract(
+        StopSpec, StopResult, handler="lifecycle:stop", timeout_s=180.0, session=True
+    ),
+    "prune": VerbContract(PruneSpec, PruneResult, handler="prune:run", session=True),
+    "status": VerbContract(
+        StatusSpec, StatusResult, handler="lifecycle:status", timeout_s=60.0, session=True,
+        retry_safe=True,
+    ),
+    "http": VerbContract(HttpSpec, HttpResult, handler="http:run", timeout_s=60.0, session=True),
+    "loadgen": VerbContract(
+        LoadgenSpec, LoadgenResult, (PhaseEvent, ProgressEvent, RequestRecord),
+        handler="loadgen:run", timeout_s=600.0,
+    ),
+    "read_model_configs": VerbContract(
+        ReadModelConfigsSpec, ReadModelConfigsResult, handler="modelfiles:run", timeout_s=120.0,
+        session=True, retry_safe=True,
+    ),
 }
+# fmt: on
+
+# The session agent: ``<agent.pyz> serve <tag>`` reads request frames on stdin and answers
+# each with its lines tagged by the request's id (``remote/session.py``). Not a verb of its own
+# in CONTRACT: it carries them. An agent without it answers ``unknown_verb``.
+SERVE_VERB = "serve"
+
+
+def request_frame(request_id: int, verb: str, spec: Wire) -> Dict[str, Any]:
+    """One request of a session: its id, its verb and the spec as a spec file would hold it."""
+    return {"id": request_id, "verb": verb, "spec": spec_file(spec)}
 
 
 def event_name(event: Wire) -> str:

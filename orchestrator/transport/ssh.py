@@ -76,6 +76,8 @@ def _failed(host: str, argv: Sequence[str], returncode: int, stderr: str) -> Rem
 class Connection:
     """One logged-in SSH connection to a host, reused for every step of a session."""
 
+    supports_sessions = True  # its streams take writes: the agent may run as a session
+
     def __init__(
         self, host: str, opened: Opened, *, sftp_timeout: float = DEFAULT_SFTP_TIMEOUT
     ) -> None:
@@ -459,6 +461,15 @@ class RemoteStream:
         self.returncode = code
         if self._check and code != 0:
             raise _failed(self._conn.host, self.argv, code, self.stderr)
+
+    def write(self, text: str) -> None:
+        """Send ``text`` on the command's stdin (the session agent's request frames)."""
+        if self._proc is None:
+            raise HostUnreachable(self._conn.host, f"{self._doing}: the stream is closed")
+        try:
+            self._proc.stdin.write(text)
+        except (OSError, asyncssh.Error) as exc:
+            raise session_error(exc, self._conn.host, self._doing) from exc
 
     async def cancel(self) -> None:
         """Stop the remote command (SIGTERM, then close the channel); idempotent."""

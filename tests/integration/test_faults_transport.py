@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.agent.client import SESSION_ENV
 from orchestrator.results.model import RunResult
 from tests.fixtures.procs import alive, kill_tree
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port
@@ -87,10 +88,15 @@ def orch(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def start_orch(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+def start_orch(
+    tmp_path: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     out = (tmp_path / "stdout.txt").open("w")
     err = (tmp_path / "stderr.txt").open("w")
-    return subprocess.Popen(orch_argv(*args), cwd=tmp_path, stdout=out, stderr=err, text=True)
+    environ = None if env is None else {**os.environ, **env}
+    return subprocess.Popen(
+        orch_argv(*args), cwd=tmp_path, stdout=out, stderr=err, text=True, env=environ
+    )
 
 
 def wait_for(proc: subprocess.Popen[str], tmp_path: Path, text: str) -> None:
@@ -292,7 +298,8 @@ def test_a_stop_that_cannot_run_is_an_error_naming_ps_and_stop_all(
 ) -> None:
     """While the run measures, `<workdir>/specs` becomes a file: no spec can be written, so
     the stop cannot run. The run must not say done: it fails, names `orch ps` and `orch stop
-    --all`, exits non-zero; then `orch stop --all` (specs back) stops the engine."""
+    --all`, exits non-zero; then `orch stop --all` (specs back) stops the engine. One-shot
+    agent calls (ORCH_AGENT_SESSION=0): a session agent takes its specs on stdin, no file."""
     host = sshd_factory.start("sshd-stop")
     inventory, playbook = write_files(
         tmp_path,
@@ -302,7 +309,14 @@ def test_a_stop_that_cannot_run_is_an_error_naming_ps_and_stop_all(
     )
     specs = host.workdir / "specs"
     proc = start_orch(
-        tmp_path, "run", str(playbook), "--hosts", str(inventory), "--results", "results"
+        tmp_path,
+        "run",
+        str(playbook),
+        "--hosts",
+        str(inventory),
+        "--results",
+        "results",
+        env={SESSION_ENV: "0"},
     )
     try:
         wait_for(proc, tmp_path, "sshd-stop kept: measuring")
