@@ -11,6 +11,10 @@ Load points, closed loop (``concurrency`` streams, each request ``max_tokens`` l
 drafter whose 3 drafts are always accepted); and an offered-rate ladder at 64 streams (plain:
 the step shortened so the server offers 3.2k, 12.8k and 25.6k tokens/s). The offered rate is
 what the server streams when no client ever makes it wait: streams x tokens per chunk / step.
+At 64 streams and more, rungs are then added, orch first, until the step between the last rung
+orch reports ok and the first it marks failed is found (``client_ladder.py``; ``--rungs`` per
+shape); the peers measure the added rungs of the ladder too, the other shapes' are orch's only.
+Targets count only what orch would report (``client_targets.py``).
 
 Columns: achieved tok/s (what the client reports) against the truth (tokens the simulator
 generated / its window); TPOT error (the client's mean (last - first token) / (tokens - 1)
@@ -19,7 +23,8 @@ server's mean, in ms: the client's share of the first token's latency, network i
 client CPU seconds (the client process and the workers it waited for, start-up included) per
 1,000 tokens; the client's own account of its lag, each as it defines it.
 
-    python -m benchmarks.client           # ~15 min; installs the peers on first use
+    python -m benchmarks.client           # ~25 min; installs the peers on first use
+    python -m benchmarks.client --rungs 1 # fewer rungs added per shape (default 3)
     python -m benchmarks.client --smoke   # orch only, 1 and 4 streams, seconds (CI)
 """
 
@@ -29,9 +34,9 @@ import os
 import shutil
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.client_ladder import next_step, rung
 from benchmarks.client_peers import (
     Peer,
     ToolRun,
@@ -40,9 +45,10 @@ from benchmarks.client_peers import (
     run_guidellm,
     run_orch,
 )
-from benchmarks.client_sim import Case, Sim, Truth, truth_of
+from benchmarks.client_sim import Case, Sim, truth_of
+from benchmarks.client_targets import BAR_PCT, Measured, error_pct, targets
 from benchmarks.client_tokenizer import REPO_ID, build_tokenizer
-from benchmarks.common import Bench, Target, arguments
+from benchmarks.common import Bench, arguments
 from orchestrator.sim.sandbox import prepare_sandbox
 
 CACHE = Path(__file__).resolve().parent / ".cache"
@@ -79,13 +85,7 @@ FULL = [
     case("spec", 1024, 200, 32, 2),
 ]
 SMOKE = [case("plain", 1, 5, 32, 8), case("plain", 4, 5, 32, 2)]
-
-
-@dataclass(frozen=True)
-class Measured:
-    case: Case
-    run: ToolRun
-    truth: Truth
+EXTENDED = {(mode, c) for mode in ("plain", "spec") for c in (64, 256, 1024)}  # get rungs added
 
 
 def cores() -> tuple[int | None, int | None]:
@@ -139,15 +139,10 @@ def _brief(run: ToolRun) -> str:
     return f"{run.tok_s or 0:,.0f} tok/s, TPOT {run.tpot_ms or 0:.2f} ms, {run.wall_s or 0:.0f} s"
 
 
-def error_pct(value: float | None, truth: float | None) -> float | None:
-    if value is None or not truth:
-        return None
-    return (value - truth) / truth * 100.0
-
-
 def row(m: Measured) -> list[str | float | int | None]:
     run, truth, c = m.run, m.truth, m.case
-    load = c.label + (" (ladder)" if c.ladder else "")
+    tags = ", ".join(t for t, on in (("ladder", c.ladder), ("added", c.added)) if on)
+    load = c.label + (f" ({tags})" if tags else "")
     if run.error is not None:
         return [
             load,
@@ -177,68 +172,30 @@ def row(m: Measured) -> list[str | float | int | None]:
     ]
 
 
-def targets(measured: list[Measured]) -> tuple[list[Target], list[str]]:
-    """The issue's targets, from the measurements that have figures; and what could not be
-    evaluated (a peer that did not run)."""
-    ok = [m for m in measured if m.run.error is None]
-    orch = [m for m in ok if m.run.tool == "orch"]
-    out: list[Target] = []
-    missing: list[str] = []
-
-    def worst_tpot(select: Callable[[Case], bool]) -> float | None:
-        """The largest |TPOT error| in the range, a measurement orch marked failed included:
-        a load orch cannot measure right is a load where the target is missed."""
-        errors = [error_pct(m.run.tpot_ms, m.truth.tpot_ms) for m in orch if select(m.case)]
-        values = [abs(e) for e in errors if e is not None]
-        return max(values) if values else None
-
-    low = worst_tpot(lambda c: c.concurrency <= 256)
-    if low is not None:
-        out.append(Target("orch TPOT error up to 256 streams (largest)", low, 1.0, "%"))
-    high = worst_tpot(lambda c: c.concurrency == 1024)
-    if high is not None:
-        out.append(Target("orch TPOT error at 1024 streams (largest)", high, 2.0, "%"))
-    flagged = [m.case.label for m in orch if m.run.flagged]
-    if flagged:
-        missing.append(
-            "orch marked its own measurement failed (client saturated) at "
-            + "; ".join(flagged)
-            + ": a user gets that figure only as failed, and the TPOT targets count it"
-        )
-    ladder = [m for m in ok if m.case.ladder]  # capacity: the most each streamed on the ladder
-    best = {t: max(m.run.tok_s or 0.0 for m in ladder if m.run.tool == t) for t in _tools(ladder)}
-    peers = {tool: v for tool, v in best.items() if tool != "orch"}
-    if "orch" in best and peers:
-        ratio = best["orch"] / max(max(peers.values()), 1e-9)
-        out.append(
-            Target(
-                "orch capacity / best peer's (most tok/s on the ladder, one core each)",
-                ratio,
-                2.0,
-                "x",
-                at_most=False,
-            )
-        )
-    else:
-        missing.append("Not evaluated: capacity against the peers (no peer measured)")
-    gaps = []
-    for mode in ("plain", "spec"):
-        at = {m.run.tool: m for m in ok if m.case.concurrency == 256 and m.case.mode == mode}
-        if "orch" in at and "AIPerf" in at:
-            gaps.append(_ttft_abs(at["orch"]) - _ttft_abs(at["AIPerf"]))
-    if gaps:
-        out.append(Target("orch TTFT |error| at 256 streams minus AIPerf's", max(gaps), 0.0, "ms"))
-    else:
-        missing.append("Not evaluated: TTFT at 256 streams against AIPerf (not both measured)")
-    return out, missing
+def shapes(cases: list[Case]) -> list[list[Case]]:
+    """The cases by shape (mode and concurrency), in their first case's order."""
+    out: dict[tuple[str, int], list[Case]] = {}
+    for c in cases:
+        out.setdefault((c.mode, c.concurrency), []).append(c)
+    return list(out.values())
 
 
-def _tools(measured: list[Measured]) -> list[str]:
-    return list(dict.fromkeys(m.run.tool for m in measured))
-
-
-def _ttft_abs(m: Measured) -> float:
-    return abs((m.run.ttft_ms or 0.0) - (m.truth.ttft_ms or 0.0))
+def run_shape(
+    base: list[Case], run_with: dict[str, Client], scratch: Path, added: int
+) -> list[Measured]:
+    """The shape's base rungs by every client, then up to ``added`` rungs more where orch's ok
+    region ends (the ladder's by every client, others' by orch), by offered rate."""
+    out = [measure(c, run, name, scratch) for c in base for name, run in run_with.items()]
+    if (base[0].mode, base[0].concurrency) in EXTENDED:
+        for _ in range(added):
+            ok_at = {m.case.step_ms: m.ok for m in out if m.run.tool == "orch"}
+            step = next_step(ok_at)
+            if step is None or step in ok_at:
+                break
+            c = rung(base[0], step)
+            who = run_with if c.ladder else {"orch": run_with["orch"]}
+            out += [measure(c, run, name, scratch) for name, run in who.items()]
+    return sorted(out, key=lambda m: m.case.offered_tok_s)  # stable: tools keep their order
 
 
 def notes(
@@ -262,6 +219,12 @@ def notes(
         "runs overstate it. The client lag column is each tool's own measure: orch's send "
         "lag and event-loop delay p99, AIPerf's credit-to-start p99, GuideLLM's mean delay "
         "of a request's start against its target.",
+        "- Targets take no figure from a rung orch marked failed (client saturated: a user "
+        "gets only the failure); capacity takes a rung only when its tok/s and TPOT errors are "
+        f"within orch's {BAR_PCT:g}% accuracy bar (`ACCURACY_BAR`, "
+        "`orchestrator/results/validity.py`), orch's and the peers' alike. '(added)' rungs "
+        "were chosen while running, from orch's verdicts at the shape's rungs before "
+        "(`benchmarks/client_ladder.py`); 1 stream is not extended.",
         "- The machine is shared and noisy: re-run on a quiet machine before trusting a figure.",
     ]
     out += [f"- {m}." for m in missing if not smoke]
@@ -272,7 +235,7 @@ def notes(
 
 
 def main() -> None:
-    args = arguments(__doc__ or "", "orch only, 1 and 4 streams, a few seconds, no peers")
+    args = arguments(__doc__ or "", "orch only, 1 and 4 streams, a few seconds, no peers", rungs=3)
     sim_core, _ = cores()
     if sim_core is not None:
         os.sched_setaffinity(0, {sim_core})  # this process waits on the simulator's core
@@ -283,9 +246,8 @@ def main() -> None:
     measured: list[Measured] = []
     scratch = Path(tempfile.mkdtemp(prefix="orch-bench-client-"))
     try:
-        for c in SMOKE if args.smoke else FULL:
-            for name, run in run_with.items():
-                measured.append(measure(c, run, name, scratch))
+        for base in shapes(SMOKE if args.smoke else FULL):
+            measured += run_shape(base, run_with, scratch, args.rungs)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     found, missing = targets(measured)

@@ -46,6 +46,7 @@ class Case:
     max_tokens: int
     num_prompts: int
     ladder: bool = False  # a rung of the offered-rate ladder
+    added: bool = False  # a rung added to find where orch's ok region ends (client_ladder.py)
 
     @property
     def offered_tok_s(self) -> float:

@@ -27,9 +27,16 @@ def test_client_benchmark_smoke(tmp_path: Path) -> None:
         assert isinstance(row[5], float) and isinstance(row[7], float)  # TPOT and TTFT errors
         assert row[8] > 0  # client CPU per 1k tokens
         assert row[9].startswith("send p99 ")
-    (target,) = data["targets"]
-    assert target["name"] == "orch TPOT error up to 256 streams (largest)"
-    assert target["value"] == max(abs(one[5]), abs(four[5]))
+    # a rung orch marked failed (a busy machine) gives no figure to the target
+    ok = [row for row in (one, four) if "marked failed" not in row[9]]
+    if ok:
+        (target,) = data["targets"]
+        assert target["name"] == (
+            f"orch TPOT error up to 256 streams (largest, over the {len(ok)} rungs orch reports ok)"
+        )
+        assert target["value"] == max(abs(row[5]) for row in ok)
+    else:
+        assert data["targets"] == []
     assert "none (smoke run: orch only)" in " ".join(data["notes"])
     # a smoke run never stands in for the benchmark in the README
     assert "## Client accuracy and capacity against AIPerf and GuideLLM\n\nNot measured yet." in (
