@@ -2,6 +2,7 @@
 # `make test` runs what CI runs: the linter, the type checker, then the whole test suite
 # (installing openssh-server, chromium, and slurm-wlm with munge for the private Slurm test
 # cluster when they are missing, and the real vLLM CPU build for the real-engine tier, once).
+# `make check` is the quick loop (lint, types, the tests that start no server, about a minute);
 # `make pytest` runs the tests alone;
 # `make screenshot RESULTS=results/<stamp>-sweep-demo` redraws docs/report.png.
 PYTHON ?= python3
@@ -15,7 +16,7 @@ PYTEST_JOBS ?= 2
 # the report whose screenshot is docs/report.png: the newest sweep-demo results folder
 RESULTS ?= $(lastword $(sort $(wildcard results/*-sweep-demo)))
 
-.PHONY: venv install demo test pytest lint typecheck sshd chromium slurm real-vllm screenshot bench clean
+.PHONY: venv install demo test check pytest lint typecheck sshd chromium slurm real-vllm screenshot bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -88,6 +89,11 @@ bench: $(STAMP)
 
 # lint and typecheck first: they take seconds, the tests a couple of minutes
 test: lint typecheck pytest
+
+# the quick loop while editing: lint, types, and the tests that start no server (unit, fake
+# agent, in-process CLI, most of tests/sim); needs no sshd, chromium, Slurm or vLLM
+check: lint typecheck
+	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist loadscope -m "not integration" $(PYTEST_ARGS)
 
 pytest: $(STAMP) sshd chromium slurm real-vllm
 	$(BIN)/python -m pytest -q -n $(PYTEST_JOBS) --dist loadscope $(PYTEST_ARGS)

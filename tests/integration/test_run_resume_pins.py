@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from orchestrator.cli.main import run as run_cli
 from orchestrator.results.report import load_results
 from tests.fixtures.procs import kill_tree, pids_with_env
 from tests.fixtures.sshd import free_port
@@ -81,7 +82,9 @@ def tree(folder: Path) -> list[str]:
     return sorted(str(p.relative_to(folder)) for p in folder.rglob("*"))
 
 
-def test_a_resume_refuses_rewritten_prompts_and_changed_hosts(tmp_path: Path) -> None:
+def test_a_resume_refuses_rewritten_prompts_and_changed_hosts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     root = tmp_path / "embedded"
     env = {**os.environ, "ORCH_EMBEDDED_ROOT": str(root)}
     prompts = tmp_path / "prompts.jsonl"
@@ -99,6 +102,17 @@ def test_a_resume_refuses_rewritten_prompts_and_changed_hosts(tmp_path: Path) ->
             text=True,
             timeout=CLI_TIMEOUT_S,
         )
+
+    def refused_resume() -> subprocess.CompletedProcess[str]:
+        """A resume refused before it touches a host: the CLI in this process (a process of
+        its own would spend most of its time importing orch)."""
+        capsys.readouterr()
+        with monkeypatch.context() as mp:
+            mp.chdir(tmp_path)
+            mp.setenv("ORCH_EMBEDDED_ROOT", str(root))
+            code = run_cli(["run", "--resume", str(results), "--hosts", str(hosts)])
+        out, err = capsys.readouterr()
+        return subprocess.CompletedProcess(["orch"], code, out, err)
 
     proc = subprocess.Popen(
         orch_cmd("run", str(playbook), "--hosts", str(hosts), "--results", str(results_root)),
@@ -125,7 +139,7 @@ def test_a_resume_refuses_rewritten_prompts_and_changed_hosts(tmp_path: Path) ->
 
         # the prompts rewritten: refused, the file and both contents named, nothing touched
         longer = write_jsonl(prompts, LONG)
-        refused = resume()
+        refused = refused_resume()
         assert refused.returncode == 2, refused.stdout + refused.stderr
         said = " ".join(refused.stderr.split())
         assert f"prompt file {prompts}: content changed" in said
@@ -135,7 +149,7 @@ def test_a_resume_refuses_rewritten_prompts_and_changed_hosts(tmp_path: Path) ->
         # the prompts as they were, the host's entry changed: refused, the field named
         prompts.write_bytes(original)
         write_hosts(hosts, "3")
-        refused = resume()
+        refused = refused_resume()
         assert refused.returncode == 2, refused.stdout + refused.stderr
         said = " ".join(refused.stderr.split())
         assert "host emb-1's entry changed: env" in said and "ORCH_SIM_SPEED" in said

@@ -273,7 +273,8 @@ def test_a_controller_killed_mid_sweep_resumes_with_every_point_measured_once(
 ) -> None:
     root = tmp_path / "embedded"
     env = {**os.environ, "ORCH_EMBEDDED_ROOT": str(root)}
-    playbook = with_ports(DATA / "sweep.yaml", tmp_path / "sweep.yaml", repeat=1)
+    # 1 s windows, not the accuracy test's 2: this test judges what is kept, not the figures
+    playbook = with_ports(DATA / "sweep.yaml", tmp_path / "sweep.yaml", repeat=1, duration_s=1)
     book = yaml.safe_load(playbook.read_text())
     book["runs"] = [book["runs"][0]]  # SGLang MTP alone: c=1, 2, 4, 8, 16
     playbook.write_text(yaml.safe_dump(book, sort_keys=False))

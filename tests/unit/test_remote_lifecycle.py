@@ -550,13 +550,14 @@ def test_an_engine_lingering_after_its_port_closed_is_killed_after_linger_s(host
 def test_a_requested_stop_is_recorded_for_the_run_to_read(host: Host) -> None:
     """`orch stop` names who asked; the agent writes it before the SIGTERM and status reports
     it for this launch only. A run stopping its own server writes nothing."""
-    launch_hung(host, "m1", "close")
+    launch_hung(host, "m1", "close")  # it lingers after closing its port: linger_s ends it
     before = time.time()
-    host.call("stop", {"run_id": "m1", "timeout_s": 10, "requested_by": "alice@laptop"})
+    stop = {"timeout_s": 10, "linger_s": 0.5}
+    host.call("stop", {"run_id": "m1", **stop, "requested_by": "alice@laptop"})
     state = host.call("status", {"run_id": "m1"})["servers"][0]
     assert state["stop"]["by"] == "alice@laptop" and state["stop"]["grace_s"] == 10
     assert before <= state["stop"]["at"] <= state["exit"]["ended_at"]
     launch_hung(host, "m2", "close")
-    host.call("stop", {"run_id": "m2", "timeout_s": 10})
+    host.call("stop", {"run_id": "m2", **stop})
     assert host.call("status", {"run_id": "m2"})["servers"][0]["stop"] is None
     assert not (host.workdir / "runs" / "m2" / "stop.json").exists()
