@@ -7,7 +7,6 @@ playbook's git commit, the doctor's findings and the prompts.
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 from collections.abc import Sequence
 from pathlib import Path
