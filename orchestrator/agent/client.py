@@ -27,7 +27,13 @@ from typing import Any, Protocol, TypeVar
 
 from orchestrator.agent import verify
 from orchestrator.agent.bundle import AgentBundle, build_bundle
-from orchestrator.agent.session import AgentSession, SessionLost, SessionStream, SpareStream
+from orchestrator.agent.session import (
+    AgentSession,
+    SessionLost,
+    SessionStream,
+    SpareStream,
+    decode_line,
+)
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.engines import engine_packages
 from orchestrator.errors import (
@@ -228,18 +234,6 @@ class DecodedOutput:
     def final(self) -> dict[str, Any] | None:
         last = self.events[-1] if self.events else None
         return last if last is not None and last["event"] in ("result", "error") else None
-
-
-def decode_line(line: str) -> dict[str, Any] | None:
-    """One JSON-lines event, or None for a line that is not one (e.g. a login banner)."""
-    text = line.strip()
-    if not text.startswith("{"):
-        return None
-    try:
-        obj = json.loads(text)
-    except ValueError:
-        return None
-    return obj if isinstance(obj, dict) and isinstance(obj.get("event"), str) else None
 
 
 def decode_output(stdout: str) -> DecodedOutput:

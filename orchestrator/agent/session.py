@@ -21,6 +21,20 @@ from orchestrator.errors import OrchError
 from orchestrator.remote.wire import Wire, request_frame
 
 
+def decode_line(line: str) -> dict[str, Any] | None:
+    """One JSON-lines event, or None for a line that is not one (e.g. a login banner)."""
+    text = line.strip()
+    if not text.startswith("{"):
+        return None
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        return None
+    return (
+        obj if isinstance(obj, dict) and isinstance(obj.get("event"), str) else None
+    )  # the one line reader of both paths
+
+
 class SessionStream(Protocol):
     """What a session needs of ``transport.RemoteStream``."""
 
@@ -102,8 +116,6 @@ class AgentSession:
         self._fail(self._lost or SessionLost(None, None, ""))
 
     async def _read(self) -> None:
-        from orchestrator.agent.client import decode_line  # the one line reader of both paths
-
         error: OrchError | None = None
         try:
             async for line in self._stream:
