@@ -13,6 +13,7 @@ import json
 import os
 import platform
 import shlex
+import socket
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
@@ -190,3 +191,11 @@ def orch(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[st
             f"{done.stdout[-2000:]}{done.stderr[-2000:]}"
         )
     return done
+
+
+def free_port() -> int:
+    """A port the kernel says is free now: a fixed one collides with whatever else runs here
+    (another suite's servers take ports from the same range)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

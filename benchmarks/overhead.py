@@ -26,7 +26,7 @@ from pathlib import Path
 
 import yaml
 
-from benchmarks.common import Bench, Target, arguments, embedded_host, orch
+from benchmarks.common import Bench, Target, arguments, embedded_host, free_port, orch
 
 POINTS = [1, 2, 3, 4, 5]
 
@@ -72,9 +72,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="orch-bench-overhead-") as name:
         tmp = Path(name)
         env, hosts = embedded_host(tmp)
-        one = playbook(tmp / "one.yaml", 1, 38411)
+        one = playbook(tmp / "one.yaml", 1, free_port())
         points = POINTS[:2] if args.smoke else POINTS
-        sweep = playbook(tmp / "sweep.yaml", points, 38412)
+        sweep = playbook(tmp / "sweep.yaml", points, free_port())
         singles, sweeps = [], []
         for i in range(repeats):
             singles.append(timed_run(one, hosts, tmp / f"r1-{i}", env))
