@@ -113,6 +113,12 @@ class HostTimeout(HostError):
     """Connecting or a remote step took longer than allowed."""
 
 
+class NoFreeChannel(HostError):
+    """A background stream (the session agent, a spare load generator) found every channel
+    of its connection busy: it is not opened rather than wait, so it can never hold up, or
+    deadlock with, the calls of the runs themselves. The caller goes on without it."""
+
+
 class AuthFailed(HostError):
     """The server refused every key / password we offered."""
 

@@ -41,6 +41,7 @@ from orchestrator.errors import (
     ConfigError,
     HostTimeout,
     HostUnreachable,
+    NoFreeChannel,
     OrchError,
     RemoteCommandError,
     RemoteDiskFull,
@@ -131,6 +132,9 @@ BLOCKED_HINT = (
 )
 SESSION_ENV = "ORCH_AGENT_SESSION"  # "0": every call its own agent process, as before sessions
 MAX_SESSION_FAILURES = 2  # sessions ended under a call before this agent stops starting them
+# channels an agent keeps open beside its calls: the session and a spare load generator (both
+# opened only on a free channel; transport/ssh.py's MAX_CHANNELS budgets them)
+BACKGROUND_CHANNELS = 2
 STDIN_SPEC = "-"  # the spec path that tells the agent to read its spec from stdin's first line
 
 
@@ -190,6 +194,7 @@ class AgentConnection(Protocol):
         check: bool = True,
         idle_timeout: float | None = None,
         input: str | None = None,
+        background: bool = False,
     ) -> _RemoteStream: ...
     async def put_bytes(self, data: bytes, remote_path: str, *, mode: int = 0o600) -> int: ...
     async def exists(self, remote_path: str) -> bool: ...
@@ -284,6 +289,7 @@ class Agent:
         self._session_lock = asyncio.Lock()
         self._sessions_failed = 0  # sessions that ended under a call: at 2, one-shot calls only
         self._spare: SpareStream | None = None  # the next load point's process, started ahead
+        self._spare_starting = False
 
     def with_prefix(
         self, prefix: Sequence[str], host: HostConfig, *, pyz: str | None = None
@@ -477,9 +483,9 @@ class Agent:
         async with contextlib.aclosing(self._stream("loadgen", spec)) as events:
             async for event in events:
                 if isinstance(event, PhaseEvent | ProgressEvent | RequestRecord | LoadgenResult):
-                    if isinstance(event, LoadgenResult):
-                        await self._start_spare()  # the next point's, after this one's window
                     yield event
+        # the next point's, once this one's channel is free (a spare never waits for one)
+        await self._start_spare()
 
     async def read_model_configs(self, spec: ReadModelConfigsSpec) -> ReadModelConfigsResult:
         return _typed(await self._call("read_model_configs", spec), ReadModelConfigsResult)
@@ -562,15 +568,26 @@ class Agent:
                 SERVE_VERB,
                 f"session-{uuid.uuid4().hex}",
             ]
-            stream: SessionStream = conn.open_stream(argv, check=False)  # type: ignore[assignment]
+            stream: SessionStream = conn.open_stream(  # type: ignore[assignment]
+                argv, check=False, background=True
+            )
             session = AgentSession(stream, argv, conn)
             try:
                 await session.start()
+            except NoFreeChannel:  # the runs' streams hold every channel: this call goes alone
+                return None
             except OrchError:
                 self._sessions_failed += 1
                 return None
             self._session = session
+            self._end_with(conn)
             return session
+
+    def _end_with(self, conn: AgentConnection) -> None:
+        """End the session and the spare when ``conn`` closes (they live on it)."""
+        at_close = getattr(conn, "at_close", None)
+        if at_close is not None:
+            at_close(self.close_session)
 
     async def close_session(self) -> None:
         """End the session agent and the spare load generator, if they run."""
@@ -584,9 +601,16 @@ class Agent:
     async def _start_spare(self) -> None:
         """Start the next load point's load generator now (see ``SpareStream``); best effort:
         without one, the next point starts its own."""
-        if self._spare is not None or not self._may_use_session("status"):
+        if self._spare is not None or self._spare_starting or not self._may_use_session("status"):
             return
-        with contextlib.suppress(OrchError):
+        self._spare_starting = True  # two runs of a host end points at once: one spare
+        try:
+            await self._open_spare()
+        finally:
+            self._spare_starting = False
+
+    async def _open_spare(self) -> None:
+        with contextlib.suppress(OrchError):  # NoFreeChannel included: no spare this time
             conn = await self.live()
             argv = [
                 self.host.python,
@@ -596,10 +620,11 @@ class Agent:
             ]
             silence = self._silence("loadgen")
             stream: SessionStream = conn.open_stream(  # type: ignore[assignment]
-                argv, check=False, idle_timeout=silence
+                argv, check=False, idle_timeout=silence, background=True
             )
             await stream.__aenter__()
             self._spare = SpareStream(stream, argv, conn)
+            self._end_with(conn)
 
     async def _take_spare(self) -> SpareStream | None:
         """The spare load generator if it still waits on this agent's connection."""

@@ -46,6 +46,7 @@ class SessionStream(Protocol):
     async def __aexit__(self, *exc_info: object) -> None: ...
     def __aiter__(self) -> Any: ...
     def write(self, text: str) -> None: ...
+    async def finish(self, wait_s: float = ...) -> None: ...
 
 
 class SessionLost(Exception):
@@ -105,8 +106,12 @@ class AgentSession:
             self._pending.pop(request_id, None)
 
     async def close(self) -> None:
-        """End the process (stdin EOF, then SIGTERM) and the channel; idempotent."""
+        """End the process (stdin EOF, a few seconds to exit, then SIGTERM) and the channel;
+        idempotent. Waiting for the exit is what lets orch end with no agent of its own left
+        on the host."""
         if self._reader is not None:
+            with contextlib.suppress(OrchError, OSError):
+                await self._stream.finish()
             self._reader.cancel()
             with contextlib.suppress(BaseException):
                 await self._reader
@@ -171,6 +176,9 @@ class SpareStream:
         return _Fed(self.stream, text)
 
     async def close(self) -> None:
+        """An unused spare reads EOF as its spec and exits (``bad_spec``, unread)."""
+        with contextlib.suppress(OrchError, OSError):
+            await self.stream.finish()
         with contextlib.suppress(OrchError, OSError):
             await self.stream.__aexit__(None, None, None)
 

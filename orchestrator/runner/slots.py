@@ -32,8 +32,9 @@ from orchestrator.config.hostconfig import HostConfig
 
 VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 # runs of one host at once: each keeps two of its connection's channels busy (the log's tail,
-# the load generator) and transport/ssh.py opens at most MAX_CHANNELS (6) at a time; more
-# runs would wait for channels, with every channel held by tails at 6
+# the load generator); transport/ssh.py opens at most MAX_CHANNELS (9) at a time, two of
+# them the agent's background streams and one kept for short calls; more runs would wait
+# for channels, with every channel held by tails at 9
 MAX_RUNS_PER_HOST = 3
 
 

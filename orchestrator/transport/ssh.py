@@ -24,7 +24,13 @@ from typing import TypeVar
 import asyncssh
 
 from orchestrator.config.hostconfig import HostConfig
-from orchestrator.errors import HostTimeout, HostUnreachable, OrchError, RemoteCommandError
+from orchestrator.errors import (
+    HostTimeout,
+    HostUnreachable,
+    NoFreeChannel,
+    OrchError,
+    RemoteCommandError,
+)
 from orchestrator.transport import hostkeys
 from orchestrator.transport.connect import Connector, Endpoint, Opened
 from orchestrator.transport.embedded import EmbeddedServer, embedded_root
@@ -32,8 +38,13 @@ from orchestrator.transport.translate import LOST_HINT, no_space_error, session_
 
 T = TypeVar("T")
 
-# OpenSSH's sshd allows 10 sessions per connection (MaxSessions): stay below, leaving one for SFTP.
-MAX_CHANNELS = 6
+# OpenSSH's sshd allows 10 sessions per connection (MaxSessions): one is SFTP's, the rest are
+# commands. runner/slots.py budgets them: two per run at once (its log's tail, its load
+# generator), the agent's background streams (agent/client.py: the session, a spare load
+# generator) and one for short calls.
+MAX_CHANNELS = 9
+# a background stream asked to end (stdin EOF) gets this long to exit before SIGTERM
+FINISH_WAIT_S = 3.0
 OPEN_RETRIES = 25
 CLOSE_WAIT_S = 5.0
 STDERR_TAIL_LINES = 40
@@ -87,6 +98,7 @@ class Connection:
         self._opened = opened
         self._conn = opened.conn
         self._channels = asyncio.Semaphore(MAX_CHANNELS)
+        self._at_close: list[Callable[[], Awaitable[None]]] = []
         self._sftp: asyncssh.SFTPClient | None = None
         self._sftp_lock = asyncio.Lock()
         self._home: str | None = None
@@ -144,6 +156,7 @@ class Connection:
         check: bool = True,
         idle_timeout: float | None = None,
         input: str | None = None,
+        background: bool = False,
     ) -> RemoteStream:
         """A cancellable stream: ``async with conn.open_stream(argv) as s: async for line in s``.
 
@@ -159,10 +172,26 @@ class Connection:
         a command that never writes runs on until it finishes. Embedded hosts kill the whole
         process group. Processes the command detached into their own session (engines started
         by the agent) are never affected and keep running.
+
+        ``background``: a stream that lives beside the runs (the session agent, a spare load
+        generator). It takes a channel only when one is free at once, else NoFreeChannel on
+        entering: waiting could deadlock with the runs' own streams.
         """
         return RemoteStream(
-            self, argv, timeout=timeout, check=check, idle_timeout=idle_timeout, input=input
+            self,
+            argv,
+            timeout=timeout,
+            check=check,
+            idle_timeout=idle_timeout,
+            input=input,
+            background=background,
         )
+
+    def at_close(self, hook: Callable[[], Awaitable[None]]) -> None:
+        """Await ``hook`` when this connection closes, before its channels go: what lives on
+        the connection (the session agent) ends there, so its process is gone when orch is."""
+        if hook not in self._at_close:
+            self._at_close.append(hook)
 
     async def stream(
         self, argv: Sequence[str], *, timeout: float | None = None
@@ -287,6 +316,11 @@ class Connection:
         return self._home
 
     async def close(self) -> None:
+        hooks, self._at_close = self._at_close, []
+        if not self.closed:
+            for hook in hooks:
+                with contextlib.suppress(OrchError, OSError, asyncssh.Error):
+                    await asyncio.wait_for(hook(), FINISH_WAIT_S + CLOSE_WAIT_S)
         if self._sftp is not None:
             self._sftp.exit()
             self._sftp = None
@@ -397,9 +431,11 @@ class RemoteStream:
         check: bool,
         idle_timeout: float | None = None,
         input: str | None = None,
+        background: bool = False,
     ) -> None:
         self.argv = list(argv)
         self.returncode: int | None = None
+        self._background = background
         self._conn = conn
         self._cmd = command_line(argv)
         self._doing = f"running `{self._cmd}`"
@@ -419,6 +455,8 @@ class RemoteStream:
         return "".join(self._stderr)
 
     async def __aenter__(self) -> RemoteStream:
+        if self._background and self._conn._channels.locked():
+            raise NoFreeChannel(self._conn.host, f"{self._doing}: every channel is busy")
         await self._conn._channels.acquire()
         try:
             self._proc = await self._conn._create_process(self._cmd, self._doing, keep_stdin=True)
@@ -445,17 +483,18 @@ class RemoteStream:
         return self._lines()
 
     async def _lines(self) -> AsyncIterator[str]:
-        assert self._proc is not None, "use `async with conn.open_stream(...)`"
+        proc = self._proc
+        assert proc is not None, "use `async with conn.open_stream(...)`"
         while True:
-            line = await self._io(self._proc.stdout.readline(), idle=True)
+            line = await self._io(proc.stdout.readline(), idle=True)
             if not line:
                 break
             yield line[:-1] if line.endswith("\n") else line
-        await self._io(self._proc.wait_closed())
-        if self._stderr_task is not None:
+        await self._io(proc.wait_closed())
+        if self._stderr_task is not None and not self._stderr_task.cancelled():
             await self._io(self._stderr_task)
         self._finished = True
-        code = self._proc.returncode
+        code = proc.returncode
         if code is None:
             raise self._conn._ended_without_status(self._doing, self.stderr)
         self.returncode = code
@@ -470,6 +509,23 @@ class RemoteStream:
             self._proc.stdin.write(text)
         except (OSError, asyncssh.Error) as exc:
             raise session_error(exc, self._conn.host, self._doing) from exc
+
+    def write_eof(self) -> None:
+        """Close the command's stdin: a command reading it (the session agent) ends."""
+        if self._proc is not None:
+            with contextlib.suppress(OSError, asyncssh.Error):
+                self._proc.stdin.write_eof()
+
+    async def finish(self, wait_s: float = FINISH_WAIT_S) -> None:
+        """End a command that stops at stdin EOF: EOF, up to ``wait_s`` for it to exit, then
+        as ``cancel``. Its process is gone when this returns (unless it ignored EOF and TERM)."""
+        proc = self._proc
+        if proc is not None and proc.returncode is None:
+            self.write_eof()
+            with contextlib.suppress(OSError, asyncssh.Error, asyncio.TimeoutError):
+                await asyncio.wait_for(proc.wait_closed(), wait_s)
+            self._finished = self._finished or proc.returncode is not None
+        await self.cancel()
 
     async def cancel(self) -> None:
         """Stop the remote command (SIGTERM, then close the channel); idempotent."""

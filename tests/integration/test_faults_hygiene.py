@@ -99,7 +99,6 @@ def test_clean_keeps_live_and_newest_ps_shows_shared_workdir_once(
                 assert "live-run" in every.stdout and "new-run" in every.stdout
                 assert "old-run" not in every.stdout and "gpu-a = gpu-a-alias" in every.stdout
                 await server.stop(timeout_s=10)
-            await agent.close_session()  # the session agent ends with its caller, not later
         finally:
             await pool.close()
 

@@ -55,12 +55,9 @@ def with_sshd_agent(
         pool = factory.pool()
         try:
             agent = Agent(await pool.get(host.host_config(**config)), host.host_config(**config))
-            try:
-                return await body(agent)
-            finally:
-                await agent.close_session()
+            return await body(agent)
         finally:
-            await pool.close()
+            await pool.close()  # ends the agent's session and spare, and waits for them
 
     return asyncio.run(scenario())
 
@@ -145,12 +142,9 @@ def test_session_over_openssh_keeps_secrets_off_argv_and_ends_with_the_connectio
     with_sshd_agent(sshd_factory, host, body)
     assert seen["argv_has_secret"] is False
     assert len(seen["pids"]) >= 1  # type: ignore[arg-type]
-    # the connection closed: stdin EOF ended the session agent
-    for _ in range(50):
-        if not processes_with(str(seen["tag"])):
-            break
-        subprocess.run(["sleep", "0.1"], check=True)
+    # closing the connection ended the session agent first (stdin EOF) and waited for it
     assert processes_with(str(seen["tag"])) == []
+    assert host.leftover_pids() == []
     assert spec_files(host.workdir) == []
 
 
@@ -252,8 +246,5 @@ def test_a_load_point_feeds_the_spare_load_generator_started_ahead(
     listing, unused, after = with_sshd_agent(sshd_factory, host, body)
     assert listing == []
     assert after == 0  # the spare that ran the second point is gone
-    for _ in range(50):
-        if not processes_with(unused):
-            break
-        subprocess.run(["sleep", "0.1"], check=True)
-    assert processes_with(unused) == []  # the unused spare ended with the session
+    assert processes_with(unused) == []  # the unused spare ended before the connection did
+    assert host.leftover_pids() == []

@@ -19,11 +19,13 @@ from orchestrator.errors import (
     HostKeyUnknown,
     HostTimeout,
     HostUnreachable,
+    NoFreeChannel,
     RemoteCommandError,
 )
 from orchestrator.transport import Connection, ConnectionPool, command_line
 from orchestrator.transport.connect import split_host_port
 from orchestrator.transport.hostkeys import KeyTarget
+from orchestrator.transport.ssh import MAX_CHANNELS
 from tests.fixtures.argv import AWKWARD, PRINT_ARGV
 from tests.fixtures.procs import alive
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port, keygen
@@ -465,6 +467,36 @@ def test_many_concurrent_commands_share_one_connection(sshd_factory):
             return [r.stdout.strip() for r in await asyncio.gather(*runs)]
 
     assert asyncio.run(scenario()) == [str(i) for i in range(25)]
+
+
+def test_every_channel_busy_refuses_a_background_stream_at_once(sshd_factory):
+    """SFTP plus MAX_CHANNELS long-lived commands fit OpenSSH's MaxSessions (10); a background
+    stream (the session agent, a spare) then fails at once instead of waiting, which could
+    deadlock with the runs' streams; with a channel free again it opens."""
+    host = sshd_factory.start()
+
+    async def scenario():
+        async with sshd_factory.pool() as pool:
+            conn = await pool.get(host.host_config())
+            await conn.home()  # SFTP's channel
+            held = [conn.open_stream(["cat"], check=False) for _ in range(MAX_CHANNELS)]
+            for stream in held:
+                await stream.__aenter__()
+            background = conn.open_stream(["cat"], check=False, background=True)
+            started = time.monotonic()
+            with pytest.raises(NoFreeChannel):
+                await background.__aenter__()
+            refused_after = time.monotonic() - started
+            await held.pop().__aexit__(None, None, None)
+            async with conn.open_stream(["echo", "spare"], background=True) as spare:
+                lines = [line async for line in spare]
+            for stream in held:
+                await stream.__aexit__(None, None, None)
+            return refused_after, lines
+
+    refused_after, lines = asyncio.run(scenario())
+    assert refused_after < 1.0
+    assert lines == ["spare"]
 
 
 def test_dropped_connection_is_reported_and_the_pool_reconnects(sshd_factory):

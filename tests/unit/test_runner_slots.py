@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.agent.client import BACKGROUND_CHANNELS
 from orchestrator.commands.run import plan_run
 from orchestrator.config.hostconfig import GpuSpec, HostConfig
 from orchestrator.errors import ConfigError
@@ -143,10 +144,11 @@ def test_slots_grant_release_and_refuse_to_take_what_is_held() -> None:
 
 
 def test_a_hosts_runs_at_once_fit_its_ssh_connections_channels() -> None:
-    """Each run keeps two channels open (its log's tail, its load generator): the runs at
-    once must fit the connection, so a short call waits at most for a load generator to
-    end, never for a tail (which lasts as long as its server)."""
-    assert 2 * MAX_RUNS_PER_HOST <= MAX_CHANNELS
+    """Each run keeps two channels open (its log's tail, its load generator), the agent its
+    session and a spare load generator: all of them, plus one for a short call, must fit the
+    connection, so a short call never waits for a stream that lasts as long as a server."""
+    assert 2 * MAX_RUNS_PER_HOST + BACKGROUND_CHANNELS + 1 <= MAX_CHANNELS
+    assert MAX_CHANNELS <= 9  # sshd's MaxSessions (10) less SFTP's channel
 
 
 def test_overlapping_names_the_runs_live_at_once() -> None:
