@@ -33,7 +33,7 @@ from typing import Any
 
 from orchestrator.remote.gpus import APPS_QUERY, GPU_ID_QUERY, GPU_QUERY
 from orchestrator.remote.procs import kill_quietly
-from orchestrator.transport.sandbox import prepare_host_sandbox, session_env
+from orchestrator.sim.hostsandbox import prepare_host_sandbox, session_env
 from tests.fixtures.procs import pids_with_env
 from tests.fixtures.sshd import banner, free_port, keygen
 

@@ -31,9 +31,9 @@ from orchestrator.errors import (
     OrchError,
     RemoteCommandError,
 )
+from orchestrator.sim.embedded import EmbeddedServer, embedded_root
 from orchestrator.transport import hostkeys
 from orchestrator.transport.connect import Connector, Endpoint, Opened
-from orchestrator.transport.embedded import EmbeddedServer, embedded_root
 from orchestrator.transport.translate import LOST_HINT, no_space_error, session_error
 
 T = TypeVar("T")

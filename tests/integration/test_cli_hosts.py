@@ -20,7 +20,7 @@ from pathlib import Path
 
 import yaml
 
-from orchestrator.transport.sandbox import SYSTEM_PATH
+from orchestrator.sim.hostsandbox import SYSTEM_PATH
 from tests.fixtures.cli import orch_in_process
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port
 

@@ -19,8 +19,8 @@ import pytest
 import yaml
 
 from orchestrator.results.model import RunResult
+from orchestrator.sim.hostsandbox import SYSTEM_PATH, prepare_host_sandbox
 from orchestrator.sim.versions import SGLANG_VERSION, VLLM_VERSION
-from orchestrator.transport.sandbox import SYSTEM_PATH, prepare_host_sandbox
 from tests.fixtures.cli import orch_in_process
 from tests.fixtures.engine_venv import make_engine_venv
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port

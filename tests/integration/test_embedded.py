@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from orchestrator.errors import HostKeyUnknown, HostTimeout, RemoteCommandError
+from orchestrator.sim.embedded import embedded_root
 from orchestrator.transport import ConnectionPool
-from orchestrator.transport.embedded import embedded_root
 from tests.fixtures.argv import AWKWARD, PRINT_ARGV
 from tests.fixtures.procs import alive
 

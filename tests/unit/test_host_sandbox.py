@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.transport.sandbox import (
+from orchestrator.sim.hostsandbox import (
     SYSTEM_PATH,
     prepare_host_sandbox,
     session_env,

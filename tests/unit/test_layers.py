@@ -58,8 +58,8 @@ KNOWN: Mapping[tuple[str, str], str] = {
     ("orchestrator.results.figures.trend", "orchestrator.nightly.trend"): _KNOT,
     ("orchestrator.results.report_doc", "orchestrator.nightly.trend"): _KNOT,
     ("orchestrator.results.report_figures", "orchestrator.nightly.trend"): _KNOT,
-    ("orchestrator.transport.sandbox", "orchestrator.sim.sandbox"): (
-        "embedded hosts: the sandbox is to be handed to the pool by an entry point"
+    ("orchestrator.transport.ssh", "orchestrator.sim.embedded"): (
+        "embedded hosts: the server is to be handed to the pool by an entry point"
     ),
     # the planner and the runner read a place's kind through the seam's registry
     ("orchestrator.engines.plan", "orchestrator.backends.base"): _SEAM,

@@ -6,7 +6,7 @@ host: an SSH handshake, a host key checked against known_hosts (one holding only
 in-memory key, trusted by this process alone), public-key auth with a per-process key, commands
 as ``/bin/sh -c <command>`` and SFTP. Commands run as local subprocesses in the host's sandbox
 (the simulator and a fake ``nvidia-smi`` on PATH, unless the host's ``python`` is a real
-engine's or it is declared ``gpus: none``: ``transport.sandbox``), with the sandbox home as
+engine's or it is declared ``gpus: none``: ``sim.hostsandbox``), with the sandbox home as
 HOME and cwd.
 """
 
@@ -25,8 +25,8 @@ from pathlib import Path
 
 import asyncssh
 
+from orchestrator.sim.hostsandbox import prepare_host_sandbox, session_env
 from orchestrator.transport.hostkeys import public_line
-from orchestrator.transport.sandbox import prepare_host_sandbox, session_env
 
 ROOT_ENV = "ORCH_EMBEDDED_ROOT"
 DEFAULT_ROOT = Path("~/.cache/orch/embedded")

@@ -1,9 +1,9 @@
 """The directory tree and environment a simulated host's commands run in.
 
 Embedded hosts (and the OpenSSH test hosts) have no GPU and no engine: their commands must find
-the simulator and a fake ``nvidia-smi`` on their own PATH, never on the user's. The simulator
-package (``orchestrator.sim.sandbox``) knows how to lay that out; this module is the one place
-the transport asks for it, so the embedded server and the sshd fixture build hosts the same way.
+the simulator and a fake ``nvidia-smi`` on their own PATH, never on the user's. ``sandbox.py``
+knows how to lay that out; this module decides what a host fakes and the login environment it
+gets, so the embedded server and the sshd fixture build hosts the same way.
 
 A host fakes only what it lacks. Its engines are simulated when its ``python`` is orch's own
 interpreter (an embedded host's default): any other interpreter is a real engine's venv, whose
@@ -18,20 +18,10 @@ import getpass
 import os
 import sys
 from pathlib import Path
-from typing import Protocol
 
-from orchestrator.sim.sandbox import prepare_sandbox
+from orchestrator.sim.sandbox import Sandbox, prepare_sandbox
 
 SYSTEM_PATH = "/usr/local/bin:/usr/bin:/bin"
-
-
-class Sandbox(Protocol):
-    """What the transport needs from ``orchestrator.sim.sandbox.Sandbox``."""
-
-    @property
-    def home(self) -> Path: ...
-
-    def env(self) -> dict[str, str]: ...
 
 
 def prepare_host_sandbox(root: Path, *, python: str, gpus: bool = True) -> Sandbox:
