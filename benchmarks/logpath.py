@@ -53,6 +53,7 @@ from orchestrator.results.store import AppendLog
 from orchestrator.runner.execute import LiveState, RunJob, _follow
 from orchestrator.runner.progress import RunEvent
 from orchestrator.runner.server import Server, ServerRegistry
+from orchestrator.sim.embedded import SimulatedHosts
 from orchestrator.transport import ConnectionPool
 
 LINES_PER_S = 100_000.0  # the targets
@@ -270,7 +271,7 @@ async def ssh_row(tmp: Path, sizes: Sizes) -> Row:
 
 async def embedded_row(tmp: Path, sizes: Sizes) -> Row:
     host = HostConfig(name="emb", transport="embedded", python=sys.executable, connect_timeout=10)
-    async with ConnectionPool(embedded_root=tmp / "embedded") as pool:
+    async with ConnectionPool(embedded_root=tmp / "embedded", embedded=SimulatedHosts) as pool:
         return await measure(host, pool, tmp, sizes)
 
 

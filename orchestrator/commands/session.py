@@ -14,6 +14,7 @@ from orchestrator.errors import ConfigError
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool
+    from orchestrator.transport.inprocess import EmbeddedHosts
 
 
 @dataclass(frozen=True)
@@ -63,8 +64,18 @@ async def open_pool(inventory: Inventory, ssh: SshOptions) -> AsyncIterator[Conn
         known_hosts=Path(known_hosts).expanduser() if known_hosts else None,
         accept_new_host_keys=ssh.accept_new_host_keys,
         ssh_config=ssh_config_files(inventory),
+        embedded=simulated_hosts,
     )
     try:
         yield pool
     finally:
         await pool.close()
+
+
+def simulated_hosts() -> EmbeddedHosts:
+    """The servers of ``transport: embedded`` hosts: orch's simulator, the one place the product
+    reaches it (``SIM_ENTRY_POINTS``). Imported only when a pool meets such a host, so a
+    command on SSH hosts alone never loads it."""
+    from orchestrator.sim.embedded import SimulatedHosts
+
+    return SimulatedHosts()

@@ -8,6 +8,9 @@ as ``/bin/sh -c <command>`` and SFTP. Commands run as local subprocesses in the 
 (the simulator and a fake ``nvidia-smi`` on PATH, unless the host's ``python`` is a real
 engine's or it is declared ``gpus: none``: ``sim.hostsandbox``), with the sandbox home as
 HOME and cwd.
+
+``SimulatedHosts`` is what the entry point hands the pool (``transport.inprocess``): the
+transport reaches these servers only through it, never by importing the simulator.
 """
 
 from __future__ import annotations
@@ -25,8 +28,10 @@ from pathlib import Path
 
 import asyncssh
 
+from orchestrator.config.hostconfig import HostConfig
 from orchestrator.sim.hostsandbox import prepare_host_sandbox, session_env
 from orchestrator.transport.hostkeys import public_line
+from orchestrator.transport.inprocess import EmbeddedLogin
 
 ROOT_ENV = "ORCH_EMBEDDED_ROOT"
 DEFAULT_ROOT = Path("~/.cache/orch/embedded")
@@ -118,6 +123,12 @@ class EmbeddedServer:
         )
         self.port = self._acceptor.get_port()
 
+    def login(self) -> EmbeddedLogin:
+        """How the pool reaches this server once started."""
+        return EmbeddedLogin(
+            self.address, self.port, self.user, self.client_key, self.known_hosts()
+        )
+
     def known_hosts(self) -> asyncssh.SSHKnownHosts:
         """Trust exactly this server's key, at exactly its address and port."""
         line = f"[{self.address}]:{self.port} {public_line(self._host_key)}\n"
@@ -191,6 +202,27 @@ class EmbeddedServer:
                     process.exit(code)
         with contextlib.suppress(OSError, asyncssh.Error, asyncio.TimeoutError):
             await asyncio.wait_for(process.wait_closed(), KILL_GRACE_S)  # flushes stdin forwarding
+
+
+class SimulatedHosts:
+    """One pool's embedded hosts (``transport.inprocess.EmbeddedHosts``): an ``EmbeddedServer``
+    per host, in its sandbox ``embedded_root(host, base=base)``, kept until the pool closes."""
+
+    def __init__(self) -> None:
+        self._servers: dict[str, EmbeddedServer] = {}
+
+    async def start(self, host: HostConfig, base: Path | None) -> EmbeddedLogin:
+        server = self._servers.get(host.name)
+        if server is None:
+            root = embedded_root(host.name, base=base)
+            server = EmbeddedServer(host.name, root, python=host.python, gpus=not host.cpu_only)
+            await server.start()
+            self._servers[host.name] = server
+        return server.login()
+
+    async def stop(self) -> None:
+        servers, self._servers = list(self._servers.values()), {}
+        await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
 
 
 async def _pump(source: asyncio.StreamReader, sink: asyncssh.SSHWriter[bytes]) -> None:

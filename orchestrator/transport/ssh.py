@@ -31,9 +31,9 @@ from orchestrator.errors import (
     OrchError,
     RemoteCommandError,
 )
-from orchestrator.sim.embedded import EmbeddedServer, embedded_root
 from orchestrator.transport import hostkeys
 from orchestrator.transport.connect import Connector, Endpoint, Opened
+from orchestrator.transport.inprocess import EmbeddedFactory, EmbeddedHosts, no_embedded_hosts
 from orchestrator.transport.translate import LOST_HINT, no_space_error, session_error
 
 T = TypeVar("T")
@@ -564,6 +564,10 @@ class ConnectionPool:
     ``connect_timeout`` is the default for hosts without one of their own: the inventory leaves
     ``HostConfig.connect_timeout`` None when hosts.yaml does not set it. A host's own value
     always wins, whatever it is (a HostConfig built in code carries its dataclass default).
+
+    ``embedded`` builds the servers of ``transport: embedded`` hosts (``inprocess.py``): the
+    entry point that opens the pool hands in the simulator's, so the transport never imports
+    it. Without one, such a host is a HostError. ``embedded_root`` is handed to it as is.
     """
 
     def __init__(
@@ -574,6 +578,7 @@ class ConnectionPool:
         connect_timeout: float = DEFAULT_CONNECT_TIMEOUT,
         ssh_config: Sequence[Path | str] | None = None,
         embedded_root: Path | None = None,
+        embedded: EmbeddedFactory | None = None,
     ) -> None:
         self.known_hosts = Path(known_hosts or hostkeys.DEFAULT_KNOWN_HOSTS).expanduser()
         self.accept_new_host_keys = accept_new_host_keys
@@ -588,7 +593,8 @@ class ConnectionPool:
         )
         self._connections: dict[str, Connection] = {}
         self._pending: dict[str, asyncio.Task[Connection]] = {}
-        self._embedded: dict[str, EmbeddedServer] = {}
+        self._embedded_factory = embedded
+        self._embedded: EmbeddedHosts | None = None
 
     async def __aenter__(self) -> ConnectionPool:
         return self
@@ -622,8 +628,10 @@ class ConnectionPool:
             task.cancel()
         conns, self._connections = list(self._connections.values()), {}
         await asyncio.gather(*(c.close() for c in conns), return_exceptions=True)
-        servers, self._embedded = list(self._embedded.values()), {}
-        await asyncio.gather(*(s.stop() for s in servers), return_exceptions=True)
+        embedded, self._embedded = self._embedded, None
+        if embedded is not None:
+            with contextlib.suppress(Exception):
+                await embedded.stop()
 
     def timeout_for(self, host: HostConfig) -> float:
         """Seconds to wait for ``host`` to connect: its own setting, else the pool's."""
@@ -656,21 +664,20 @@ class ConnectionPool:
 
     async def _open_embedded(self, host: HostConfig, timeout: float) -> Opened:
         """Same client code path as any host, but trusting only this process's server key."""
-        server = self._embedded.get(host.name)
-        if server is None:
-            root = embedded_root(host.name, base=self.embedded_root)
-            server = EmbeddedServer(host.name, root, python=host.python, gpus=not host.cpu_only)
-            await server.start()
-            self._embedded[host.name] = server
+        if self._embedded is None:
+            if self._embedded_factory is None:
+                raise no_embedded_hosts(host)
+            self._embedded = self._embedded_factory()
+        login = await self._embedded.start(host, self.embedded_root)
         endpoint = Endpoint(
             name=host.name,
-            target=server.address,
-            port=server.port,
-            user=server.user,
-            client_keys=[server.client_key],
+            target=login.address,
+            port=login.port,
+            user=login.user,
+            client_keys=[login.client_key],
         )
         return await self._connector.open(
-            endpoint, timeout=timeout, known_hosts=server.known_hosts(), config=[]
+            endpoint, timeout=timeout, known_hosts=login.known_hosts, config=[]
         )
 
 

@@ -7,14 +7,16 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from orchestrator.errors import HostKeyUnknown, HostTimeout, RemoteCommandError
-from orchestrator.sim.embedded import embedded_root
+from orchestrator.config.hostconfig import HostConfig
+from orchestrator.errors import HostError, HostKeyUnknown, HostTimeout, RemoteCommandError
+from orchestrator.sim.embedded import SimulatedHosts, embedded_root
 from orchestrator.transport import ConnectionPool
 from tests.fixtures.argv import AWKWARD, PRINT_ARGV
 from tests.fixtures.procs import alive
@@ -28,7 +30,43 @@ def sandbox_of(name: str) -> Path:
 
 def pool_for(tmp_path: Path) -> ConnectionPool:
     # A known_hosts that does not exist: embedded hosts must not need (or touch) it.
-    return ConnectionPool(known_hosts=tmp_path / "kh" / "known_hosts", ssh_config=[])
+    return ConnectionPool(
+        known_hosts=tmp_path / "kh" / "known_hosts", ssh_config=[], embedded=SimulatedHosts
+    )
+
+
+def test_a_pool_without_the_simulator_names_the_embedded_host(tmp_path):
+    """The transport does not import the simulator: a pool not handed its hosts says so."""
+    host = HostConfig(name="emb-x", transport="embedded", python=sys.executable)
+
+    async def scenario():
+        async with ConnectionPool(known_hosts=tmp_path / "known_hosts", ssh_config=[]) as pool:
+            await pool.get(host)
+
+    with pytest.raises(HostError) as failed:
+        asyncio.run(scenario())
+    assert failed.value.host == "emb-x"
+    assert "transport: embedded needs orch's simulator" in str(failed.value)
+    assert "SimulatedHosts" in (failed.value.hint or "")
+    assert not (tmp_path / "embedded").exists()
+
+
+def test_a_pool_on_ssh_hosts_never_imports_the_simulator(tmp_path):
+    """``open_pool`` hands in a factory that imports the simulator only when it is called."""
+    code = (
+        "import asyncio, sys\n"
+        "from orchestrator.commands.session import simulated_hosts\n"
+        "from orchestrator.transport import ConnectionPool\n"
+        "async def main():\n"
+        "    async with ConnectionPool(ssh_config=[], embedded=simulated_hosts):\n"
+        "        pass\n"
+        "asyncio.run(main())\n"
+        "print(sorted(m for m in sys.modules if m.startswith('orchestrator.sim')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
 
 
 def test_commands_run_in_the_sandbox_with_a_clean_env(embedded_hosts, tmp_path, monkeypatch):

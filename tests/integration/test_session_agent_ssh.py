@@ -28,6 +28,7 @@ from orchestrator.remote.wire import (
     PromptSource,
     StatusSpec,
 )
+from orchestrator.sim.embedded import SimulatedHosts
 from orchestrator.transport.ssh import ConnectionPool
 from tests.fixtures.sshd import SshdFactory, SshdHost
 
@@ -40,7 +41,7 @@ async def embedded_agent(root: Path) -> AsyncIterator[Agent]:
     config = HostConfig(
         name="sim", transport="embedded", python=sys.executable, workdir="~/.cache/orch"
     )
-    async with ConnectionPool(embedded_root=root) as pool:
+    async with ConnectionPool(embedded_root=root, embedded=SimulatedHosts) as pool:
         agent = Agent(await pool.get(config), config)
         try:
             yield agent

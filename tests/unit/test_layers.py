@@ -58,9 +58,6 @@ KNOWN: Mapping[tuple[str, str], str] = {
     ("orchestrator.results.figures.trend", "orchestrator.nightly.trend"): _KNOT,
     ("orchestrator.results.report_doc", "orchestrator.nightly.trend"): _KNOT,
     ("orchestrator.results.report_figures", "orchestrator.nightly.trend"): _KNOT,
-    ("orchestrator.transport.ssh", "orchestrator.sim.embedded"): (
-        "embedded hosts: the server is to be handed to the pool by an entry point"
-    ),
     # the planner and the runner read a place's kind through the seam's registry
     ("orchestrator.engines.plan", "orchestrator.backends.base"): _SEAM,
     ("orchestrator.runner.estimate", "orchestrator.backends.base"): _SEAM,
@@ -136,13 +133,16 @@ def _known_module(name: str, files: Mapping[str, Path]) -> str | None:
     return name or None
 
 
-def layer_violations(graph: Graph, layers: tuple[str, ...]) -> list[str]:
+def layer_violations(
+    graph: Graph, layers: tuple[str, ...], sim_entry_points: frozenset[str] = frozenset()
+) -> list[str]:
+    """An entry point reaches up to the simulator, which sits apart above every layer."""
     rank = {package: index for index, package in enumerate(layers)}
     found = []
     for source, targets in sorted(graph.edges.items()):
         for target in sorted(targets):
             low, high = package_of(source), package_of(target)
-            if low == high:
+            if low == high or (high == "sim" and source in sim_entry_points):
                 continue
             if low not in rank or high not in rank:
                 found.append(f"{source} -> {target}: a package missing from LAYERS")
@@ -240,7 +240,7 @@ def check(root: Path, *, layers: tuple[str, ...] = LAYERS, known=KNOWN) -> list[
     graph = full.without(known)
     return [
         *stale,
-        *layer_violations(graph, layers),
+        *layer_violations(graph, layers, SIM_ENTRY_POINTS),
         *forbidden_edges(graph, SIM_ENTRY_POINTS),
         *(f"package cycle: {' <-> '.join(c)}" for c in cycles(package_edges(graph))),
         *(f"module cycle: {' <-> '.join(c)}" for c in cycles(graph.edges)),
@@ -323,6 +323,14 @@ def test_a_clean_fake_tree_passes(tmp_path: Path) -> None:
             "only by an entry point",
         ),
         (
+            {
+                "transport/ssh.py": "def f():\n    from orchestrator.sim.embedded import Hosts\n",
+                "sim/embedded.py": "",
+            },
+            "orchestrator.transport.ssh -> orchestrator.sim.embedded: the simulator is reached "
+            "only by an entry point",
+        ),
+        (
             {"commands/go.py": "def f():\n    import rich.table\n"},
             "orchestrator.commands.go -> rich.table: only cli/ prints and marks up",
         ),
@@ -344,6 +352,19 @@ def test_the_checker_fails_on_a_bad_edge(
     tmp_path: Path, files: Mapping[str, str], expected: str
 ) -> None:
     assert expected in check(_tree(tmp_path, files), layers=FAKE_LAYERS, known={})
+
+
+def test_the_entry_point_may_reach_the_simulator(tmp_path: Path) -> None:
+    """The pool is handed the simulator's embedded hosts by the session, lazily."""
+    root = _tree(
+        tmp_path,
+        {
+            "commands/session.py": "def f():\n    from orchestrator.sim.embedded import Hosts\n",
+            "sim/embedded.py": "from orchestrator.transport import inprocess\n",
+            "transport/inprocess.py": "",
+        },
+    )
+    assert check(root, layers=FAKE_LAYERS, known={}) == []
 
 
 def test_the_checker_finds_a_package_cycle(tmp_path: Path) -> None:
