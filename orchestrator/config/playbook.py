@@ -39,6 +39,7 @@ from orchestrator.config.inventory import (
     StrictModel,
     name_check,
 )
+from orchestrator.config.methods import EngineName, SpeculativeMethod
 from orchestrator.config.yamlload import (
     Document,
     Mark,
@@ -48,7 +49,6 @@ from orchestrator.config.yamlload import (
     replace_at,
     to_python,
 )
-from orchestrator.engines.methods import EngineName, SpeculativeMethod
 from orchestrator.errors import ConfigError
 from orchestrator.sweep.slo import THROUGHPUTS, SloTarget, parse_target
 

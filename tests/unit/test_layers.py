@@ -51,7 +51,6 @@ SIM_ENTRY_POINTS: frozenset[str] = frozenset({"orchestrator.commands.session"})
 _KNOT = "the playbook/SLO/nightly knot: the shared vocabulary is to move below config"
 _SEAM = "a place's facts (noun, wording, GPU bounds): to move below engines as plain data"
 KNOWN: Mapping[tuple[str, str], str] = {
-    ("orchestrator.config.playbook", "orchestrator.engines.methods"): _KNOT,
     ("orchestrator.config.playbook", "orchestrator.nightly.terms"): _KNOT,
     ("orchestrator.config.playbook", "orchestrator.sweep.slo"): _KNOT,
     ("orchestrator.results.figures.slo", "orchestrator.sweep.slo"): _KNOT,
