@@ -49,7 +49,6 @@ SIM_ENTRY_POINTS: frozenset[str] = frozenset({"orchestrator.commands.session"})
 
 # Edges that still break the layers, each with why it is tolerated; a stale entry fails.
 _KNOT = "the playbook/SLO/nightly knot: the shared vocabulary is to move below config"
-_SEAM = "a place's facts (noun, wording, GPU bounds): to move below engines as plain data"
 KNOWN: Mapping[tuple[str, str], str] = {
     ("orchestrator.config.playbook", "orchestrator.nightly.terms"): _KNOT,
     ("orchestrator.config.playbook", "orchestrator.sweep.slo"): _KNOT,
@@ -60,10 +59,6 @@ KNOWN: Mapping[tuple[str, str], str] = {
     ("orchestrator.transport.sandbox", "orchestrator.sim.sandbox"): (
         "embedded hosts: the sandbox is to be handed to the pool by an entry point"
     ),
-    # the planner and the runner read a place's kind through the seam's registry
-    ("orchestrator.engines.plan", "orchestrator.backends.base"): _SEAM,
-    ("orchestrator.runner.estimate", "orchestrator.backends.base"): _SEAM,
-    ("orchestrator.runner.preflight", "orchestrator.backends.base"): _SEAM,
     # module cycles through a TYPE_CHECKING or lazy import, the shared type still to move down
     ("orchestrator.config.hostconfig", "orchestrator.config.cluster"): "ClusterConfig",
     ("orchestrator.results.vllm_bench", "orchestrator.results.model"): "RunResult",
