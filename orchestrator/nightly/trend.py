@@ -23,9 +23,7 @@ from pathlib import Path
 
 from pydantic import TypeAdapter, ValidationError
 
-from orchestrator.nightly.history import DecisionRecord, History, HistoryRow
-from orchestrator.nightly.report import JSON_FILE, NightlyVerdict
-from orchestrator.nightly.terms import (
+from orchestrator.config.nightly_terms import (
     VIOLATIONS,
     Decision,
     Direction,
@@ -34,6 +32,8 @@ from orchestrator.nightly.terms import (
     metric,
     worst,
 )
+from orchestrator.nightly.history import DecisionRecord, History, HistoryRow
+from orchestrator.nightly.report import JSON_FILE, NightlyVerdict
 from orchestrator.nightly.verdict import (
     CaseVerdict,
     MetricVerdict,

@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from orchestrator.commands.report import report
+from orchestrator.config.nightly_terms import Decision, Verdict
 from orchestrator.nightly.history import DecisionRecord, HistoryRow
 from orchestrator.nightly.report import JSON_FILE, NightlyVerdict, write_nightly
-from orchestrator.nightly.terms import Decision, Verdict
 from orchestrator.nightly.trend import (
     Band,
     CaseSummary,
