@@ -37,7 +37,7 @@ from orchestrator.results.slo_answer import SloAnswer
 from orchestrator.results.stats import aggregate
 
 if TYPE_CHECKING:
-    from orchestrator.nightly.trend import NightTrend
+    from orchestrator.results.trend import NightTrend
 
 
 @dataclass(frozen=True)

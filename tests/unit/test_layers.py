@@ -48,11 +48,7 @@ LAYERS: tuple[str, ...] = (
 SIM_ENTRY_POINTS: frozenset[str] = frozenset({"orchestrator.commands.session"})
 
 # Edges that still break the layers, each with why it is tolerated; a stale entry fails.
-_KNOT = "the playbook/SLO/nightly knot: the shared vocabulary is to move below config"
 KNOWN: Mapping[tuple[str, str], str] = {
-    ("orchestrator.results.figures.trend", "orchestrator.nightly.trend"): _KNOT,
-    ("orchestrator.results.report_doc", "orchestrator.nightly.trend"): _KNOT,
-    ("orchestrator.results.report_figures", "orchestrator.nightly.trend"): _KNOT,
     ("orchestrator.transport.sandbox", "orchestrator.sim.sandbox"): (
         "embedded hosts: the sandbox is to be handed to the pool by an entry point"
     ),
