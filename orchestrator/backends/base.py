@@ -8,7 +8,9 @@ Commands loop over `backends()` or group places with `by_backend`; none of them 
 the kind, so a new kind (Kubernetes) is one module plus one entry in `REGISTRY`.
 
 The registry names each backend as ``"module:attribute"`` (as the agent's verbs are) and
-imports it on first use: backends import the runner and the agent, which import this module.
+imports it on first use: each backend's module imports this one for the protocol. What the
+planner and the runner read of a kind (its noun, GPU bounds, wording) is plain data below them,
+``config/places.py``; reaching a place (`open_hosts`) is here, for the commands.
 """
 
 from __future__ import annotations
@@ -18,41 +20,33 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 from orchestrator.config import HostConfig, Inventory
+from orchestrator.config.places import CLUSTER, HOST, PlaceKind
+from orchestrator.runner.fanout import each_host
+from orchestrator.runner.preflight import HostSession
 
 if TYPE_CHECKING:
     from orchestrator.backends.hostrun import HostRun
     from orchestrator.backends.reports import CheckReport, CleanReport, PsReport, StopReport
     from orchestrator.config import Playbook
+    from orchestrator.engines.plan import PlannedLaunch
     from orchestrator.runner.execute import RunJob
-    from orchestrator.runner.preflight import HostSession
     from orchestrator.runner.progress import HostPhaseCallback
     from orchestrator.transport import ConnectionPool
 
 # kind -> "module:attribute" of its Backend; hosts.yaml's entries say their kind
 # (HostConfig.backend), in this order commands list them
 REGISTRY: dict[str, str] = {
-    "ssh": "orchestrator.backends.hosts:BACKEND",
-    "slurm": "orchestrator.backends.slurm:BACKEND",
+    HOST.kind: "orchestrator.backends.hosts:BACKEND",
+    CLUSTER.kind: "orchestrator.backends.slurm:BACKEND",
 }
 
 
 class Backend(Protocol):
     """One kind of place. Every method takes places of this kind only (`by_backend`)."""
 
-    kind: str  # the key in REGISTRY and the value of HostConfig.backend
-    noun: str  # what a place is called in messages: "host", "cluster"
-    # whether a run's GPUs must fit the place as hosts.yaml declares it whatever the playbook
-    # says (a cluster gives one node per run; a host only bounds runs that share its GPUs)
-    bounded_gpus: bool
-    # whether a place's session reaches a front door (a login node) rather than where the
-    # engine runs: what the doctor reads there is checked again once a run is placed
-    front_door: bool
-    # how a dry run describes the place's schedule, when not as a host's ("" then); {gpus} is
-    # its GPU count as hosts.yaml says it
-    placement: str
-    # why a run needing more GPUs than the place declares can never get them, when not as on
-    # a host ("" then); {name}: the place, {have}: its GPUs as declared
-    gpu_shortfall: str
+    # its kind's plain facts (config/places.py): the kind, its noun, GPU bounds and wording,
+    # which the planner and the runner read there without reaching the backend
+    place: PlaceKind
 
     def places(self, inventory: Inventory, only: Sequence[str] | None) -> list[HostConfig]:
         """The inventory's places of this kind that ``only`` selects (all: None)."""
@@ -135,5 +129,31 @@ def select_places(inventory: Inventory, only: Sequence[str] | None) -> list[Host
 
 def by_backend(places: Sequence[HostConfig]) -> list[tuple[Backend, list[HostConfig]]]:
     """``places`` grouped by backend, in registry order; backends without a place left out."""
-    groups = [(b, [p for p in places if p.backend == b.kind]) for b in backends()]
+    groups = [(b, [p for p in places if p.backend == b.place.kind]) for b in backends()]
     return [(b, mine) for b, mine in groups if mine]
+
+
+async def open_host(pool: ConnectionPool, host: HostConfig, ports: Sequence[int]) -> HostSession:
+    """Reach ``host``, push the agent, probe it (``ports``: the ones its runs will listen on),
+    as its backend does it (a cluster's login node gets the agent but no probe)."""
+    return await backend_of(host).open(pool, host, ports)
+
+
+async def open_hosts(
+    pool: ConnectionPool, plans: Sequence[PlannedLaunch]
+) -> dict[str, HostSession]:
+    """Every host the plan touches, concurrently: a dead host never holds up the others."""
+    hosts: dict[str, HostConfig] = {}
+    ports: dict[str, list[int]] = {}
+    for plan in plans:
+        hosts.setdefault(plan.host.name, plan.host)
+        ports.setdefault(plan.host.name, []).append(plan.port)
+
+    async def job(host: HostConfig) -> HostSession:
+        return await open_host(pool, host, ports[host.name])
+
+    outcomes = await each_host(list(hosts.values()), job)
+    return {
+        o.host: o.unwrap() if o.error is None else HostSession(hosts[o.host], error=o.error)
+        for o in outcomes
+    }

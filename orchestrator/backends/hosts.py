@@ -35,6 +35,7 @@ from orchestrator.backends.reports import (
     same_place,
 )
 from orchestrator.config import HostConfig, Inventory, Playbook
+from orchestrator.config.places import HOST
 from orchestrator.engines import ENGINES
 from orchestrator.errors import AgentError, OrchError
 from orchestrator.remote.wire import ErrorKind, PruneResult, PruneSpec, StatusSpec, StopSpec
@@ -54,12 +55,7 @@ PRUNE_TIMEOUT_S = 120.0
 class HostPool:
     """The `Backend` of SSH hosts (hosts.yaml's ``hosts:``)."""
 
-    kind = "ssh"
-    noun = "host"
-    bounded_gpus = False
-    front_door = False
-    placement = ""
-    gpu_shortfall = ""
+    place = HOST
 
     def places(self, inventory: Inventory, only: Sequence[str] | None) -> list[HostConfig]:
         return inventory.select(only or None)

@@ -30,6 +30,7 @@ from orchestrator.backends.reports import (
 )
 from orchestrator.config import HostConfig, Inventory, Playbook
 from orchestrator.config.cluster import ClusterConfig
+from orchestrator.config.places import CLUSTER
 from orchestrator.errors import OrchError
 from orchestrator.remote.wire import PruneSpec
 from orchestrator.runner.execute import RunJob
@@ -60,18 +61,7 @@ NOT_SHARED = (
 class SlurmClusters:
     """The `Backend` of Slurm clusters (hosts.yaml's ``clusters:``)."""
 
-    kind = "slurm"
-    noun = "cluster"
-    bounded_gpus = True
-    front_door = True
-    placement = (
-        "Slurm, {gpus} per node, each run in an allocation of its own (times below leave out "
-        "the queue and assume one run at a time)"
-    )
-    gpu_shortfall = (
-        "the Slurm cluster {name} gives {have} per node (hosts.yaml: gpus_per_node), and orch "
-        "asks for one node per run"
-    )
+    place = CLUSTER
 
     def places(self, inventory: Inventory, only: Sequence[str] | None) -> list[HostConfig]:
         return [c.as_host() for c in inventory.select_clusters(only or None)]

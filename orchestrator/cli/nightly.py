@@ -34,8 +34,8 @@ from orchestrator.cli.common import (
     report_error,
 )
 from orchestrator.cli.run import RunOnlyOpt, launch, render_outcome
+from orchestrator.config.nightly_terms import Decision
 from orchestrator.errors import OrchError
-from orchestrator.nightly.terms import Decision
 
 if TYPE_CHECKING:  # pandas and scipy take seconds to import: only the nightly pays for them
     from orchestrator.commands.nightly import NightListing, NightOutcome
@@ -270,8 +270,8 @@ def _verdict_text(verdict: str | None) -> str:
 
 
 def _metric_history(results: Path, playbook: str, metric: str, *, as_json: bool) -> None:
+    from orchestrator.config.nightly_terms import metric as known_metric
     from orchestrator.nightly.history import History
-    from orchestrator.nightly.terms import metric as known_metric
 
     try:
         known_metric(metric)

@@ -12,12 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.backends.base import open_hosts
 from orchestrator.commands.run import plan_run
 from orchestrator.commands.session import SshOptions, open_pool
 from orchestrator.doctor import Finding, ModelConfig, has_errors, run_checks
 from orchestrator.errors import ConfigError, OrchError
 from orchestrator.remote.modelfiles import read_model
-from orchestrator.runner.preflight import doctor_plans, open_hosts
+from orchestrator.runner.preflight import doctor_plans
 
 
 def load_local_model(directory: Path | str, *, option: str) -> ModelConfig:

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestrator.commands.run import PlaybookOutcome
+from orchestrator.config.nightly_terms import EXIT_CODES, Decision, Verdict
 from orchestrator.config.playbook import NightlySpec, Playbook, load_playbook
 from orchestrator.errors import ConfigError, OrchError
 from orchestrator.nightly.history import History, NightSummary
@@ -33,7 +34,6 @@ from orchestrator.nightly.report import (
     render_markdown,
     write_nightly,
 )
-from orchestrator.nightly.terms import EXIT_CODES, Decision, Verdict
 from orchestrator.nightly.verdict import Policy, Thresholds, has_figure
 from orchestrator.results.store import new_results_dir
 

@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from orchestrator.agent.client import AgentClient
-from orchestrator.backends.base import backend_of
+from orchestrator.backends.base import backend_of, open_hosts
 from orchestrator.backends.hostrun import HostRun
 from orchestrator.commands.session import SshOptions, load_hosts, open_pool
 from orchestrator.config import Inventory, Playbook, RunSpec, load_playbook
 from orchestrator.config.errors import did_you_mean
+from orchestrator.config.places import place_kind
 from orchestrator.doctor.findings import Finding
 from orchestrator.engines.plan import (
     PlannedLaunch,
@@ -47,7 +48,6 @@ from orchestrator.runner.preflight import (
     HostSession,
     check_requirements,
     doctor_plans,
-    open_hosts,
 )
 from orchestrator.runner.progress import (
     Connecting,
@@ -175,7 +175,7 @@ def plan_run(
         [
             p
             for p in plans
-            if playbook.share_gpus or backend_of(p.host).bounded_gpus or p.host.cpu_only
+            if playbook.share_gpus or place_kind(p.host).bounded_gpus or p.host.cpu_only
         ],
     )
     data = playbook_file.read_bytes()

@@ -39,6 +39,9 @@ from orchestrator.config.inventory import (
     StrictModel,
     name_check,
 )
+from orchestrator.config.methods import EngineName, SpeculativeMethod
+from orchestrator.config.nightly_terms import POSITION, POSITION_PREFIX, metric
+from orchestrator.config.slo import THROUGHPUTS, SloTarget, parse_target
 from orchestrator.config.yamlload import (
     Document,
     Mark,
@@ -48,9 +51,7 @@ from orchestrator.config.yamlload import (
     replace_at,
     to_python,
 )
-from orchestrator.engines.methods import EngineName, SpeculativeMethod
 from orchestrator.errors import ConfigError
-from orchestrator.sweep.slo import THROUGHPUTS, SloTarget, parse_target
 
 Positive = Annotated[int, Field(ge=1)]
 PositiveFloat = Annotated[float, Field(gt=0)]
@@ -153,8 +154,6 @@ def _fraction(name: str, value: object) -> float:
 
 def _metric_name(name: str) -> str:
     """A threshold's key: a metric the nightly watches, or ``acceptance_pos`` (every position)."""
-    from orchestrator.nightly.terms import POSITION_PREFIX, metric
-
     if name != POSITION_PREFIX.rstrip("_"):
         metric(name)  # ValueError naming the metrics it knows
     return name
@@ -168,8 +167,6 @@ def _threshold(entry: object) -> object:
     while a latency may well grow by 300% (4x); a failure rate's threshold is a rise in the
     share of failed requests, so it lies strictly between 0 and 1.
     """
-    from orchestrator.nightly.terms import POSITION, metric
-
     if not isinstance(entry, tuple):
         return entry  # not through _named: the float check says what is wrong
     name, value = entry

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from orchestrator.config.methods import DRAFTER_METHODS, MODEL_FREE_METHODS
 from orchestrator.doctor.findings import Finding, error, ok, warning
 from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import (
@@ -24,7 +25,6 @@ from orchestrator.doctor.reference import (
 )
 from orchestrator.doctor.tokenizers import TokenIdClass, classify_id, thinking_requested
 from orchestrator.engines import get_engine
-from orchestrator.engines.methods import DRAFTER_METHODS, MODEL_FREE_METHODS
 
 
 def run_checks(

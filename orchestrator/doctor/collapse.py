@@ -13,13 +13,13 @@ from typing import Any
 
 from pydantic import ConfigDict
 
+from orchestrator.config.methods import MODEL_FREE_METHODS
 from orchestrator.doctor.enginelog import engine_silent_changes
 from orchestrator.doctor.findings import Finding
 from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import NO_SPECULATION, canonical_method
 from orchestrator.engines import get_engine
 from orchestrator.engines.base import Engine
-from orchestrator.engines.methods import MODEL_FREE_METHODS
 
 __all__ = [
     "Cause",

@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
+from orchestrator.config.methods import KNOWN_METHODS
 from orchestrator.engines import ENGINES
-from orchestrator.engines.methods import KNOWN_METHODS
 
 # --- DFlash target layer choice -----------------------------------------------------------------
 
@@ -79,7 +79,7 @@ def families_using_mask_id(mask_id: int) -> list[TokenizerFamily]:
 # --- Methods, architectures, versions -----------------------------------------------------------
 
 # The playbook's way of saying "no speculative decoding" (a plain run: nothing to check). The
-# methods themselves and their classes (drafter, model-free) are ``engines/methods.py``'s.
+# methods themselves and their classes (drafter, model-free) are ``config/methods.py``'s.
 NO_SPECULATION = frozenset({"none"})
 
 

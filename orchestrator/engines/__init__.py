@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import TYPE_CHECKING
 
-from orchestrator.engines.methods import ENGINE_NAMES, EngineName
+from orchestrator.config.methods import ENGINE_NAMES, EngineName
 from orchestrator.errors import SpecError
 
 if TYPE_CHECKING:

@@ -35,15 +35,15 @@ from orchestrator.config.hostconfig import (
     secret_env_keys,
     secret_values,
 )
-from orchestrator.config.playbook import RunSpec, SpeculativeSpec
-from orchestrator.engines.failures import CAUSES, Cause, classify, describe
-from orchestrator.engines.flags import Flag, FlagTable, FlagUse, values_of
-from orchestrator.engines.methods import (
+from orchestrator.config.methods import (
     NEEDS_DRAFT_MODEL,
     SPECULATIVE_METHODS,
     EngineName,
     SpeculativeMethod,
 )
+from orchestrator.config.playbook import RunSpec, SpeculativeSpec
+from orchestrator.engines.failures import CAUSES, Cause, classify, describe
+from orchestrator.engines.flags import Flag, FlagTable, FlagUse, values_of
 from orchestrator.engines.parallel import Parallelism
 from orchestrator.engines.reference import DoctorFacts, StatsInterval
 from orchestrator.errors import FieldPath, SpecError

@@ -17,9 +17,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.backends.base import backend_of
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.config.inventory import Inventory
+from orchestrator.config.places import place_kind
 from orchestrator.config.playbook import Playbook, RunSpec, cluster_hosts
 from orchestrator.engines import engine_for
 from orchestrator.engines.parallel import Parallelism
@@ -199,7 +199,7 @@ class GpuShortfall:
                 f"host {p.host.name} is a CPU host (hosts.yaml: gpus: none), where a server "
                 "runs on one device, the CPU"
             )
-        limit = backend_of(p.host).gpu_shortfall
+        limit = place_kind(p.host).gpu_shortfall
         if limit:
             why = limit.format(name=p.host.name, have=self.host_gpus)
             return f"run {p.run_name!r} needs {p.gpus} GPUs ({p.parallelism.describe()}) but {why}"

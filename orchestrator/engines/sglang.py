@@ -16,10 +16,10 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from orchestrator.config.methods import CHAIN_METHODS, EngineName, SpeculativeMethod
 from orchestrator.config.playbook import RunSpec, SpeculativeSpec
 from orchestrator.engines.base import LOOPBACK, CacheReset, Engine
 from orchestrator.engines.flags import SGLANG_LAUNCH_SERVER, FlagTable
-from orchestrator.engines.methods import CHAIN_METHODS, EngineName, SpeculativeMethod
 from orchestrator.engines.reference import (
     DflashBlock,
     DoctorFacts,

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
+from orchestrator.config.methods import KNOWN_METHODS, EngineName
 from orchestrator.config.playbook import RunSpec, SpeculativeSpec
 from orchestrator.engines.base import LOOPBACK, CacheReset, Engine, compact_json
 from orchestrator.engines.flags import VLLM_SERVE, FlagTable, values_of
-from orchestrator.engines.methods import KNOWN_METHODS, EngineName
 from orchestrator.engines.reference import (
     DflashBlock,
     DflashLaunch,

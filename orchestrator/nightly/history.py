@@ -34,6 +34,13 @@ from pathlib import Path
 import pandas as pd
 from pydantic import TypeAdapter, ValidationError
 
+from orchestrator.config.nightly_terms import (
+    VERDICT_ORDER,
+    Decision,
+    Verdict,
+    VerdictCounts,
+    worst,
+)
 from orchestrator.errors import OrchError
 from orchestrator.nightly.rows import (
     COLUMNS,
@@ -42,13 +49,6 @@ from orchestrator.nightly.rows import (
     NewerRow,
     RowReader,
     check_version,
-)
-from orchestrator.nightly.terms import (
-    VERDICT_ORDER,
-    Decision,
-    Verdict,
-    VerdictCounts,
-    worst,
 )
 from orchestrator.results.store import FILE_MODE, safe_name, write_error
 

@@ -25,12 +25,12 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 
+from orchestrator.config.nightly_terms import METRICS, POSITION_PREFIX, Status, metric, position
 from orchestrator.errors import OrchError
 from orchestrator.metrics import catalogue
 from orchestrator.nightly.cases import CaseKey, NightAttributes, attributes_of, case_of
 from orchestrator.nightly.cases import read_manifest as read_run_manifest
 from orchestrator.nightly.history import HistoryRow
-from orchestrator.nightly.terms import METRICS, POSITION_PREFIX, Status, metric, position
 from orchestrator.results.manifest import Manifest
 from orchestrator.results.model import RunResult
 from orchestrator.results.report import load_results

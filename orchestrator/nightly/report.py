@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from orchestrator.nightly.terms import EXIT_CODES, VERDICT_ORDER, Verdict, worst
+from orchestrator.config.nightly_terms import EXIT_CODES, VERDICT_ORDER, Verdict, worst
 from orchestrator.nightly.verdict import CaseVerdict, MetricVerdict
 from orchestrator.results.mdtext import md_block, md_code, md_text
 from orchestrator.results.store import write_json, write_text

@@ -23,8 +23,8 @@ from typing import cast, get_args
 
 from pydantic import TypeAdapter, ValidationError
 
+from orchestrator.config.nightly_terms import Direction, Status, Verdict
 from orchestrator.nightly.cases import CaseKey, NightAttributes
-from orchestrator.nightly.terms import Direction, Status, Verdict
 
 CASE_FIELDS = tuple(f.name for f in dataclasses.fields(CaseKey))
 # what a line written before a field was added to the key means by its absence

@@ -38,16 +38,7 @@ from dataclasses import dataclass, field
 import numpy
 from scipy import special as scipy_special
 
-from orchestrator.nightly.cases import CaseKey, Change, NightAttributes, changed_attributes
-from orchestrator.nightly.changepoint import (
-    NOT_INSTALLED,
-    Locate,
-    available,
-    change_points,
-    nearest,
-)
-from orchestrator.nightly.history import DecisionRecord, HistoryRow
-from orchestrator.nightly.terms import (
+from orchestrator.config.nightly_terms import (
     POSITION_PREFIX,
     VIOLATIONS,
     Decision,
@@ -58,12 +49,21 @@ from orchestrator.nightly.terms import (
     metric,
     worst,
 )
+from orchestrator.nightly.cases import CaseKey, Change, NightAttributes, changed_attributes
+from orchestrator.nightly.changepoint import (
+    NOT_INSTALLED,
+    Locate,
+    available,
+    change_points,
+    nearest,
+)
+from orchestrator.nightly.history import DecisionRecord, HistoryRow
 
 
 @dataclass(frozen=True)
 class Thresholds:
     """Practical thresholds by metric name (a fraction, or a difference for ``failure_rate``),
-    over the defaults of ``terms.METRICS``. ``acceptance_pos`` sets every position at once,
+    over the defaults of ``nightly_terms.METRICS``. ``acceptance_pos`` sets every position at once,
     ``acceptance_pos_<k>`` one position."""
 
     overrides: Mapping[str, float] = field(default_factory=dict)

@@ -35,9 +35,9 @@ from pydantic import (
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
 from orchestrator.config.hostconfig import Secrets, mask_json
+from orchestrator.config.methods import EngineName
 from orchestrator.doctor.collapse import Cause, Collapse
 from orchestrator.doctor.findings import Finding
-from orchestrator.engines.methods import EngineName
 from orchestrator.errors import OrchError
 from orchestrator.metrics.acceptance import Acceptance, AcceptanceSource
 from orchestrator.metrics.prom import SpecDelta

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from orchestrator.config.methods import display_name
 from orchestrator.engines import get_engine
-from orchestrator.engines.methods import display_name
 from orchestrator.errors import SpecError
 from orchestrator.results.model import RunResult, WorkloadSettings
 from orchestrator.results.store import write_bytes

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import pandas as pd
 
 from orchestrator import __version__
-from orchestrator.engines.methods import display_name
+from orchestrator.config.methods import display_name
 from orchestrator.metrics import catalogue
 from orchestrator.results.document import (
     Document,
@@ -37,7 +37,7 @@ from orchestrator.results.slo_answer import SloAnswer
 from orchestrator.results.stats import aggregate
 
 if TYPE_CHECKING:
-    from orchestrator.nightly.trend import NightTrend
+    from orchestrator.results.trend import NightTrend
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,6 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.errors import OrchError
-from orchestrator.nightly.trend import NightTrend
 from orchestrator.results import figures as fg
 from orchestrator.results.document import Figure
 from orchestrator.results.figures.slo import SloMarks
@@ -31,6 +30,7 @@ from orchestrator.results.report_doc import load_label, measured
 from orchestrator.results.setup_info import run_folder
 from orchestrator.results.slo_answer import SloAnswer
 from orchestrator.results.stats import aggregate
+from orchestrator.results.trend import NightTrend
 
 # every metric a plot reads from the per-point aggregate
 PLOT_METRICS = (

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
-from orchestrator.backends.base import backend_of
+from orchestrator.config.places import place_kind
 from orchestrator.config.playbook import WorkloadSpec
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import OrchError
@@ -259,7 +259,7 @@ def estimate(
             _placed(s, begins=p.start, ids=p.gpu_ids, beside=beside[s.key], waits=p.waited_for)
             for s, p in zip(servers, placed, strict=True)
         ]
-        kind = backend_of(mine[0].host)
+        kind = place_kind(mine[0].host)
         gpus = host_gpu_count(mine[0].host)
         hosts.append(HostPlan(name, gpus, bool(count), servers, kind.noun, kind.placement))
     return PlaybookPlan(share_gpus, hosts)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from orchestrator.agent.client import AgentClient
 from orchestrator.agent.facts import HostFacts
-from orchestrator.backends.base import backend_of
 from orchestrator.config import HostConfig
+from orchestrator.config.places import place_kind
 from orchestrator.doctor import HostProbe, ModelConfig, check_run, model_from_agent
 from orchestrator.doctor.findings import Finding
 from orchestrator.doctor.findings import error as finding_error
@@ -23,10 +23,10 @@ from orchestrator.engines import get_engine
 from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import OrchError
 from orchestrator.remote.wire import ModelRef, ReadModelConfigsSpec
-from orchestrator.runner.fanout import each_host, each_of
+from orchestrator.runner.fanout import each_of
 
 if TYPE_CHECKING:
-    from orchestrator.transport import ConnectionPool
+    pass
 
 
 @dataclass
@@ -48,32 +48,6 @@ class DoctorResult:
     @property
     def errors(self) -> list[Finding]:
         return [f for f in self.findings if f.severity == "error"]
-
-
-async def open_host(pool: ConnectionPool, host: HostConfig, ports: Sequence[int]) -> HostSession:
-    """Reach ``host``, push the agent, probe it (``ports``: the ones its runs will listen on),
-    as its backend does it (a cluster's login node gets the agent but no probe)."""
-    return await backend_of(host).open(pool, host, ports)
-
-
-async def open_hosts(
-    pool: ConnectionPool, plans: Sequence[PlannedLaunch]
-) -> dict[str, HostSession]:
-    """Every host the plan touches, concurrently: a dead host never holds up the others."""
-    hosts: dict[str, HostConfig] = {}
-    ports: dict[str, list[int]] = {}
-    for plan in plans:
-        hosts.setdefault(plan.host.name, plan.host)
-        ports.setdefault(plan.host.name, []).append(plan.port)
-
-    async def job(host: HostConfig) -> HostSession:
-        return await open_host(pool, host, ports[host.name])
-
-    outcomes = await each_host(list(hosts.values()), job)
-    return {
-        o.host: o.unwrap() if o.error is None else HostSession(hosts[o.host], error=o.error)
-        for o in outcomes
-    }
 
 
 async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
@@ -122,7 +96,7 @@ async def doctor_run(session: HostSession, plan: PlannedLaunch) -> DoctorResult:
 def from_login(finding: Finding, plan: PlannedLaunch) -> Finding:
     """A model's files not found from a cluster's login node may still be on the node the run
     is given (its own disk): a warning here, checked again inside the allocation."""
-    if not backend_of(plan.host).front_door or finding.severity != "error":
+    if not place_kind(plan.host).front_door or finding.severity != "error":
         return finding
     return dataclasses.replace(
         finding,

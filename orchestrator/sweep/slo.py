@@ -1,9 +1,7 @@
-"""Service-level targets: ``ttft_ms_p99 <= 2000``, ``tpot_ms_median <= 50``, ``output_tok_s >= 900``.
+"""Service-level targets at a measurement: each target's check, and goodput.
 
-A target names a figure of a measurement's request statistics and a bound. The names, and which
-way each is bounded, are the metric catalogue's (``orchestrator.metrics.catalogue``: the metrics
-with ``slo`` set), so what a playbook writes is the column a report and summary.csv show
-(``itl_ms_<statistic>`` is still read as ``itl_token_ms_<statistic>``).
+The targets' grammar (``ttft_ms_p99 <= 2000``, which metrics, which way each is bounded) is
+``orchestrator.config.slo``'s, where the playbook model validates them.
 
 Goodput follows ``vllm bench serve --goodput``: a latency target, whatever its statistic,
 becomes the same bound on every request's own value (``ttft_ms_p99 <= 2000`` -> each request's
@@ -24,80 +22,15 @@ an itl target, no output token count for tpot) makes goodput unknown (None), nev
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
 
+from orchestrator.config.slo import SloTarget
+from orchestrator.loadgen.records import RequestRecord
 from orchestrator.metrics import catalogue
-
-if TYPE_CHECKING:
-    # orchestrator.config.playbook imports this module for the target grammar, and these import
-    # the configuration package back: the functions that need them at run time import them there
-    # (so this module imports first or second, whichever way round).
-    from orchestrator.loadgen.records import RequestRecord
-    from orchestrator.metrics.summary import RequestStats
-    from orchestrator.results.model import SloResult
+from orchestrator.metrics.summary import PER_CHUNK_COUNTS, RequestStats
+from orchestrator.results.model import SloCheck, SloResult
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
-THROUGHPUTS = tuple(m.name for m in catalogue.SLO if m.per_request is None)
-METRICS = catalogue.slo_names()
-
-_TARGET = re.compile(r"\s*([A-Za-z0-9_]+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*")
-
-
-@dataclass(frozen=True)
-class SloTarget:
-    metric: str
-    op: Literal["<=", ">="]
-    bound: float
-
-    def __str__(self) -> str:
-        return f"{self.metric} {self.op} {_number(self.bound)}"
-
-    @property
-    def latency(self) -> str | None:
-        """``ttft``, ``tpot``, ``itl`` or ``e2el`` for a latency target (a per-request bound for
-        goodput); None for a throughput target."""
-        return catalogue.get(self.metric).per_request
-
-    def met_by(self, value: float) -> bool:
-        return value <= self.bound if self.op == "<=" else value >= self.bound
-
-
-def _number(x: float) -> str:
-    """``2000``, ``0.5``, ``1234567``: every digit kept (``:g`` would print 1.23457e+06)."""
-    return str(int(x)) if x.is_integer() and abs(x) < 1e16 else repr(x)
-
-
-def parse_target(text: str) -> SloTarget:
-    """``"ttft_ms_p99 <= 2000"`` as a target; ValueError with what to write instead."""
-    from orchestrator.config.errors import did_you_mean
-
-    found = _TARGET.fullmatch(text)
-    if found is None:
-        raise ValueError(
-            f"SLO target {text!r} is not '<metric> <= <number>' or '<metric> >= <number>'"
-        )
-    metric, op, number = found.groups()
-    if metric not in METRICS:
-        latencies = sorted({m.name.rsplit("_", 1)[0] for m in catalogue.SLO if m.per_request})
-        raise ValueError(
-            f"SLO target {text!r}: unknown metric {metric!r}{did_you_mean(metric, list(METRICS))}"
-            f" (latencies: {{{','.join(latencies)}}}_{{mean,median,p90,p99}}; throughputs:"
-            f" {', '.join(THROUGHPUTS)})"
-        )
-    try:
-        bound = float(number)
-    except ValueError:
-        raise ValueError(f"SLO target {text!r}: {number!r} is not a number") from None
-    lower_is_better = catalogue.get(metric).direction == "lower"
-    if (op == "<=") != lower_is_better:
-        want = "<=" if lower_is_better else ">="
-        raise ValueError(f"SLO target {text!r}: {metric} is bounded with {want}")
-    if bound <= 0:
-        raise ValueError(f"SLO target {text!r}: the bound must be positive")
-    return SloTarget(metric, "<=" if op == "<=" else ">=", bound)
 
 
 def figure(target: SloTarget, stats: RequestStats) -> float | None:
@@ -110,8 +43,6 @@ def figure(target: SloTarget, stats: RequestStats) -> float | None:
 def request_value(latency: str, record: RequestRecord) -> float | None:
     """One request's own ``ttft``/``tpot``/``itl``/``e2el`` in ms (see the module docstring);
     None for a failed request or one whose value cannot be known."""
-    from orchestrator.metrics.summary import PER_CHUNK_COUNTS
-
     if latency not in LATENCIES:
         raise ValueError(f"unknown latency {latency!r}: one of {', '.join(LATENCIES)}")
     if not record.ok or record.ttft is None or record.e2el is None:
@@ -176,8 +107,6 @@ def evaluate(
 ) -> SloResult:
     """The targets at one measurement: a check per target (an unmeasured figure is not met),
     met when every check is, and goodput over ``window_s`` (the measured window, seconds)."""
-    from orchestrator.results.model import SloCheck, SloResult
-
     checks = []
     for target in targets:
         value = None if stats is None else figure(target, stats)

@@ -55,8 +55,8 @@ def test_every_registered_backend_loads_under_its_own_kind() -> None:
     assert list(base.REGISTRY) == ["ssh", "slurm"]
     for kind in base.REGISTRY:
         found = base.backend(kind)
-        assert found.kind == kind
-    assert [b.noun for b in base.backends()] == ["host", "cluster"]
+        assert found.place.kind == kind
+    assert [b.place.noun for b in base.backends()] == ["host", "cluster"]
 
 
 def test_places_are_selected_and_grouped_backend_by_backend(tmp_path: Path) -> None:
@@ -73,11 +73,12 @@ def test_places_are_selected_and_grouped_backend_by_backend(tmp_path: Path) -> N
     ]
     big = select_places(inventory, ["big"])
     assert [p.name for p in big] == ["gpu2", "scratch"]
-    groups = [(b.kind, [p.name for p in mine]) for b, mine in by_backend(big)]
+    groups = [(b.place.kind, [p.name for p in mine]) for b, mine in by_backend(big)]
     assert groups == [("ssh", ["gpu2"]), ("slurm", ["scratch"])]
     only_hosts = by_backend(select_places(inventory, ["gpu1"]))
-    assert [(b.kind, [p.name for p in mine]) for b, mine in only_hosts] == [("ssh", ["gpu1"])]
-    assert base.backend_of(places[2]).front_door and not base.backend_of(places[0]).front_door
+    assert [(b.place.kind, [p.name for p in mine]) for b, mine in only_hosts] == [("ssh", ["gpu1"])]
+    assert base.backend_of(places[2]).place.front_door
+    assert not base.backend_of(places[0]).place.front_door
 
 
 # -- the agent's prune of a cluster's job folders ---------------------------------------------

@@ -10,10 +10,10 @@ import pytest
 
 from orchestrator.agent.client import probe_packages
 from orchestrator.config import RunSpec, SpeculativeSpec
+from orchestrator.config.methods import ENGINE_NAMES, SPECULATIVE_METHODS
 from orchestrator.doctor import ModelConfig, causes_for_run, check_run
 from orchestrator.engines import ENGINES, engine_for, engine_packages, get_engine
 from orchestrator.engines.failures import NCCL_ERROR, OOM, PORT_IN_USE
-from orchestrator.engines.methods import ENGINE_NAMES, SPECULATIVE_METHODS
 from orchestrator.engines.sglang import SglangEngine
 from orchestrator.engines.vllm import VllmEngine
 from orchestrator.errors import SpecError

@@ -12,10 +12,11 @@ import pandas as pd
 import pytest
 
 from orchestrator.cli.results import KEY_COLUMNS
+from orchestrator.config import nightly_terms as terms
+from orchestrator.config import slo as grammar
 from orchestrator.metrics import catalogue
 from orchestrator.metrics.catalogue import CATALOGUE, Metric
 from orchestrator.metrics.summary import ClientLag, LagStats, Stats
-from orchestrator.nightly import terms
 from orchestrator.nightly.record import record_night
 from orchestrator.nightly.verdict import Policy, replay
 from orchestrator.results.compare import compare_tables, diff_value
@@ -135,19 +136,19 @@ def test_the_nightly_watches_every_nightly_metric(tmp_path: Path) -> None:
 
 def test_slo_targets_accept_every_slo_metric_with_its_direction(result: RunResult) -> None:
     assert result.requests is not None
-    assert set(slo.METRICS) == set(catalogue.slo_names())
+    assert set(grammar.METRICS) == set(catalogue.slo_names())
     for m in catalogue.SLO:
         good, bad = ("<=", ">=") if m.direction == "lower" else (">=", "<=")
         for name in (m.name, *m.aliases):
-            target = slo.parse_target(f"{name} {good} 1")
+            target = grammar.parse_target(f"{name} {good} 1")
             assert slo.figure(target, result.requests) == m.value(result), name
             assert target.latency == m.per_request
             with pytest.raises(ValueError, match=f"bounded with {good}"):
-                slo.parse_target(f"{name} {bad} 1")
+                grammar.parse_target(f"{name} {bad} 1")
     for m in CATALOGUE:
         if not m.slo:
             with pytest.raises(ValueError, match="unknown metric"):
-                slo.parse_target(f"{m.name} >= 1")
+                grammar.parse_target(f"{m.name} >= 1")
 
 
 def _headers(tables: object) -> set[str]:

@@ -7,9 +7,9 @@ from dataclasses import replace
 from datetime import datetime, timezone
 from typing import Any
 
+from orchestrator.config.nightly_terms import Direction, Verdict
 from orchestrator.nightly.cases import Change, NightAttributes
 from orchestrator.nightly.report import NightlyVerdict, render_markdown
-from orchestrator.nightly.terms import Direction, Verdict
 from orchestrator.nightly.verdict import CaseVerdict, MetricVerdict
 from tests.fixtures.nightly_histories import CASE
 

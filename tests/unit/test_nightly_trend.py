@@ -15,13 +15,10 @@ from typing import Any
 import pytest
 
 from orchestrator.commands.report import report
+from orchestrator.config.nightly_terms import Decision, Verdict
 from orchestrator.nightly.history import DecisionRecord, HistoryRow
 from orchestrator.nightly.report import JSON_FILE, NightlyVerdict, write_nightly
-from orchestrator.nightly.terms import Decision, Verdict
 from orchestrator.nightly.trend import (
-    Band,
-    CaseSummary,
-    NightTrend,
     night_trend,
     read_verdict,
     split_labels,
@@ -36,6 +33,7 @@ from orchestrator.nightly.verdict import (
 )
 from orchestrator.results.figures.style import pyplot
 from orchestrator.results.figures.trend import trend_figure, wrap
+from orchestrator.results.trend import Band, CaseSummary, NightTrend
 from tests.fixtures.night_folders import STEADY, STEP, night_folders
 from tests.fixtures.nightly_histories import CASE, START, night_id, row
 from tests.fixtures.sweep_results import measurement, write_sweep

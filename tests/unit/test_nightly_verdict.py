@@ -9,10 +9,10 @@ import statistics
 import pytest
 from scipy import stats
 
+from orchestrator.config.nightly_terms import Verdict
 from orchestrator.nightly.cases import Change, NightAttributes, changed_attributes
 from orchestrator.nightly.history import HistoryRow
 from orchestrator.nightly.report import NightlyVerdict, could_not_measure
-from orchestrator.nightly.terms import Verdict
 from orchestrator.nightly.verdict import (
     CaseVerdict,
     MetricVerdict,

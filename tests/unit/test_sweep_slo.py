@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import pytest
 
+from orchestrator.config.slo import parse_target
 from orchestrator.loadgen.records import Chunk, RequestRecord
 from orchestrator.metrics.summary import RequestStats, Stats, request_stats
 from orchestrator.results.model import SloCheck, SloResult
-from orchestrator.sweep.slo import evaluate, figure, parse_target, request_value
+from orchestrator.sweep.slo import evaluate, figure, request_value
 
 
 def record(

@@ -17,7 +17,7 @@ from typing import Any
 
 import pandas as pd
 
-from orchestrator.sweep.slo import SloTarget, parse_target
+from orchestrator.config.slo import SloTarget, parse_target
 
 MISS_SHADE = "#cf222e"
 

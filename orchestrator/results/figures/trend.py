@@ -3,7 +3,7 @@ band, the nights that violated in red, the rejected (and otherwise uncounted) on
 dashed lines where the shift began (``since``: the first violating night of the current run;
 the change point: where Apache Otava puts it).
 
-Drawn from ``nightly.trend.MetricTrend`` (plain data, its tests check the values); this module
+Drawn from ``results.trend.MetricTrend`` (plain data, its tests check the values); this module
 only draws. x is the night's place among the nights shown, one step per night whatever the
 hours between them (nights run minutes apart in a test, a weekend apart in a lab), labelled
 with its UTC date (and time when two nights share a date). The band spans the baseline nights
@@ -17,10 +17,10 @@ import math
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from orchestrator.nightly.trend import LABEL_SEPARATOR, CaseTrend, MetricTrend
 from orchestrator.results.figures.style import MAX_TITLE_LINE, Series, legend, note, pyplot, title
 from orchestrator.results.figures.style import png as to_png
 from orchestrator.results.plot import COLLAPSE_COLOR, palette
+from orchestrator.results.trend import LABEL_SEPARATOR, CaseTrend, MetricTrend
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

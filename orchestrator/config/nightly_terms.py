@@ -2,7 +2,9 @@
 the verdicts, and how the night's worst verdict becomes the exit status.
 
 Kept apart so that the history (which stores verdicts), the verdict rules and the report share
-one spelling of each word, and so that none of them imports another just for a name.
+one spelling of each word, and so that none of them imports another just for a name. In config/
+because the playbook model validates its nightly thresholds against these metrics, and results/
+(the trend plots) reads the verdicts: both lie below nightly/.
 """
 
 from __future__ import annotations

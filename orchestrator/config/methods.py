@@ -1,7 +1,7 @@
 """The names a playbook may write for an engine and a speculative method.
 
-Dependency-free on purpose: the playbook model (``config/playbook.py``) types its fields with
-these literals, and the engines (which import the config package) check against the same
+Dependency-free on purpose, and in config/ because the playbook model (``config/playbook.py``)
+types its fields with these literals; the engines (a layer above) check against the same
 tuples, so the two lists cannot drift apart. Each engine says which of the methods it serves
 (``Engine.speculative_methods``), how it spells them on its command line, and the other names
 people write for them (``Engine.method_aliases``).
