@@ -16,6 +16,7 @@ import yaml
 
 from orchestrator.agent.client import Agent
 from orchestrator.runner.server import Server, ServerRegistry
+from tests.fixtures.leftruns import finished_run
 from tests.fixtures.sshd import SshdFactory, SshdHost, free_port
 from tests.integration.test_lifecycle_ssh import make_run
 
@@ -39,21 +40,6 @@ def inventory(path: Path, factory: SshdFactory, host: SshdHost, names: list[str]
     return path
 
 
-def finished_run(workdir: Path, run_id: str, ended_at: float) -> None:
-    d = workdir / "runs" / run_id
-    d.mkdir(parents=True)
-    record = {
-        "run_id": run_id, "pid": 999999, "pgid": 999999, "supervisor_pid": 999998,
-        "argv": ["vllm", "serve", "m", "--api-key", "sk-secret"], "requested_argv": ["vllm"],
-        "env_keys": [], "port": 8000, "cwd": str(d), "log": str(d / "server.log"),
-        "started_at": ended_at - 60, "start_ticks": None, "boot_id": None,
-    }  # fmt: skip
-    (d / "server.json").write_text(json.dumps(record))
-    (d / "server.log").write_text("INFO api_key='sk-secret'\n")
-    exit_record = {"pid": 999999, "returncode": 0, "signal": None, "ended_at": ended_at}
-    (d / "exit.json").write_text(json.dumps(exit_record))
-
-
 def test_clean_keeps_live_and_newest_ps_shows_shared_workdir_once(
     sshd_factory: SshdFactory, tmp_path: Path
 ) -> None:
@@ -62,8 +48,9 @@ def test_clean_keeps_live_and_newest_ps_shows_shared_workdir_once(
     inv = inventory(tmp_path / "hosts.yaml", sshd_factory, host, ["gpu-a", "gpu-a-alias"])
     ssh = ("--hosts", str(inv), "--known-hosts", str(known))
     now = time.time()
-    finished_run(host.workdir, "old-run", now - 3 * 86400)
-    finished_run(host.workdir, "new-run", now - 60)
+    secret_log = "INFO api_key='sk-secret'\n"
+    finished_run(host.workdir / "runs", "old-run", ended_at=now - 3 * 86400, log=secret_log)
+    finished_run(host.workdir / "runs", "new-run", ended_at=now - 60, log=secret_log)
     config = host.host_config()
 
     async def scenario() -> None:

@@ -18,6 +18,7 @@ from orchestrator.config import load_inventory
 from orchestrator.slurm.allocation import submit
 from orchestrator.slurm.jobs import AllocationRequest
 from tests.fixtures.cli import orch_in_process
+from tests.fixtures.leftruns import finished_run
 from tests.fixtures.slurm import SlurmCluster
 from tests.fixtures.slurm_login import cluster_entry, write_cluster_inventory
 from tests.fixtures.sshd import SshdFactory, SshdHost
@@ -29,19 +30,9 @@ DAY = 86400.0
 
 def finished_job(workdir: Path, run_id: str, *, ended_at: float) -> Path:
     """``jobs/<id>/`` as a run on the cluster leaves it: the run's records, ended."""
-    run = workdir / "jobs" / run_id / "runs" / run_id
-    run.mkdir(parents=True)
-    record = {
-        "run_id": run_id, "pid": 999999, "pgid": 999999, "supervisor_pid": 1,
-        "argv": ["vllm", "serve", "m", "--api-key", "sk-secret"], "requested_argv": ["vllm"],
-        "env_keys": [], "port": 8000, "cwd": str(run), "log": str(run / "server.log"),
-        "started_at": ended_at - 60, "start_ticks": None, "boot_id": None,
-    }  # fmt: skip
-    (run / "server.json").write_text(json.dumps(record))
-    (run / "server.log").write_text("INFO engine up\n")
-    exit_record = {"pid": 999999, "returncode": 0, "signal": None, "ended_at": ended_at}
-    (run / "exit.json").write_text(json.dumps(exit_record))
-    return run.parent.parent
+    job = workdir / "jobs" / run_id
+    finished_run(job / "runs", run_id, ended_at=ended_at)
+    return job
 
 
 def test_clean_removes_finished_job_folders_and_spares_a_queued_jobs(
