@@ -106,6 +106,7 @@ class StatsInterval:
     default: float
     unit: str
     source: Literal["env", "flag"]
+    line: str = "stats line"  # what the line is, in the engine's words (notes name it)
 
     def in_effect(self, *, env: Mapping[str, str], flag_value: str | None) -> str:
         """The interval the engine runs with, as written (``flag_value``: the flag's value)."""

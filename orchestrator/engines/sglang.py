@@ -78,7 +78,13 @@ class SglangEngine(Engine):
         sglang_log.ENGINE, sglang_log.KINDS, sglang_log.parse, sglang_log.is_signature
     )
     # orch passes the flag with this value (SGLang's own default is 40 as well)
-    stats_interval = StatsInterval("--decode-log-interval", 40, "decode steps", "flag")
+    stats_interval = StatsInterval(
+        "--decode-log-interval",
+        40,
+        "decode steps",
+        "flag",
+        line="Decode batch line with an accept len",
+    )
     doctor = DOCTOR
     # its --speculative-algorithm names (NEXTN: a built-in MTP head); STANDALONE: a draft model
     method_aliases: ClassVar[dict[str, str]] = {

@@ -80,7 +80,9 @@ class VllmEngine(Engine):
     package = "vllm"
     default_port = 8000
     log_parser = LineParser(vllm_log.ENGINE, vllm_log.KINDS, vllm_log.parse, vllm_log.is_signature)
-    stats_interval = StatsInterval("VLLM_LOG_STATS_INTERVAL", 10.0, "s", "env")
+    stats_interval = StatsInterval(
+        "VLLM_LOG_STATS_INTERVAL", 10.0, "s", "env", line="SpecDecoding metrics line"
+    )
     doctor = DOCTOR
     # vLLM's deprecated per-family MTP names, and its GPU n-gram drafter
     method_aliases: ClassVar[dict[str, str]] = {

@@ -52,7 +52,7 @@ SEND_LAG_WARN_MS = 50.0
 SHARED_READ_WARN_PCT = 20.0  # % of token chunks read together with the one before them
 FIRST_READ_SHARED_WARN_PCT = 10.0  # % of requests whose first chunk was read with the second
 RATE_SHORTFALL = 0.8  # open loop: requests sent at under 80% of the scheduled rate
-# SGLang: a window of two log intervals surely holds a line, whatever the estimate's error
+# a window of two log intervals surely holds a stats line, whatever the estimate's error
 LOG_INTERVALS_WANTED = 2
 
 
@@ -146,15 +146,20 @@ def log_missing_note(
     """
     window = f"the measured window ({window_s:.1f} s)" if window_s else "the measured window"
     found = get_engine(engine)
+    stats = found.stats_interval
     interval = found.stats_interval_in_effect(env=env, argv=argv)
-    if found.stats_interval.source == "flag":  # orch's own flag: only a longer window helps
-        return _sglang_missing_note(
-            window, interval, window_s=window_s, steps=steps, completed=completed
+    if stats.source == "flag":  # orch's own flag: only a longer window helps
+        head = (
+            f"log: no {stats.line} fell in {window}: {found.display_name} prints one every "
+            f"{interval} {stats.unit} ({stats.setting}: orch sets it, a run cannot)"
+        )
+        return _longer_window_note(
+            head, interval, window_s=window_s, steps=steps, completed=completed
         )
     return (
-        f"log: no SpecDecoding metrics line fell in {window}: vLLM prints one every "
-        f"VLLM_LOG_STATS_INTERVAL = {interval} s; set it lower in the run's env (e.g. "
-        'env: {VLLM_LOG_STATS_INTERVAL: "1"}), or measure longer'
+        f"log: no {stats.line} fell in {window}: {found.display_name} prints one every "
+        f"{stats.setting} = {interval} {stats.unit}; set it lower in the run's env (e.g. "
+        f'env: {{{stats.setting}: "1"}}), or measure longer'
         + _enough_requests(interval, window_s=window_s, completed=completed)
     )
 
@@ -203,18 +208,15 @@ def short_window_warning(
     )
 
 
-def _sglang_missing_note(
-    window: str,
+def _longer_window_note(
+    head: str,
     interval: str,
     *,
     window_s: float | None,
     steps: DecodeSteps | None,
     completed: int | None,
 ) -> str:
-    head = (
-        f"log: no Decode batch line with an accept len fell in {window}: SGLang prints one "
-        f"every {interval} decode steps (--decode-log-interval: orch sets it, a run cannot)"
-    )
+    """An interval in decode steps that a run cannot change: how much longer to measure."""
     try:
         need = LOG_INTERVALS_WANTED * float(interval)
     except ValueError:
@@ -225,10 +227,7 @@ def _sglang_missing_note(
         f"the window held about {steps.count:.0f} decode steps ({steps.step_s * 1000:.1f} ms each)"
     )
     if steps.count >= need:
-        return (
-            head + f"; {held}, enough for a line: check that server.log's Decode batch "
-            "lines carry an accept len"
-        )
+        return head + f"; {held}, enough for a line: check that server.log holds them"
     factor = need / steps.count
     longer = [
         f"num_prompts {_ceil(completed * factor)}" if completed else "",
