@@ -23,7 +23,7 @@ from typing import Any
 from orchestrator.agent.client import Agent
 from orchestrator.agent.facts import HostFacts
 from orchestrator.backends.hostrun import HostRun
-from orchestrator.config.cluster import ClusterConfig
+from orchestrator.config.hostconfig import ClusterConfig
 from orchestrator.config.playbook import SlurmSpec
 from orchestrator.doctor.findings import Finding, warning
 from orchestrator.engines.plan import relocated

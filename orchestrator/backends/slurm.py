@@ -29,7 +29,7 @@ from orchestrator.backends.reports import (
     StopReport,
 )
 from orchestrator.config import HostConfig, Inventory, Playbook
-from orchestrator.config.cluster import ClusterConfig
+from orchestrator.config.hostconfig import ClusterConfig
 from orchestrator.config.places import CLUSTER
 from orchestrator.errors import OrchError
 from orchestrator.remote.wire import PruneSpec

@@ -2,7 +2,9 @@
 
 `inventory.py` builds these from hosts.yaml (defaults < groups < host); transport and agent only
 ever see a `HostConfig`. Fields the user left unset stay ``None`` so that ``~/.ssh/config`` can
-supply them, exactly as OpenSSH would.
+supply them, exactly as OpenSSH would. A Slurm cluster's resolved view, `ClusterConfig`, lives
+here too (``cluster.py`` holds its file model): a cluster is a `HostConfig` (``as_host``) that
+carries its cluster, so the two types refer to each other and share one module.
 """
 
 from __future__ import annotations
@@ -13,14 +15,10 @@ import os
 import re
 import string
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
 
 from orchestrator.config.yamlload import Mark
 from orchestrator.errors import ConfigError
-
-if TYPE_CHECKING:
-    from orchestrator.config.cluster import ClusterConfig
 
 DEFAULT_WORKDIR = "~/.cache/orch"
 DEFAULT_PYTHON = "python3"
@@ -104,6 +102,61 @@ class HostConfig:
             self.env,
             environ=environ,
             owner=f"host {self.name!r}",
+            source=self.source,
+            marks=self.env_marks,
+        )
+
+    def secret_values(self, environ: dict[str, str] | None = None) -> set[str]:
+        return secret_values(self.env, environ=environ)
+
+
+@dataclass(frozen=True)
+class ClusterConfig:
+    name: str
+    login: HostConfig  # the login node as a host; its workdir is the cluster's workdir
+    partition: str
+    account: str | None = None
+    qos: str | None = None
+    gres: str | None = None  # the GPU gres type ("a6000"); None asks for plain gpu:N
+    gpus_per_node: int = 1
+    time_limit: str | None = None  # a Slurm time ("02:00:00"); None: the partition's default
+    sbatch_options: tuple[str, ...] = ()
+    python: str = DEFAULT_PYTHON  # the engine's Python on the compute nodes
+    workdir: str = DEFAULT_WORKDIR  # shared by login and compute nodes when shared_fs
+    shared_fs: bool = True
+    env: dict[str, str] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    source: str | None = None  # "hosts.yaml:12" where the cluster was declared, for messages
+    env_marks: dict[str, Mark] = field(default_factory=dict, compare=False, repr=False)
+
+    @property
+    def gres_request(self) -> str:
+        """The ``--gres`` value for one node: ``gpu:a6000:2``, or ``gpu:2`` without a type."""
+        kind = f"gpu:{self.gres}" if self.gres else "gpu"
+        return f"{kind}:{self.gpus_per_node}"
+
+    def as_host(self) -> HostConfig:
+        """Where a playbook's runs on this cluster go: the login node's connection, with the
+        compute nodes' Python and the engines' environment (each run then asks for an
+        allocation of its own; ``backends/clusterrun.py``)."""
+        return replace(
+            self.login,
+            python=self.python,
+            workdir=self.workdir,
+            env=dict(self.env),
+            env_marks=self.env_marks,
+            gpus=GpuSpec(self.gpus_per_node),  # the gres type is a site's name, not a model
+            tags=self.tags,
+            backend="slurm",
+            cluster=self,
+        )
+
+    def resolved_env(self, environ: dict[str, str] | None = None) -> dict[str, str]:
+        """Expand ``${VAR}`` from the controller's environment, as for hosts."""
+        return expand_env(
+            self.env,
+            environ=environ,
+            owner=f"cluster {self.name!r}",
             source=self.source,
             marks=self.env_marks,
         )

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 from yaml.nodes import MappingNode, ScalarNode
 
-from orchestrator.config.cluster import ClusterConfig, ClusterFields, cluster_config
+from orchestrator.config.cluster import ClusterFields, cluster_config
 from orchestrator.config.errors import did_you_mean, show, validate
 from orchestrator.config.fields import (
     ClusterName,
@@ -32,7 +32,13 @@ from orchestrator.config.fields import (
     StrictModel,
     name_check,
 )
-from orchestrator.config.hostconfig import DEFAULT_PYTHON, DEFAULT_WORKDIR, GpuSpec, HostConfig
+from orchestrator.config.hostconfig import (
+    DEFAULT_PYTHON,
+    DEFAULT_WORKDIR,
+    ClusterConfig,
+    GpuSpec,
+    HostConfig,
+)
 from orchestrator.config.yamlload import STR_TAG, Document, Loc, Mark, load_yaml
 from orchestrator.errors import ConfigError
 

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import TypeVar
 
 from orchestrator.agent.verify import UnsafeRemotePath
-from orchestrator.config.cluster import ClusterConfig
+from orchestrator.config.hostconfig import ClusterConfig
 from orchestrator.errors import HostError, RemoteCommandError
 from orchestrator.slurm.jobs import (
     JOB_NAME_PREFIX,

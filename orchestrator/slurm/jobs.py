@@ -15,7 +15,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from orchestrator.config.cluster import ClusterConfig
+from orchestrator.config.hostconfig import ClusterConfig
 from orchestrator.errors import OrchError
 from orchestrator.remote.prune import JOBS_DIR  # the job folders: one name, the agent's
 

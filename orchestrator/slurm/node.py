@@ -36,8 +36,7 @@ from dataclasses import replace
 from orchestrator.agent.bundle import AgentBundle
 from orchestrator.agent.client import Agent, decode_output
 from orchestrator.aio import shielded
-from orchestrator.config.cluster import ClusterConfig
-from orchestrator.config.hostconfig import HostConfig
+from orchestrator.config.hostconfig import ClusterConfig, HostConfig
 from orchestrator.errors import AgentError, HostTimeout, OrchError, RemoteCommandError
 from orchestrator.remote.prune import JOBS_DIR  # one name for the job folders
 from orchestrator.remote.wire import (

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.agent.verify import UnsafeRemotePath
-from orchestrator.config.cluster import ClusterConfig
+from orchestrator.config.hostconfig import ClusterConfig
 from orchestrator.slurm.allocation import (
     Allocation,
     AllocationFailed,

@@ -18,8 +18,7 @@ from orchestrator.backends import base, by_backend, select_places
 from orchestrator.backends import slurm as slurm_backend
 from orchestrator.backends.reports import CleanReport
 from orchestrator.config import load_inventory
-from orchestrator.config.cluster import ClusterConfig
-from orchestrator.config.hostconfig import HostConfig
+from orchestrator.config.hostconfig import ClusterConfig, HostConfig
 from orchestrator.errors import HostUnreachable
 from orchestrator.remote import prune
 from orchestrator.remote.wire import PruneResult, PruneSpec

@@ -8,7 +8,8 @@ import pytest
 
 from orchestrator.commands.run import RunPlan, plan_run
 from orchestrator.config import HostConfig, json_schema, load_inventory
-from orchestrator.config.cluster import ClusterConfig, check_slurm_time
+from orchestrator.config.cluster import check_slurm_time
+from orchestrator.config.hostconfig import ClusterConfig
 from orchestrator.doctor.findings import error, warning
 from orchestrator.errors import ConfigError
 from orchestrator.runner.preflight import from_login

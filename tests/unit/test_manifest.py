@@ -103,8 +103,7 @@ def test_parse_names_where_the_object_came_from() -> None:
 def test_a_cluster_runs_manifest_reads_with_its_job_and_moved_port() -> None:
     """What ``with_slurm`` and a moved port (``backends/clusterrun.py``) add is declared."""
     from orchestrator.backends.clusterrun import with_slurm
-    from orchestrator.config.cluster import ClusterConfig
-    from orchestrator.config.hostconfig import HostConfig
+    from orchestrator.config.hostconfig import ClusterConfig, HostConfig
     from orchestrator.slurm.jobs import Allocation
 
     base = load_manifest(V0_RUN)

@@ -6,8 +6,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.backends.slurm import partition_problems
-from orchestrator.config.cluster import ClusterConfig
-from orchestrator.config.hostconfig import HostConfig
+from orchestrator.config.hostconfig import ClusterConfig, HostConfig
 from orchestrator.slurm.facts import (
     CanSubmit,
     Gres,

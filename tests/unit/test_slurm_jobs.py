@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.config.cluster import ClusterConfig
-from orchestrator.config.hostconfig import HostConfig
+from orchestrator.config.hostconfig import ClusterConfig, HostConfig
 from orchestrator.slurm.jobs import (
     JOB_SCRIPT,
     Allocation,
