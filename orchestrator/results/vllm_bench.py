@@ -10,12 +10,50 @@ the population one, times in ms, ``spec_decode_acceptance_rate`` in percent.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Literal
+from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
-if TYPE_CHECKING:
-    from orchestrator.results.model import RunResult
+from orchestrator.metrics.acceptance import Acceptance
+from orchestrator.metrics.summary import RequestStats
+
+
+# What the view reads of a ``RunResult`` (results/model.py), by attribute: the model imports
+# this module to write the view, so the view names the attributes rather than the model.
+class _Workload(Protocol):
+    @property
+    def request_rate(self) -> float | None: ...
+    @property
+    def burstiness(self) -> float: ...
+    @property
+    def concurrency(self) -> int | None: ...
+
+
+class _Speculative(Protocol):
+    @property
+    def enabled(self) -> bool: ...
+    @property
+    def num_draft_tokens(self) -> int | None: ...
+
+
+class _Settings(Protocol):
+    @property
+    def model(self) -> str: ...
+    @property
+    def workload(self) -> _Workload | None: ...
+    @property
+    def speculative(self) -> _Speculative: ...
+
+
+class Measured(Protocol):
+    """A measurement as the view reads it: a ``RunResult``."""
+
+    @property
+    def requests(self) -> RequestStats | None: ...
+    @property
+    def settings(self) -> _Settings: ...
+    @property
+    def acceptance(self) -> Acceptance | None: ...
 
 
 class VllmBench(BaseModel):
@@ -70,7 +108,7 @@ def _int(x: float | None) -> int | None:
     return None if x is None else int(round(x))
 
 
-def vllm_bench(result: RunResult) -> VllmBench | None:
+def vllm_bench(result: Measured) -> VllmBench | None:
     """The vLLM-bench view of a result that sent requests (None for one that never did)."""
     req, settings = result.requests, result.settings
     if req is None:
