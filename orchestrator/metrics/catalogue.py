@@ -14,7 +14,9 @@ request's own value goodput bounds), ``nightly`` (the nightly watches it, with t
 threshold; ``absolute``: a difference rather than a ratio).
 
 Standard library only at run time: the SLO grammar (imported by the playbook model) reads it,
-so it must import neither the results model nor the configuration back.
+so it must import neither the results model nor the configuration back. A result is read
+through ``Measurement``, the Protocol of the attributes computed from (results/ sits above
+metrics/): ``RunResult`` is one, which mypy checks wherever one is handed in.
 """
 
 from __future__ import annotations
@@ -22,18 +24,56 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
     from orchestrator.metrics.summary import RequestStats, Stats
-    from orchestrator.results.model import RunResult
 
 Direction = Literal["higher", "lower"]  # which way is better
 TableRule = Literal["always", "speculation", "slo"]  # when a table shows the metric
 Latency = Literal["ttft", "tpot", "itl", "e2el"]  # a request's own latency, for goodput
 
 
-Read = Callable[["RunResult"], "float | None"]
+class _Settings(Protocol):
+    @property
+    def gpu_count(self) -> int | None: ...
+    @property
+    def tensor_parallel(self) -> int | None: ...
+
+
+class _Acceptance(Protocol):
+    @property
+    def length(self) -> float | None: ...
+
+
+class _Slo(Protocol):
+    @property
+    def goodput(self) -> float | None: ...
+    @property
+    def goodput_fraction(self) -> float | None: ...
+
+
+class _EngineLog(Protocol):
+    @property
+    def generation_throughput_mean(self) -> float | None: ...
+
+
+class Measurement(Protocol):
+    """What the catalogue reads of one measurement's result (``results/model.py: RunResult``)."""
+
+    @property
+    def requests(self) -> RequestStats | None: ...
+    @property
+    def settings(self) -> _Settings: ...
+    @property
+    def acceptance(self) -> _Acceptance | None: ...
+    @property
+    def slo(self) -> _Slo | None: ...
+    @property
+    def engine_metrics(self) -> _EngineLog: ...
+
+
+Read = Callable[[Measurement], "float | None"]
 ReadRequests = Callable[["RequestStats"], "float | None"]
 
 
@@ -63,7 +103,7 @@ class Metric:
         if (self.compute is None) == (self.of_requests is None):
             raise TypeError(f"metric {self.name}: give compute or of_requests, not both")
 
-    def value(self, result: RunResult) -> float | None:
+    def value(self, result: Measurement) -> float | None:
         """The figure of one measurement; None when unknown or not finite."""
         if self.of_requests is not None:
             req = result.requests
@@ -89,7 +129,7 @@ def ratio(num: float | None, den: float | None) -> float | None:
     return num / den
 
 
-def gpu_count(result: RunResult) -> int | None:
+def gpu_count(result: Measurement) -> int | None:
     """GPUs the server used: recorded since schema 3, else its tensor-parallel size (orch gives
     a server exactly that many)."""
     settings = result.settings
@@ -97,7 +137,7 @@ def gpu_count(result: RunResult) -> int | None:
     return count if count is not None and count > 0 else None
 
 
-def total_tok_s(result: RunResult) -> float | None:
+def total_tok_s(result: Measurement) -> float | None:
     """(prompt + output tokens) / the measured window."""
     req = result.requests
     if req is None:
@@ -105,25 +145,25 @@ def total_tok_s(result: RunResult) -> float | None:
     return ratio(float(req.total_prompt_tokens + req.total_output_tokens), req.duration_s)
 
 
-def output_tok_s_per_gpu(result: RunResult) -> float | None:
+def output_tok_s_per_gpu(result: Measurement) -> float | None:
     req = result.requests
     return ratio(req.output_throughput if req else None, gpu_count(result))
 
 
-def interactivity(result: RunResult) -> float | None:
+def interactivity(result: Measurement) -> float | None:
     """1000 / median TPOT: the tokens per second one user sees."""
     req = result.requests
     return ratio(1000.0, req.tpot_ms.median if req else None)
 
 
-def failure_rate(result: RunResult) -> float | None:
+def failure_rate(result: Measurement) -> float | None:
     """Failed requests / sent."""
     req = result.requests
     sent = req.completed + req.failed if req else 0
     return req.failed / sent if req and sent else None
 
 
-def loop_delay_ms_p99(result: RunResult) -> float | None:
+def loop_delay_ms_p99(result: Measurement) -> float | None:
     lag = result.requests.client_lag if result.requests else None
     return lag.loop_delay_ms.p99 if lag and lag.loop_delay_ms else None
 
@@ -273,6 +313,6 @@ def slo_names() -> tuple[str, ...]:
     return tuple(n for m in SLO for n in (m.name, *m.aliases))
 
 
-def values(result: RunResult) -> dict[str, float | None]:
+def values(result: Measurement) -> dict[str, float | None]:
     """Every catalogued figure of one measurement."""
     return {m.name: m.value(result) for m in CATALOGUE}

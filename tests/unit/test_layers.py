@@ -55,7 +55,6 @@ KNOWN: Mapping[tuple[str, str], str] = {
     ("orchestrator.runner.summarize", "orchestrator.runner.execute"): "LiveState",
     ("orchestrator.remote.loadgen", "orchestrator.remote.loadrunner"): "the verb's I/O half",
     ("orchestrator.remote.main", "orchestrator.remote.session"): "serve reuses dispatch",
-    ("orchestrator.metrics.catalogue", "orchestrator.results.model"): "RunResult, a type only",
     ("orchestrator.sim.routes", "orchestrator.sim.server"): "SimServer",
 }
 
