@@ -38,7 +38,7 @@ from orchestrator.errors import AgentError, ConfigError, OrchError, ResultsWrite
 from orchestrator.loadgen.prompts import PromptSet, load_prompts
 from orchestrator.remote.wire import ErrorKind, StopSpec
 from orchestrator.results.model import RunResult
-from orchestrator.results.plot import write_comparison, write_pareto
+from orchestrator.results.plot import write_comparison
 from orchestrator.results.report import write_summary_csv
 from orchestrator.results.store import new_results_dir, safe_name
 from orchestrator.runner.execute import RunJob
@@ -527,6 +527,9 @@ async def run_playbook(
     csv_path = write_summary_csv(fresh_path(results_dir / "summary.csv"), ordered)
     if any(j.plan.run.workload.is_sweep for j in jobs):
         # a bar per measurement says nothing: the fronts of throughput vs interactivity do
+        # (pandas and scipy: imported for a sweep only)
+        from orchestrator.results.figures.pareto import write_pareto
+
         plot_path = write_pareto(fresh_path(results_dir / "pareto.png"), results_dir, ordered)
     else:
         plot_path = write_comparison(

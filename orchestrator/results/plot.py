@@ -326,19 +326,3 @@ def render_comparison(results: Sequence[RunResult], *, title: str) -> bytes:
 
 def write_comparison(path: Path, results: Sequence[RunResult], *, title: str) -> Path:
     return write_bytes(path, render_comparison(results, title=title))
-
-
-def write_pareto(path: Path, results_dir: Path, results: Sequence[RunResult]) -> Path | None:
-    """A sweep's Pareto fronts (output throughput per GPU vs interactivity), as ``orch report``
-    draws them; None when no measurement has the figures for it."""
-    from orchestrator.results import figures
-    from orchestrator.results.frame import frame_of
-    from orchestrator.results.stats import aggregate
-
-    measured = [r for r in results if r.requests is not None and r.error is None]
-    if not measured:
-        return None
-    frame = frame_of((str(results_dir), r) for r in results)
-    agg = aggregate(frame, ["output_tok_s_per_gpu", "interactivity"])
-    png = figures.pareto_plot(agg, colors=figures.figure_colors(frame))
-    return write_bytes(path, png)

@@ -11,7 +11,8 @@ starred.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy
@@ -27,6 +28,7 @@ from orchestrator.results.figures.slo import (
 from orchestrator.results.figures.style import (
     Series,
     draw_points,
+    figure_colors,
     flags,
     floats,
     hollow_handle,
@@ -42,7 +44,10 @@ from orchestrator.results.figures.style import (
     unmeasured,
 )
 from orchestrator.results.figures.style import png as to_png
-from orchestrator.results.stats import pareto_front
+from orchestrator.results.frame import frame_of
+from orchestrator.results.model import RunResult
+from orchestrator.results.stats import aggregate, pareto_front
+from orchestrator.results.store import write_bytes
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -168,3 +173,16 @@ def pareto_plot(
 ) -> bytes:
     """PNG bytes of ``pareto_figure``."""
     return to_png(pareto_figure(agg, y=y, colors=colors, labels=labels, slo=slo))
+
+
+def write_pareto(path: Path, results_dir: Path, results: Sequence[RunResult]) -> Path | None:
+    """A sweep's Pareto fronts (output throughput per GPU vs interactivity), as ``orch report``
+    draws them; None when no measurement has the figures for it. ``orch run`` writes it for a
+    sweep, where a bar per measurement says nothing."""
+    measured = [r for r in results if r.requests is not None and r.error is None]
+    if not measured:
+        return None
+    frame = frame_of((str(results_dir), r) for r in results)
+    agg = aggregate(frame, ["output_tok_s_per_gpu", "interactivity"])
+    png = pareto_plot(agg, colors=figure_colors(frame))
+    return write_bytes(path, png)
