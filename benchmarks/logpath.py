@@ -50,9 +50,10 @@ from orchestrator.engines import engine_for
 from orchestrator.engines.logs import LogFollower
 from orchestrator.remote.wire import LaunchSpec
 from orchestrator.results.store import AppendLog
-from orchestrator.runner.execute import LiveState, RunJob, _follow
+from orchestrator.runner.execute import _follow
 from orchestrator.runner.progress import RunEvent
 from orchestrator.runner.server import Server, ServerRegistry
+from orchestrator.runner.state import LiveState, RunJob
 from orchestrator.sim.embedded import SimulatedHosts
 from orchestrator.transport import ConnectionPool
 

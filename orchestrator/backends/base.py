@@ -29,8 +29,8 @@ if TYPE_CHECKING:
     from orchestrator.backends.reports import CheckReport, CleanReport, PsReport, StopReport
     from orchestrator.config import Playbook
     from orchestrator.engines.plan import PlannedLaunch
-    from orchestrator.runner.execute import RunJob
     from orchestrator.runner.progress import HostPhaseCallback
+    from orchestrator.runner.state import RunJob
     from orchestrator.transport import ConnectionPool
 
 # kind -> "module:attribute" of its Backend; hosts.yaml's entries say their kind

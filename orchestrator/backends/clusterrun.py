@@ -28,10 +28,11 @@ from orchestrator.config.playbook import SlurmSpec
 from orchestrator.doctor.findings import Finding, warning
 from orchestrator.engines.plan import relocated
 from orchestrator.errors import OrchError
-from orchestrator.runner.execute import RunJob, execute_run, not_run_results
+from orchestrator.runner.execute import execute_run, not_run_results
 from orchestrator.runner.preflight import HostSession, doctor_run
 from orchestrator.runner.progress import DoctorNotice, PhaseChanged, RunPhase
 from orchestrator.runner.server import live_agent, shielded
+from orchestrator.runner.state import RunJob
 from orchestrator.slurm.allocation import Allocation, AllocationTimeout, JobState
 from orchestrator.slurm.node import AllocationAgent
 

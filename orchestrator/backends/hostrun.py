@@ -19,12 +19,13 @@ from orchestrator.config import Playbook
 from orchestrator.doctor.findings import warning
 from orchestrator.errors import OrchError
 from orchestrator.results.model import RunResult
-from orchestrator.runner.execute import RunJob, execute_run, failed_result, not_run_results
+from orchestrator.runner.execute import execute_run, failed_result, not_run_results
 from orchestrator.runner.manifest import with_gpu_ids
 from orchestrator.runner.preflight import HostSession
 from orchestrator.runner.progress import DoctorNotice, Observer, PhaseChanged, RunPhase
 from orchestrator.runner.server import ServerRegistry, live_agent, pool_reconnect
 from orchestrator.runner.slots import GpuSlots, SlotNeed, host_gpu_count, runs_alone
+from orchestrator.runner.state import RunJob
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool

@@ -39,10 +39,10 @@ from orchestrator.config.places import HOST
 from orchestrator.engines import ENGINES
 from orchestrator.errors import AgentError, OrchError
 from orchestrator.remote.wire import ErrorKind, PruneResult, PruneSpec, StatusSpec, StopSpec
-from orchestrator.runner.execute import RunJob
 from orchestrator.runner.fanout import HostOutcome, each_host
 from orchestrator.runner.preflight import HostSession, host_requirements
 from orchestrator.runner.progress import HostPhase, HostPhaseCallback
+from orchestrator.runner.state import RunJob
 
 if TYPE_CHECKING:
     from orchestrator.transport import ConnectionPool

@@ -33,10 +33,10 @@ from orchestrator.config.hostconfig import ClusterConfig
 from orchestrator.config.places import CLUSTER
 from orchestrator.errors import OrchError
 from orchestrator.remote.wire import PruneSpec
-from orchestrator.runner.execute import RunJob
 from orchestrator.runner.fanout import each_of
 from orchestrator.runner.preflight import HostSession
 from orchestrator.runner.progress import HostPhase, HostPhaseCallback
+from orchestrator.runner.state import RunJob
 from orchestrator.slurm.allocation import (
     JobState,
     cancel,

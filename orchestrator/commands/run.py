@@ -41,7 +41,6 @@ from orchestrator.results.model import RunResult
 from orchestrator.results.plot import write_comparison
 from orchestrator.results.report import write_summary_csv
 from orchestrator.results.store import new_results_dir, safe_name
-from orchestrator.runner.execute import RunJob
 from orchestrator.runner.manifest import manifest
 from orchestrator.runner.preflight import (
     DoctorResult,
@@ -60,6 +59,7 @@ from orchestrator.runner.progress import (
     RunPhase,
 )
 from orchestrator.runner.server import ServerRegistry
+from orchestrator.runner.state import RunJob
 from orchestrator.sweep.pins import check_resume, pin_inputs
 from orchestrator.sweep.points import searched
 from orchestrator.sweep.resume import (

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from orchestrator import __version__
 from orchestrator.config.playbook import SloSpec
@@ -43,6 +42,7 @@ from orchestrator.results.model import (
 )
 from orchestrator.results.store import safe_name
 from orchestrator.results.validity import Assessment, Evidence, assess
+from orchestrator.runner.state import LiveState, RunJob
 from orchestrator.runner.summarize import (
     acceptance_result,
     client_warnings,
@@ -61,9 +61,6 @@ from orchestrator.runner.summarize import (
 )
 from orchestrator.sweep.points import Measurement, planned
 from orchestrator.sweep.slo import evaluate
-
-if TYPE_CHECKING:
-    from orchestrator.runner.execute import LiveState, RunJob
 
 MEASUREMENT_FAILED = "MeasurementFailed"  # RunError.type of a measurement assess failed
 FAILED_HINT = (

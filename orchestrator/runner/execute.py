@@ -38,14 +38,11 @@ from typing import Any
 from orchestrator.agent.client import AgentClient
 from orchestrator.config import RunSpec
 from orchestrator.config.hostconfig import Secrets, mask, mask_json, mask_lines
-from orchestrator.doctor import ModelConfig
-from orchestrator.doctor.findings import Finding
 from orchestrator.engines import engine_for
 from orchestrator.engines.failures import REQUESTS_FAILED
 from orchestrator.engines.logs import LogFollower
-from orchestrator.engines.plan import PlannedLaunch
 from orchestrator.errors import EngineError, HostError, HostUnreachable, OrchError
-from orchestrator.loadgen.prompts import PromptSet, build_loadgen_spec
+from orchestrator.loadgen.prompts import build_loadgen_spec
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.remote.wire import PhaseEvent, ProgressEvent
 from orchestrator.results.manifest import MANIFEST_FILE, Manifest
@@ -71,53 +68,14 @@ from orchestrator.runner.progress import (
     RunPhase,
 )
 from orchestrator.runner.server import Server, ServerRegistry
+from orchestrator.runner.state import LiveState, RunJob
 from orchestrator.runner.summarize import iso_time
-from orchestrator.sweep.points import Measurement, measurement, planned, searched
+from orchestrator.sweep.points import Measurement, measurement, searched
 from orchestrator.sweep.search import SloSearch
 
 TAIL_DRAIN_S = 15.0
 LOADGEN_ATTEMPTS = 2  # a connection dropped while measuring: measured again once, from warm-up
 HEAD_LINES = 5000  # start-up lines kept in memory: where engines announce what they chose
-
-
-@dataclass
-class RunJob:
-    """Everything one run needs that the pipeline worked out before any server started.
-
-    ``kept``: measurements (by folder, relative to ``run_dir``) an earlier session of this
-    playbook run completed: ``orch run --resume`` keeps them and measures the rest. ``session``
-    numbers the server sessions of the run's folder (its server files carry it after the first).
-    """
-
-    key: str
-    order: int
-    plan: PlannedLaunch
-    run_dir: Path
-    prompts: PromptSet
-    run_id: str
-    doctor: list[Finding] = field(default_factory=list)
-    drafter: ModelConfig | None = None  # for ranking collapse causes
-    manifest: dict[str, Any] = field(default_factory=dict)  # written, stamped, when the run starts
-    kept: dict[str, RunResult] = field(default_factory=dict)
-    session: int = 1
-    gpu_ids: list[int] | None = None  # CUDA_VISIBLE_DEVICES on a shared host
-
-    def server_file(self, name: str) -> str:
-        """``server.log``, or ``server-2.log`` for the second session of the run's folder."""
-        if self.session == 1:
-            return name
-        stem, dot, ext = name.partition(".")
-        return f"{stem}-{self.session}{dot}{ext}"
-
-    def measurements(self) -> list[Measurement]:
-        return planned(self.plan.run)
-
-    @property
-    def total(self) -> int:
-        """Measurements planned (an SLO search adds its own as it goes)."""
-        slo = self.plan.run.workload.slo
-        extra = slo.max_points * self.plan.run.workload.repeat if slo and slo.search else 0
-        return len(self.measurements()) + extra
 
 
 def begin_run(job: RunJob) -> float:
@@ -136,31 +94,6 @@ def begin_run(job: RunJob) -> float:
         job.run_dir / job.server_file(MANIFEST_FILE), Manifest.model_validate(stamped).to_json()
     )
     return started
-
-
-@dataclass
-class LiveState:
-    """What the tail and the load generator share while a run is live. The log follower and
-    the start-up lines cover the server's whole life; the window, the records and the point's
-    events file belong to the measurement under way."""
-
-    follower: LogFollower
-    secrets: Secrets = field(default_factory=Secrets)  # hidden in everything written or shown
-    window: LogFollower | None = None  # fed only once the measured window has begun
-    window_first_line: int | None = None  # server.log line number of the window's first line
-    records: list[RequestRecord] = field(default_factory=list)
-    head_lines: list[str] = field(default_factory=list)
-    point_events: AppendLog | None = None  # a sweep point's own events.jsonl
-    window_open: bool = False  # lines go to the window: between "measure" and the point's end
-
-    def begin_measurement(self, point_events: AppendLog | None) -> None:
-        _restart_window(self)
-        self.point_events = point_events
-
-    def end_measurement(self) -> None:
-        """Stop feeding the window: the next point's lines are not this one's."""
-        self.point_events = None
-        self.window_open = False
 
 
 @dataclass
@@ -575,7 +508,7 @@ async def _attempts(
             await _still_serving(server, exc)
             session.agent = server.agent
             requests = _set_aside(requests, folder, attempt)
-            _restart_window(state)
+            state.restart_window()
             attempt += 1
             session.warmed = False  # a fresh warm-up
             warnings.append(
@@ -744,15 +677,6 @@ def _set_aside(requests: AppendLog, run_dir: Path, attempt: int) -> AppendLog:
     except OSError as exc:
         raise write_error(aside, exc) from exc
     return AppendLog(path)
-
-
-def _restart_window(state: LiveState) -> None:
-    """Forget the interrupted attempt's records and measured window; the next "measure"
-    phase event starts a new window (the server log and its parse go on unbroken)."""
-    state.records.clear()
-    state.window = None
-    state.window_first_line = None
-    state.window_open = False
 
 
 async def _died_meanwhile(server: Server, exc: OrchError) -> None:

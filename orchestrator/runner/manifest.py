@@ -24,8 +24,8 @@ from orchestrator.results.manifest import (
     PlaybookSource,
     PromptsRead,
 )
-from orchestrator.runner.execute import RunJob
 from orchestrator.runner.preflight import DoctorResult, HostSession
+from orchestrator.runner.state import RunJob
 
 
 def git_commit(path: Path) -> dict[str, Any] | None:

@@ -16,7 +16,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from itertools import pairwise
-from typing import TYPE_CHECKING
 
 from orchestrator.config.playbook import RunSpec, WorkloadSpec
 from orchestrator.doctor import RequestedSettings
@@ -36,9 +35,7 @@ from orchestrator.results.model import (
     SpeculativeSettings,
     WorkloadSettings,
 )
-
-if TYPE_CHECKING:
-    from orchestrator.runner.execute import LiveState
+from orchestrator.runner.state import LiveState
 
 # A saturated client sets the pace instead of the server (issue 4: make it visible).
 # Calibrated against the simulator's record of every request (benchmarks/saturation.py).

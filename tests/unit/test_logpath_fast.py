@@ -33,9 +33,10 @@ from orchestrator.remote.wire import (
     WireError,
 )
 from orchestrator.results.store import AppendLog
-from orchestrator.runner.execute import LiveState, RunJob, _follow
+from orchestrator.runner.execute import _follow
 from orchestrator.runner.progress import LatestAcceptance, RecordingObserver
 from orchestrator.runner.server import Server
+from orchestrator.runner.state import LiveState, RunJob
 
 V = CONTRACT_VERSION
 STATS = (

@@ -48,9 +48,10 @@ from orchestrator.remote.wire import (
     Wire,
 )
 from orchestrator.runner import server as server_mod
-from orchestrator.runner.execute import RunJob, execute_run
+from orchestrator.runner.execute import execute_run
 from orchestrator.runner.progress import PhaseChanged, RecordingObserver, RunPhase
 from orchestrator.runner.server import LOG_TAIL_LINES, Server, ServerRegistry
+from orchestrator.runner.state import RunJob
 
 MODEL = "Qwen/Qwen3.6-27B"
 LOG = [

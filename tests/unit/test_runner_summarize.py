@@ -22,7 +22,7 @@ from orchestrator.loadgen.records import LagStats as WireLagStats
 from orchestrator.metrics.summary import ClientLag, LagStats
 from orchestrator.results.model import RunResult, RunTimes, WorkloadSettings
 from orchestrator.runner.assemble import build_result
-from orchestrator.runner.execute import LiveState, RunJob
+from orchestrator.runner.state import LiveState, RunJob
 from orchestrator.runner.summarize import (
     FIRST_READ_SHARED_WARN_PCT,
     LOOP_DELAY_WARN_MS,

@@ -12,9 +12,10 @@ from typing import Any
 from orchestrator.agent.fake import FakeAgent, FakeLog, Stream, http_answer, status_of
 from orchestrator.remote.wire import LoadgenResult, LoadgenSpec, PhaseEvent, RequestRecord
 from orchestrator.results.report import load_results
-from orchestrator.runner.execute import RunJob, execute_run
+from orchestrator.runner.execute import execute_run
 from orchestrator.runner.progress import PointDone, PointStarted, RecordingObserver, RunPhase
 from orchestrator.runner.server import ServerRegistry
+from orchestrator.runner.state import RunJob
 from tests.unit.test_runner_fake_agent import LOG, MODEL, job_for, make_run, measured, started_agent
 
 
