@@ -40,7 +40,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from orchestrator.remote import loadgen
+from orchestrator.remote import loadrunner
 from orchestrator.remote.main import make_emit
 from orchestrator.remote.stats import percentile
 from orchestrator.remote.wire import LoadgenResult, RequestRecord, Wire
@@ -115,7 +115,7 @@ def run_point(
         profiler = cProfile.Profile() if profile else None
         if profiler:
             profiler.enable()
-        result = loadgen.run(spec, emit)
+        result = loadrunner.run(spec, emit)
         if profiler:
             profiler.disable()
         after = resource.getrusage(resource.RUSAGE_SELF)

@@ -293,7 +293,7 @@ def _drive(
     listener: Listener | None,
 ) -> LoadgenResult:
     """Run the load generator here; each record is written the moment it arrives."""
-    from orchestrator.remote import loadgen  # its HTTP client: imported by this command only
+    from orchestrator.remote import loadrunner  # its HTTP client: imported by this command only
 
     def emit(event: object) -> None:
         if isinstance(event, RequestRecord):
@@ -306,7 +306,7 @@ def _drive(
             listener(event)
 
     try:
-        return loadgen.run(spec.to_json(), emit)
+        return loadrunner.run(spec.to_json(), emit)
     except AgentFailure as exc:
         if exc.kind == ErrorKind.BAD_SPEC:
             raise ConfigError(exc.message.removeprefix("loadgen: "), file=WHERE) from exc

@@ -99,7 +99,6 @@ usage total and the number of chunks).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import math
@@ -107,13 +106,12 @@ import random
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 from urllib.parse import urlsplit
 
-from .protocol import AgentFailure, Emit, parse_spec
+from .protocol import AgentFailure, parse_spec
 from .sse import StreamParser
 from .stats import percentile
-from .tokens import load_tokenizer, random_prompts
-from .wire import CacheResetSpec, ErrorKind, LagStats, LoadgenResult, LoadgenSpec
+from .wire import CacheResetSpec, ErrorKind, LagStats, LoadgenSpec
 
-__all__ = ["StreamParser", "run"]
+__all__ = ["StreamParser"]
 
 DEFAULT_TIMEOUT_S = 600.0
 START_RATE = 500.0  # closed loop: first-wave requests per second unless ramp_s says otherwise
@@ -360,50 +358,3 @@ def _checked_reset(reset: Optional[CacheResetSpec]) -> Optional[CacheResetSpec]:
                 ErrorKind.BAD_SPEC, f"loadgen: 'cache_reset.{key}' must be > 0, got {value!r}"
             )
     return reset
-
-
-# ---------------------------------------------------------------- the run (I/O)
-
-
-def preload() -> None:
-    """What a spare load generator imports while it waits for its spec (``main._preload``)."""
-    from . import loadrunner  # noqa: F401 - imported for its cost, not its names
-
-
-def run(raw: Dict[str, Any], emit: Emit) -> LoadgenResult:
-    cfg = LoadSpec.parse(raw)
-    tokenizer = load_tokenizer(cfg.tokenizer)
-    if cfg.prompts.kind == "random":
-        items, source, exact = random_prompts(cfg.prompts, tokenizer, cfg.seed)
-    else:
-        items, source, exact = list(cfg.prompts.items), "list", 0
-        if not all(
-            isinstance(i, str) or (isinstance(i, dict) and isinstance(i.get("messages"), list))
-            for i in items
-        ):
-            raise AgentFailure(
-                ErrorKind.BAD_SPEC, "loadgen: prompt items must be strings or {'messages': [...]}"
-            )
-    if not items:
-        raise AgentFailure(ErrorKind.BAD_SPEC, "loadgen: the prompt list is empty")
-    from .loadrunner import Runner, raise_file_limit, run_loop  # the I/O half: imports this
-
-    raise_file_limit(cfg.concurrency or cfg.num_prompts or 4096)
-    runner = Runner(cfg, items, tokenizer, emit)
-    result = run_loop(runner.main)
-    return dataclasses.replace(
-        result, request_seeds=cfg.request_seeds, **prompt_fields(source, len(items), exact)
-    )
-
-
-def prompt_fields(source: str, count: int, exact: int) -> Dict[str, Any]:
-    """What the result says about the prompts: above all whether random prompts really have
-    ``input_len`` tokens, or fell back to words because the host could not tokenize."""
-    if not source.startswith("random:"):
-        return {"prompt_source": source, "input_len_exact": None}
-    return {
-        "prompt_source": source,
-        "input_len_exact": source == "random:tokens" and exact == count,
-        "random_prompts": count,
-        "random_prompts_exact": exact,
-    }

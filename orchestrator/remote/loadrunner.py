@@ -1,7 +1,8 @@
 """The ``loadgen`` verb's run: when each request goes out, how it is streamed and recorded.
 
 ``loadgen`` holds the contract (its docstring), the spec and the pure helpers; this module is
-the I/O. Each request is timed on one clock (``time.perf_counter``): ``due`` (the schedule),
+the I/O, and the verb's handler (``run``, in ``wire.CONTRACT``): importing it imports the
+whole load generator, which is what a spare process waiting for its spec wants. Each request is timed on one clock (``time.perf_counter``): ``due`` (the schedule),
 ``begun`` (the client took it up), ``start`` (its last byte went to the kernel) and the chunks
 (when their bytes reached the socket, see ``httpconn``), so a client that falls behind shows as
 send lag and loop delay, apart from the server's latencies.
@@ -42,11 +43,13 @@ from .loadgen import (
     reset_answer,
 )
 from .outbox import Outbox
-from .protocol import Emit
+from .protocol import AgentFailure, Emit
 from .sse import JSON_PARSER, StreamParser
+from .tokens import load_tokenizer, random_prompts
 from .wire import (
     Chunk,
     ClientLag,
+    ErrorKind,
     LoadgenResult,
     PhaseEvent,
     ProgressEvent,
@@ -458,3 +461,44 @@ class Runner:
                 )
             )
             last_tokens, last_t = tokens, now
+
+
+# ---------------------------------------------------------------- the verb
+
+
+def run(raw: Dict[str, Any], emit: Emit) -> LoadgenResult:
+    """The ``loadgen`` verb (``wire.CONTRACT``): the spec's prompts, then the run itself."""
+    cfg = LoadSpec.parse(raw)
+    tokenizer = load_tokenizer(cfg.tokenizer)
+    if cfg.prompts.kind == "random":
+        items, source, exact = random_prompts(cfg.prompts, tokenizer, cfg.seed)
+    else:
+        items, source, exact = list(cfg.prompts.items), "list", 0
+        if not all(
+            isinstance(i, str) or (isinstance(i, dict) and isinstance(i.get("messages"), list))
+            for i in items
+        ):
+            raise AgentFailure(
+                ErrorKind.BAD_SPEC, "loadgen: prompt items must be strings or {'messages': [...]}"
+            )
+    if not items:
+        raise AgentFailure(ErrorKind.BAD_SPEC, "loadgen: the prompt list is empty")
+    raise_file_limit(cfg.concurrency or cfg.num_prompts or 4096)
+    runner = Runner(cfg, items, tokenizer, emit)
+    result = run_loop(runner.main)
+    return dataclasses.replace(
+        result, request_seeds=cfg.request_seeds, **prompt_fields(source, len(items), exact)
+    )
+
+
+def prompt_fields(source: str, count: int, exact: int) -> Dict[str, Any]:
+    """What the result says about the prompts: above all whether random prompts really have
+    ``input_len`` tokens, or fell back to words because the host could not tokenize."""
+    if not source.startswith("random:"):
+        return {"prompt_source": source, "input_len_exact": None}
+    return {
+        "prompt_source": source,
+        "input_len_exact": source == "random:tokens" and exact == count,
+        "random_prompts": count,
+        "random_prompts_exact": exact,
+    }

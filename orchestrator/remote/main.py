@@ -145,14 +145,10 @@ def from_stdin(path: str) -> bool:
 
 
 def _preload(verb: str) -> None:
-    """Import ``verb``'s module (and what its ``preload()`` imports) before waiting for a spec
-    on stdin (a spare process): the imports then cost nothing when the spec comes. A failure
-    is said later, by ``resolve``."""
+    """Import ``verb``'s module before waiting for a spec on stdin (a spare process): the
+    imports then cost nothing when the spec comes. A failure is said later, by ``resolve``."""
     with contextlib.suppress(Exception):
-        handler = resolve(verb)
-        preload = getattr(sys.modules.get(handler.__module__), "preload", None)
-        if callable(preload):
-            preload()
+        resolve(verb)
 
 
 def _remove(path: str) -> None:

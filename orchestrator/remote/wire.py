@@ -787,7 +787,7 @@ CONTRACT: Dict[str, VerbContract] = {
     "http": VerbContract(HttpSpec, HttpResult, handler="http:run", timeout_s=60.0, session=True),
     "loadgen": VerbContract(
         LoadgenSpec, LoadgenResult, (PhaseEvent, ProgressEvent, RequestRecord),
-        handler="loadgen:run", timeout_s=600.0,
+        handler="loadrunner:run", timeout_s=600.0,
     ),
     "read_model_configs": VerbContract(
         ReadModelConfigsSpec, ReadModelConfigsResult, handler="modelfiles:run", timeout_s=120.0,

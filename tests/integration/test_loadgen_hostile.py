@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.cli.main import run as run_cli
-from orchestrator.remote import loadgen as loadgen_verb
+from orchestrator.remote import loadrunner
 from orchestrator.results.model import RunResult
 from tests.fixtures.simserver import MODEL as SIM
 from tests.fixtures.simserver import start_sim, stop_sim
@@ -182,7 +182,7 @@ def test_the_verbs_result_counts_reconciled_requests_and_mismatches(hostile: Hos
         "progress_interval_s": 60,
     }
     events: list[object] = []
-    result = loadgen_verb.run(spec, events.append)
+    result = loadrunner.run(spec, events.append)
     assert (result.requests, result.completed, result.failed) == (len(SCRIPT), 2, 6)
     assert (result.reconciled, result.token_count_mismatches) == (2, 2)
     assert result.output_tokens == 32

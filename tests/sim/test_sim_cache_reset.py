@@ -14,7 +14,7 @@ from sim_helpers import call, free_port
 from orchestrator.config import RunSpec, WorkloadSpec
 from orchestrator.engines import get_engine
 from orchestrator.loadgen.prompts import build_loadgen_spec, load_prompts
-from orchestrator.remote import loadgen
+from orchestrator.remote import loadgen, loadrunner
 from orchestrator.sim.cache import DEV_MODE_WARNING, FLUSH_TEXT
 
 MODEL = "Qwen/Qwen3-8B"
@@ -137,7 +137,7 @@ def test_the_load_generator_resets_before_each_load_point(start_sim, engine) -> 
             cache_reset=reset,
         )
         records: list = []
-        results.append(loadgen.run(spec.to_json(), records.append))
+        results.append(loadrunner.run(spec.to_json(), records.append))
         starts = [r.start_wall for r in records if hasattr(r, "start_wall")]
         windows.append((min(starts), max(starts)))
     assert [r.cache_reset for r in results] == ["ok", "ok"]

@@ -16,7 +16,7 @@ from orchestrator.config import HostConfig, RunSpec, WorkloadSpec
 from orchestrator.engines import get_engine
 from orchestrator.engines.base import CacheReset
 from orchestrator.loadgen.prompts import build_loadgen_spec, load_prompts
-from orchestrator.remote import loadgen
+from orchestrator.remote import loadgen, loadrunner
 from orchestrator.remote.protocol import AgentFailure
 from orchestrator.remote.wire import CacheResetSpec
 
@@ -175,7 +175,7 @@ def _run(server: Any, **reset: Any) -> Any:
         "api_key": "sk-1",
         "cache_reset": {"path": "/reset", "retry_interval_s": 0.05, **reset},
     }
-    return loadgen.run(spec, lambda event: None)
+    return loadrunner.run(spec, lambda event: None)
 
 
 def test_the_reset_comes_before_any_request_and_retries_while_refused(engine: Any) -> None:
@@ -212,5 +212,5 @@ def test_no_reset_asked_none_made(engine: Any) -> None:
         "prompts": {"kind": "list", "items": ["hi"]},
         "num_prompts": 1,
     }
-    assert loadgen.run(spec, lambda event: None).cache_reset is None
+    assert loadrunner.run(spec, lambda event: None).cache_reset is None
     assert [path for _, path, _ in engine.seen] == ["/v1/chat/completions"]

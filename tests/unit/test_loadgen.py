@@ -29,7 +29,7 @@ from orchestrator.config.playbook import WorkloadSpec
 from orchestrator.loadgen.prompts import build_loadgen_spec, load_prompts
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.summary import request_stats
-from orchestrator.remote import loadgen, tokens
+from orchestrator.remote import loadgen, loadrunner, tokens
 from orchestrator.remote.protocol import AgentFailure
 from orchestrator.remote.wire import (
     CONTRACT_VERSION,
@@ -218,7 +218,7 @@ def test_requests_are_seeded_unless_greedy(temperature, seeded):
     ],
 )
 def test_prompt_fields_say_whether_random_lengths_are_exact(source, count, exact, fields):
-    assert loadgen.prompt_fields(source, count, exact) == fields
+    assert loadrunner.prompt_fields(source, count, exact) == fields
     result = LoadgenResult.from_json(
         {"requests": 0, "completed": 0, "failed": 0, "duration_s": 0.0, **fields}
     )
@@ -395,7 +395,7 @@ def test_unreachable_server_is_recorded_not_raised():
         "concurrency": 2,
         "timeout_s": 5,
     }
-    res = loadgen.run(spec, events.append)
+    res = loadrunner.run(spec, events.append)
     records = [e for e in events if isinstance(e, RequestRecord)]
     assert [(r.index, r.warmup) for r in sorted(records, key=lambda r: r.index)] == [
         (0, True),
@@ -449,7 +449,7 @@ def recorder() -> Iterator[ThreadingHTTPServer]:
 
 def sent_bodies(server: ThreadingHTTPServer, spec: dict) -> list[dict]:
     server.bodies.clear()  # type: ignore[attr-defined]
-    result = loadgen.run({**spec, "port": server.server_address[1]}, lambda event: None)
+    result = loadrunner.run({**spec, "port": server.server_address[1]}, lambda event: None)
     assert (result.completed, result.failed) == (spec["num_prompts"], 0)
     paths = {path for path, _ in server.bodies}  # type: ignore[attr-defined]
     assert paths == {"/v1/chat/completions"}
@@ -512,7 +512,7 @@ def test_a_closed_loop_ramps_its_first_wave():
         "temperature": 0,
     }
     try:
-        result = loadgen.run(spec, events.append)
+        result = loadrunner.run(spec, events.append)
     finally:
         server.shutdown()
         server.server_close()
@@ -623,7 +623,7 @@ def test_closed_loop_matches_the_simulators_ground_truth(sim):
     )
     prompts = load_prompts(workload, base_dir=".")
     spec = build_loadgen_spec(workload, prompts, port=sim, served_name="Qwen/Qwen3.6-27B")
-    result = loadgen.run(spec.to_json(), events.append)
+    result = loadrunner.run(spec.to_json(), events.append)
     records = records_of(events)
     truth = ground_truth(sim, since)
 
@@ -740,7 +740,7 @@ def test_server_killed_mid_run_is_recorded(tmp_path: Path):
         "timeout_s": 10,
     }
     try:
-        result = loadgen.run(spec, emit)
+        result = loadrunner.run(spec, emit)
     finally:
         stop_sim(proc)
     records = records_of(events)

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from orchestrator.remote import loadgen
+from orchestrator.remote import loadrunner
 from orchestrator.remote.outbox import Outbox
 from orchestrator.remote.wire import PhaseEvent, ProgressEvent, RequestRecord, Wire
 
@@ -107,7 +107,7 @@ def spec(prompts: int) -> dict[str, object]:
 
 def test_a_run_writes_every_record_in_order_before_its_result() -> None:
     events: list[Wire] = []
-    result = loadgen.run(spec(300), events.append)
+    result = loadrunner.run(spec(300), events.append)
     phases = [n for n, e in enumerate(events) if isinstance(e, PhaseEvent)]
     records = [e for e in events if isinstance(e, RequestRecord)]
     assert sorted(r.index for r in records) == list(range(302))  # each exactly once
@@ -127,5 +127,5 @@ def test_a_run_whose_records_cannot_be_written_fails() -> None:
         written.append(event)
 
     with pytest.raises(OSError) as failed:
-        loadgen.run(spec(100), emit)
+        loadrunner.run(spec(100), emit)
     assert failed.value.errno == errno.ENOSPC

@@ -406,7 +406,7 @@ def test_preregistered_verbs() -> None:
         "prune": "prune:run",
         "status": "lifecycle:status",
         "http": "http:run",
-        "loadgen": "loadgen:run",
+        "loadgen": "loadrunner:run",
         "read_model_configs": "modelfiles:run",
     }
 
