@@ -41,7 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.remote import loadrunner
-from orchestrator.remote.main import make_emit
+from orchestrator.remote.dispatch import make_emit
 from orchestrator.remote.stats import percentile
 from orchestrator.remote.wire import LoadgenResult, RequestRecord, Wire
 from orchestrator.sim.sandbox import Sandbox, prepare_sandbox

@@ -23,7 +23,7 @@ import json
 import threading
 from typing import IO, Any, Dict, Optional
 
-from .main import checked_version, dispatch
+from .dispatch import checked_version, dispatch
 from .protocol import AgentFailure, write_event
 from .wire import CONTRACT, ErrorEvent, ErrorKind, error_line
 

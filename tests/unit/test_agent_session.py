@@ -16,8 +16,8 @@ import pytest
 from orchestrator.agent import client as agent_client
 from orchestrator.agent.client import STREAM_SILENCE_S, VERB_TIMEOUT_S, Agent, AgentClient
 from orchestrator.agent.fake import FakeAgent
+from orchestrator.remote import dispatch, session
 from orchestrator.remote import main as agent_main
-from orchestrator.remote import session
 from orchestrator.remote.wire import (
     CONTRACT,
     CONTRACT_VERSION,
@@ -109,8 +109,8 @@ def test_requests_run_concurrently(
     def fast(spec: dict[str, Any], emit: Any) -> Wire:
         return EchoResult(payload="fast", argv=[], env={})
 
-    monkeypatch.setitem(agent_main.VERBS, "slow", slow)
-    monkeypatch.setitem(agent_main.VERBS, "fast", fast)
+    monkeypatch.setitem(dispatch.VERBS, "slow", slow)
+    monkeypatch.setitem(dispatch.VERBS, "fast", fast)
     pipe, out, _ = served
     pipe.send({"id": 1, "verb": "slow", "spec": {"v": V}})
     pipe.send({"id": 2, "verb": "fast", "spec": {"v": V}})
@@ -153,7 +153,7 @@ def test_the_session_ends_at_stdin_eof(served: tuple[Pipe, Lines, threading.Thre
 
 
 def test_the_agent_dispatches_exactly_the_table() -> None:
-    assert {verb: c.handler for verb, c in CONTRACT.items()} == agent_main.VERBS
+    assert {verb: c.handler for verb, c in CONTRACT.items()} == dispatch.VERBS
     assert all(c.handler.count(":") == 1 for c in CONTRACT.values())
 
 

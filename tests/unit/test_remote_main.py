@@ -15,6 +15,7 @@ import pytest
 
 from orchestrator.agent.bundle import build_bundle
 from orchestrator.agent.client import decode_output
+from orchestrator.remote import dispatch as agent_dispatch
 from orchestrator.remote import main as agent_main
 from orchestrator.remote.protocol import AgentFailure
 from orchestrator.remote.wire import (
@@ -130,7 +131,7 @@ def test_unknown_verb(pyz: Path, tmp_path: Path) -> None:
             "event": "error",
             "kind": "unknown_verb",
             "message": "unknown verb 'frobnicate'",
-            "details": {"verb": "frobnicate", "known": sorted(agent_main.VERBS)},
+            "details": {"verb": "frobnicate", "known": sorted(agent_dispatch.VERBS)},
         }
     ]
     assert not spec_path.exists()  # deleted even though no verb read it
@@ -216,6 +217,7 @@ def test_stray_prints_and_child_output_go_to_stderr(tmp_path: Path) -> None:
     spec_path = write_spec(tmp_path / "s.json", {})
     script = (
         "import os, subprocess, sys\n"
+        "import orchestrator.remote.dispatch as d\n"
         "import orchestrator.remote.main as m\n"
         "from orchestrator.remote.wire import StatusResult, TailLines\n"
         "def noisy(spec, emit):\n"
@@ -223,7 +225,7 @@ def test_stray_prints_and_child_output_go_to_stderr(tmp_path: Path) -> None:
         "    subprocess.run(['echo', 'hello from a child'], check=True)\n"
         "    emit(TailLines(offset=0, next=7, lines=['ünï']))\n"
         "    return StatusResult(servers=[])\n"
-        "m.VERBS['noisy'] = noisy\n"
+        "d.VERBS['noisy'] = noisy\n"
         "sys.exit(m.main(sys.argv[1:]))\n"
     )
     proc = subprocess.run(
@@ -252,7 +254,7 @@ def dispatch(
     handler: Any,
     spec: dict[str, Any] | None = None,
 ) -> tuple[int, list[dict[str, Any]]]:
-    monkeypatch.setitem(agent_main.VERBS, "t", handler)
+    monkeypatch.setitem(agent_dispatch.VERBS, "t", handler)
     spec_path = write_spec(tmp_path / "t.json", spec or {})
     out = io.StringIO()
     code = agent_main.run_verb(["t", str(spec_path)], out)
@@ -396,7 +398,7 @@ def test_registered_verb_whose_module_is_absent(
 
 
 def test_preregistered_verbs() -> None:
-    assert agent_main.VERBS == {
+    assert agent_dispatch.VERBS == {
         "echo": "echo:run",
         "probe": "probe:run",
         "launch": "lifecycle:launch",

@@ -285,7 +285,8 @@ def test_a_watched_verb_ends_when_its_controller_goes_away(tmp_path: Path) -> No
         "    except KeyboardInterrupt:\n"
         "        print('verb interrupted', file=sys.stderr, flush=True)\n"
         "        raise\n"
-        "m.VERBS['forever'] = forever\n"
+        "import orchestrator.remote.dispatch as d\n"
+        "d.VERBS['forever'] = forever\n"
         "m.WATCHED = ('forever',)\n"
         "sys.exit(m.main(sys.argv[1:]))\n"
     )

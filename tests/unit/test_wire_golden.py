@@ -27,7 +27,8 @@ from orchestrator.agent.bundle import build_bundle
 from orchestrator.agent.client import Agent
 from orchestrator.config.hostconfig import HostConfig
 from orchestrator.errors import AgentError, RemoteCommandError
-from orchestrator.remote.main import VERBS, run_verb
+from orchestrator.remote.dispatch import VERBS
+from orchestrator.remote.main import run_verb
 from orchestrator.remote.wire import (
     CONTRACT,
     CONTRACT_VERSION,
