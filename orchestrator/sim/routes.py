@@ -14,26 +14,63 @@ import functools
 import http
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping
+from typing import Any, Protocol
 
 from aiohttp import web
 
 from orchestrator.sim import openai_api as api
 from orchestrator.sim.cache import FLUSH_TEXT
-from orchestrator.sim.engine import SimRequest
-from orchestrator.sim.logs import vllm_request_lines
+from orchestrator.sim.cli import LaunchConfig
+from orchestrator.sim.engine import EngineCore, SimRequest
+from orchestrator.sim.logs import EngineLog, vllm_request_lines
+from orchestrator.sim.metrics import SglangMetrics, VllmMetrics
+from orchestrator.sim.narrator import Narrator
+from orchestrator.sim.startup import Plan
 from orchestrator.sim.timing import natural_length, request_rng
-
-if TYPE_CHECKING:
-    from orchestrator.sim.server import SimServer
 
 _Handler = Any
 # what vLLM's streams say when its engine core died (EngineDeadError)
 DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 
 
+class Served(Protocol):
+    """What the endpoints read of the engine process (``server.py: SimServer``, which builds
+    them, so they name its attributes rather than import it back)."""
+
+    @property
+    def cfg(self) -> LaunchConfig: ...
+    @property
+    def env(self) -> Mapping[str, str]: ...
+    @property
+    def log(self) -> EngineLog: ...
+    @property
+    def say(self) -> Narrator: ...
+    @property
+    def vllm(self) -> bool: ...
+    @property
+    def dev_mode(self) -> bool: ...
+    @property
+    def fingerprint(self) -> str | None: ...
+    @property
+    def started(self) -> float: ...
+    @property
+    def ready(self) -> bool: ...
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def plan(self) -> Plan | None: ...
+    @property
+    def engine(self) -> EngineCore | None: ...
+    @property
+    def metrics(self) -> VllmMetrics | SglangMetrics | None: ...
+    def reset_prefix_cache(self) -> bool: ...
+    def truth(self) -> dict[str, Any]: ...
+    def version(self) -> str: ...
+
+
 class Routes:
-    def __init__(self, server: SimServer) -> None:
+    def __init__(self, server: Served) -> None:
         self.s = server
         self.cfg = server.cfg
         self._seen: dict[str, int] = {}

@@ -48,10 +48,7 @@ LAYERS: tuple[str, ...] = (
 SIM_ENTRY_POINTS: frozenset[str] = frozenset({"orchestrator.commands.session"})
 
 # Edges that still break the layers, each with why it is tolerated; a stale entry fails.
-KNOWN: Mapping[tuple[str, str], str] = {
-    # module cycles through a TYPE_CHECKING or lazy import, the shared type still to move down
-    ("orchestrator.sim.routes", "orchestrator.sim.server"): "SimServer",
-}
+KNOWN: Mapping[tuple[str, str], str] = {}
 
 SCREEN = ("rich", "typer", "orchestrator.cli")
 
