@@ -220,6 +220,21 @@ def chunk_steps(record: RequestRecord) -> tuple[int, int]:
     return max(0, after), steps
 
 
+def merged_chunks(records: Sequence[RequestRecord], num_draft_tokens: int) -> int:
+    """Chunks (after each request's first) carrying more tokens than one decode step can make,
+    ``num_draft_tokens`` + 1: the engine's server fell behind its engine and sent several
+    steps as one delta. Tokens per chunk then counts fewer steps than were run and overstates
+    the acceptance length. Only records whose per-chunk counts are exact are read."""
+    most = num_draft_tokens + 1
+    return sum(
+        1
+        for r in records
+        if r.token_count_method in PER_CHUNK_COUNTS
+        for c in r.chunks[1:]
+        if c.tokens > most
+    )
+
+
 def _gaps(record: RequestRecord) -> list[tuple[float, int]]:
     """(gap before chunk i, tokens of chunk i) for the chunks after the first."""
     c = record.chunks

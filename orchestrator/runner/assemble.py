@@ -25,7 +25,7 @@ from orchestrator.errors import OrchError
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.acceptance import combine_acceptance
 from orchestrator.metrics.logparse import LogSummary
-from orchestrator.metrics.summary import RequestStats, request_stats
+from orchestrator.metrics.summary import RequestStats, merged_chunks, request_stats
 from orchestrator.results.manifest import Manifest
 from orchestrator.results.model import (
     CPU_DEVICE,
@@ -181,7 +181,7 @@ def _measured(result: RunResult, m: Measured, loadgen: LoadgenResult) -> Assembl
     acc = combine_acceptance(
         prometheus=prom.acceptance_length if prom else None,
         log=log.acceptance_length if log else None,
-        client=requests.tokens_per_chunk if requests else None,
+        client=_client_acceptance(m, requests, notes),
         per_position_prometheus=(prom.per_position or None) if prom else None,
         per_position_log=log.per_position_acceptance if log else None,
         speculative=spec.enabled,
@@ -207,6 +207,25 @@ def _measured(result: RunResult, m: Measured, loadgen: LoadgenResult) -> Assembl
         }
     )
     return Assembled(result, assessment)
+
+
+def _client_acceptance(
+    m: Measured, requests: RequestStats | None, notes: list[str]
+) -> float | None:
+    """Tokens per chunk, the client's acceptance figure, unless chunks show the engine merged
+    decode steps (then it overstates: left out, with a note saying why)."""
+    if requests is None or requests.tokens_per_chunk is None:
+        return None
+    drafts = m.settings.speculative.num_draft_tokens
+    merged = merged_chunks(m.records, drafts) if drafts is not None else 0
+    if drafts is not None and merged:
+        notes.append(
+            f"client: {merged} chunk(s) carried more than {drafts + 1} tokens, more than one "
+            "decode step makes: the engine's server merged steps (it fell behind), so tokens "
+            "per chunk would overstate the acceptance length and is left out"
+        )
+        return None
+    return requests.tokens_per_chunk
 
 
 def failure_kind(record: RequestRecord) -> str:

@@ -335,8 +335,21 @@ def test_client_acceptance_is_vllms_where_every_step_drafts(measured: Measured, 
     engine drafts at every step (a draft model) and sends one chunk per step."""
     for result in measured.of(run):
         assert result.acceptance is not None and result.acceptance.prometheus is not None
+        if merged_steps(result):
+            continue
         near(result.acceptance.client, result.acceptance.prometheus, f"{run} client")
         assert result.acceptance.disagreement == []
+
+
+def merged_steps(result: RunResult) -> bool:
+    """Whether orch found chunks larger than one decode step makes: vLLM's API server, behind
+    its engine on a busy CPU, merged steps into one delta, and orch then leaves the client's
+    figure out (it would count fewer steps than were run) and says so."""
+    assert result.acceptance is not None
+    merged = [n for n in result.acceptance.notes if n.startswith("client:")]
+    if merged:
+        assert result.acceptance.client is None and "merged steps" in merged[0], merged
+    return bool(merged)
 
 
 def test_ngram_client_figure_counts_its_undrafted_steps(measured: Measured) -> None:
@@ -344,7 +357,10 @@ def test_ngram_client_figure_counts_its_undrafted_steps(measured: Measured) -> N
     one-token steps between drafts, so it is at most vLLM's figure, never above it."""
     for result in measured.of("ngram"):
         acceptance = result.acceptance
-        assert acceptance is not None and acceptance.prometheus and acceptance.client
+        assert acceptance is not None and acceptance.prometheus
+        if merged_steps(result):
+            continue
+        assert acceptance.client is not None, acceptance
         assert 1.0 < acceptance.client <= acceptance.prometheus * (1 + REL), acceptance
 
 

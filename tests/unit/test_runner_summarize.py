@@ -191,6 +191,25 @@ def test_a_spec_line_in_the_window_needs_no_note(plans) -> None:
     assert not [n for n in acc.notes if n.startswith("log:")]
 
 
+def test_client_figure_left_out_when_the_engine_merged_decode_steps(plans) -> None:
+    """num_draft_tokens 3: a step makes at most 4 tokens, so a 7-token chunk is two steps the
+    server sent as one: tokens per chunk would overstate acceptance; without one it stands."""
+    lines = [ENGINE_LINE.format(gen=12.0), SPEC_LINE]
+    steady = [record(0, start=1.0, due=1.0), record(1, start=1.3, due=1.3)]
+    acc = summarize(plans["vllm-dflash"], live("vllm", [], lines, steady), loadgen()).acceptance
+    assert acc is not None and acc.client == pytest.approx(7 / 3)  # (3 + 3 + 1) / 3 steps
+    assert not [n for n in acc.notes if n.startswith("client:")]
+    merged = dataclasses.replace(steady[1], chunks=(Chunk(0.05, 1), Chunk(0.15, 7)))
+    state = live("vllm", [], lines, [steady[0], merged])
+    acc = summarize(plans["vllm-dflash"], state, loadgen()).acceptance
+    assert acc is not None and acc.client is None and acc.length == pytest.approx(3.0)
+    assert [n for n in acc.notes if n.startswith("client:")] == [
+        "client: 1 chunk(s) carried more than 4 tokens, more than one decode step makes: the "
+        "engine's server merged steps (it fell behind), so tokens per chunk would overstate the "
+        "acceptance length and is left out"
+    ]
+
+
 @pytest.mark.parametrize(
     ("engine", "env", "argv", "expected"),
     [
