@@ -24,14 +24,7 @@ from orchestrator.results.store import write_json, write_text
 SCHEMA_VERSION = 1
 MD_FILE = "nightly.md"
 JSON_FILE = "nightly.json"
-SECTIONS: tuple[Verdict, ...] = (
-    "failure",
-    "regression",
-    "suspicious",
-    "could_not_measure",
-    "insufficient_data",
-    "improvement",
-)
+SECTIONS: tuple[Verdict, ...] = tuple(v for v in VERDICT_ORDER if v != "ok")  # worst first
 HEADINGS: dict[Verdict, str] = {
     "failure": "Failures (acceptance collapse)",
     "regression": "Regressions",
