@@ -14,7 +14,7 @@ import asyncio
 import json
 import signal
 from collections.abc import AsyncGenerator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,13 +34,16 @@ from orchestrator.remote.wire import (
     LoadgenSpec,
     PhaseEvent,
     ProbeResult,
+    StatusResult,
     StatusSpec,
     StopResult,
     StopSpec,
     Wire,
 )
+from orchestrator.results.model import RunResult
 from orchestrator.runner import server as server_mod
 from orchestrator.runner.preflight import DoctorResult, HostSession
+from orchestrator.sim.failures import not_enough_memory
 from tests.unit.test_run_hosts import GOLDEN
 from tests.unit.test_runner_fake_agent import LOG, MODEL, launched, measured, stopped
 
@@ -215,3 +218,45 @@ def test_a_stop_signal_stops_every_server_and_exits_128_plus_n(
     for agent in agents.values():  # every server launched was stopped, the clean-up not cut
         assert len(run_ids(agent, "launch")) == 1
         assert run_ids(agent, "stop") == run_ids(agent, "launch")
+
+
+# -- a start-up death, classified (issue 9, item 14; the real path: test_run_e2e.py) ----------
+
+
+def test_sglang_not_enough_memory_is_a_classified_failure(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """SGLang's memory pool gets no token: the run fails with the cause, the log lines that
+    name the flag, and the hint in the engine-neutral setting's words."""
+    death = [
+        "[2026-01-01 00:00:00] server_args=ServerArgs(model_path='Qwen/Qwen3.6-27B', tp_size=2)",
+        "[2026-01-01 00:00:01] Load weight end. type=Qwen3ForCausalLM, mem usage=25.61 GB.",
+        *not_enough_memory("sglang").traceback,  # what the simulator prints (ORCH_SIM_FAIL=memory)
+    ]
+    log = FakeLog(death, exited=True)
+
+    def make(host: HostConfig) -> FakeAgent:
+        dead = status_of("r", alive=False, returncode=1, log_size=log.size)
+
+        def status(spec: Wire) -> Any:
+            assert isinstance(spec, StatusSpec) and spec.run_id is not None
+            return StatusResult(servers=[replace(dead.servers[0], run_id=spec.run_id)])
+
+        return serving(FakeAgent(host)).always("status", status).always("tail", log)
+
+    agents = fake_hosts(monkeypatch, make)
+    runs = "  - {name: sglang-mem, hosts: [emb-1], engine: sglang, tensor_parallel: 2}\n"
+    code = orch_run(tmp_path, runs)
+    text = said(capsys)
+
+    assert code == 1, text
+    [summary] = (tmp_path / "results").glob("*/sglang-mem_emb-1/summary.json")
+    result = RunResult.load(summary)
+    assert result.verdict == "failed"
+    assert result.error is not None and result.error.cause == "kv_cache_memory"
+    assert "died during start-up: not enough memory for the KV cache" in result.error.message
+    assert any("--mem-fraction-static" in line for line in result.error.log_tail)
+    assert "raise gpu_memory_fraction" in text
+    [agent] = agents.values()
+    assert "http" not in [c.verb for c in agent.calls]  # dead: never asked for readiness
+    assert run_ids(agent, "stop") == run_ids(agent, "launch")  # and still stopped
