@@ -11,6 +11,9 @@ that no engine process is left on the host:
 - the engine is killed with SIGKILL while measuring: the run fails, non-zero exit;
 - two `orch run` at once on one host and port: the second is refused, naming the first run;
 - the engine stays healthy but answers every request with HTTP 500: the run fails.
+
+A start-up death's cause (SGLang's "Not enough memory") is checked on a FakeAgent, in
+tests/unit/test_runner_faults_fake.py; a start-up death through `orch run` is in test_run_e2e.py.
 """
 
 from __future__ import annotations
@@ -358,43 +361,6 @@ def test_a_second_orch_run_on_the_same_host_and_port_is_refused(
     assert done.verdict == "ok" and done.requests is not None and done.requests.completed == 40
     assert [p.parent.name for p in server_records(host)] == [first_id]  # the second never ran
     assert not (host.workdir / "locks" / f"port-{port}.lock").exists()  # released by the stop
-    no_engine_left(host)
-
-
-# -- item 14: SGLang's "Not enough memory" start-up death ------------------------------------
-
-
-def test_sglang_not_enough_memory_is_a_classified_failure(
-    sshd_factory: SshdFactory, tmp_path: Path
-) -> None:
-    host = sshd_factory.start("gpu")
-    hosts = write_hosts(tmp_path, sshd_factory, {"gpu": host_entry(host, ORCH_SIM_FAIL="memory")})
-    playbook = tmp_path / "mem.yaml"
-    playbook.write_text(
-        yaml.safe_dump(
-            {
-                "name": "mem",
-                "hosts": ["gpu"],
-                "runs": [
-                    {
-                        "name": "sglang-mem",
-                        "engine": "sglang",
-                        "model": SERVED,
-                        "tensor_parallel": 2,
-                        "port": free_port(),
-                        "workload": {"prompts": "builtin:chat", "num_prompts": 2},
-                    }
-                ],
-            }
-        )
-    )
-    code, console = finish(orch_popen(tmp_path, playbook, hosts, "mem"), tmp_path, "mem")
-    assert code == 1, console
-    result = only_summary(tmp_path, "mem")
-    assert result.error is not None and result.error.cause == "kv_cache_memory"
-    assert "died during start-up: not enough memory for the KV cache" in result.error.message
-    assert any("--mem-fraction-static" in line for line in result.error.log_tail)
-    assert "raise gpu_memory_fraction" in console
     no_engine_left(host)
 
 

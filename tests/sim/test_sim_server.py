@@ -381,6 +381,21 @@ STARTUP_FAILURES = [
         "NCCL error",
     ),
     (
+        [
+            "python",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            "Qwen/Qwen3.6-27B",
+            "--port",
+            "{port}",
+            "--tp-size",
+            "2",
+        ],
+        {"ORCH_SIM_FAIL": "memory"},
+        "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
+    ),
+    (
         ["vllm", "serve", "Qwen/Qwen3.6-27B", "--port", "{port}", "-tp", "4"],
         {},
         "please set tensor_parallel_size (4) to less than max local gpu count (2)",
