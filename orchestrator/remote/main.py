@@ -129,11 +129,17 @@ def _protocol_stream() -> io.TextIOWrapper:
     Handlers, the libraries they call and the processes they start may print; one stray line
     on stdout would corrupt the protocol, so stdout is re-pointed at stderr and the protocol
     gets a private duplicate of the original fd, always UTF-8 whatever the remote locale.
+
+    Buffered: a write to a pipe or socket that a signal interrupts returns short, and a text
+    wrapper straight over the raw file drops the rest: a long result line (a load point's
+    /metrics scrapes) arrived cut at 64-128 kB, "exited with status 0 without a result".
+    ``BufferedWriter`` writes the rest.
     """
     sys.stdout.flush()
     fd = os.dup(1)
     os.dup2(2, 1)
-    return io.TextIOWrapper(io.FileIO(fd, "w"), encoding="utf-8", newline="\n", line_buffering=True)
+    raw = io.BufferedWriter(io.FileIO(fd, "w"))
+    return io.TextIOWrapper(raw, encoding="utf-8", newline="\n", line_buffering=True)
 
 
 def stdin_is_a_channel() -> bool:

@@ -6,8 +6,10 @@ import errno
 import io
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -455,3 +457,31 @@ def test_decode_output(
     assert decoded.events == events
     assert decoded.noise == noise
     assert (decoded.final or {}).get("event") == final
+
+
+CUT_WRITE = """
+import os, signal, sys
+sys.path.insert(0, sys.argv[1])
+from orchestrator.remote import main
+signal.signal(signal.SIGUSR1, lambda *_: None)
+out = main._protocol_stream()
+sys.stderr.write("ready\\n"); sys.stderr.flush()
+out.write("{" + "x" * 400000 + "}\\n")
+"""
+
+
+def test_a_signal_during_a_blocked_write_loses_no_protocol_bytes() -> None:
+    """The controller reads slowly (a busy host): the agent's write of a long line blocks on
+    the full pipe, and signals arrive meanwhile. Every byte of the line still arrives."""
+    root = str(Path(agent_main.__file__).resolve().parents[2])
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CUT_WRITE, root], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stderr.readline() == b"ready\n"
+    for _ in range(20):  # the pipe holds 64 kB: the write is blocked for most of these
+        time.sleep(0.02)
+        proc.send_signal(signal.SIGUSR1)
+    data = proc.stdout.read()
+    assert proc.wait(timeout=30) == 0
+    assert len(data) == 400003 and data.endswith(b"}\n")
