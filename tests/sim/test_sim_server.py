@@ -25,6 +25,11 @@ DFLASH = '{"method": "dflash", "model": "z-lab/Qwen3.6-27B-DFlash", "num_specula
 BROKEN = '{"method": "dflash", "model": "orch-demo/Qwen3.6-27B-DFlash-broken", "num_speculative_tokens": 15}'
 KEY = {"Authorization": "Bearer sk-test"}
 
+SGLANG_TP2 = [
+    "python", "-m", "sglang.launch_server", "--model-path", "Qwen/Qwen3.6-27B", "--port", "{port}",
+    "--tp-size", "2",
+]  # fmt: skip
+
 
 def vllm_argv(port: int, spec: str | None = None, *extra: str) -> list[str]:
     argv = ["vllm", "serve", "Qwen/Qwen3.6-27B", "--host", "127.0.0.1", "--port", str(port),
@@ -381,17 +386,7 @@ STARTUP_FAILURES = [
         "NCCL error",
     ),
     (
-        [
-            "python",
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            "Qwen/Qwen3.6-27B",
-            "--port",
-            "{port}",
-            "--tp-size",
-            "2",
-        ],
+        SGLANG_TP2,
         {"ORCH_SIM_FAIL": "memory"},
         "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
     ),
@@ -463,15 +458,7 @@ STARTUP_FAILURES = [
     ),
     (
         [
-            "python",
-            "-m",
-            "sglang.launch_server",
-            "--model-path",
-            "Qwen/Qwen3.6-27B",
-            "--port",
-            "{port}",
-            "--tp-size",
-            "2",
+            *SGLANG_TP2,
             "--speculative-algorithm",
             "DFLASH",
         ],

@@ -68,10 +68,10 @@ class BusyAgent(FakeAgent):
             yield event
 
 
-def host_agent(host: HostConfig) -> FakeAgent:
-    """A host whose every server starts, serves two requests a measurement and stops."""
+def serving(agent: FakeAgent) -> FakeAgent:
+    """``agent`` scripted as a host whose every server starts, is ready, serves and stops;
+    its load generator is left to the caller."""
     models = json.dumps({"data": [{"id": MODEL}]})
-    done = LoadgenResult(requests=2, completed=2, failed=0, duration_s=1.0, started_at=1.7e9)
 
     def status(spec: Wire) -> Any:
         assert isinstance(spec, StatusSpec) and spec.run_id is not None
@@ -82,14 +82,19 @@ def host_agent(host: HostConfig) -> FakeAgent:
         return stopped(spec.run_id)
 
     return (
-        BusyAgent(host)
-        .always("launch", launched)
+        agent.always("launch", launched)
         .always("status", status)
         .always("http", http_answer(200, models))
-        .always("tail", FakeLog(LOG, exited=False, host=host.name))
-        .always("loadgen", Stream([PhaseEvent(phase="measure"), measured(0), measured(1), done]))
+        .always("tail", FakeLog(LOG, exited=False, host=agent.host.name))
         .always("stop", stop)
     )
+
+
+def host_agent(host: HostConfig) -> FakeAgent:
+    """A host whose every server starts, serves two requests a measurement and stops."""
+    done = LoadgenResult(requests=2, completed=2, failed=0, duration_s=1.0, started_at=1.7e9)
+    measure = Stream([PhaseEvent(phase="measure"), measured(0), measured(1), done])
+    return serving(BusyAgent(host)).always("loadgen", measure)
 
 
 def play(

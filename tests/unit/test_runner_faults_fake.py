@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from orchestrator.agent.facts import HostFacts
-from orchestrator.agent.fake import FakeAgent, FakeLog, Stream, http_answer, status_of
+from orchestrator.agent.fake import FakeAgent, FakeLog, Stream, status_of
 from orchestrator.backends import hostrun
 from orchestrator.cli import main
 from orchestrator.cli.interrupts import ManualInterrupts
@@ -44,8 +44,8 @@ from orchestrator.results.model import RunResult
 from orchestrator.runner import server as server_mod
 from orchestrator.runner.preflight import DoctorResult, HostSession
 from orchestrator.sim.failures import not_enough_memory
-from tests.unit.test_run_hosts import GOLDEN
-from tests.unit.test_runner_fake_agent import LOG, MODEL, launched, measured, stopped
+from tests.unit.test_run_hosts import GOLDEN, serving
+from tests.unit.test_runner_fake_agent import MODEL, measured
 
 HOSTS = "hosts:\n  emb-1: {transport: embedded, gpus: 2 x RTX A6000}\n"
 HOSTS += "  emb-2: {transport: embedded, gpus: 2 x RTX A6000}\n"
@@ -87,28 +87,6 @@ def fake_hosts(monkeypatch: pytest.MonkeyPatch, make: MakeAgent) -> dict[str, Fa
     monkeypatch.setattr(run_mod, "doctor_plans", doctor_plans)
     monkeypatch.setattr(hostrun, "live_agent", live_agent)
     return agents
-
-
-def serving(agent: FakeAgent) -> FakeAgent:
-    """``agent`` scripted as a host whose every server starts, is ready, serves and stops;
-    its load generator is left to the test."""
-    models = json.dumps({"data": [{"id": MODEL}]})
-
-    def status(spec: Wire) -> Any:
-        assert isinstance(spec, StatusSpec) and spec.run_id is not None
-        return status_of(spec.run_id, alive=True)
-
-    def stop(spec: Wire) -> Any:
-        assert isinstance(spec, StopSpec) and spec.run_id is not None
-        return stopped(spec.run_id)
-
-    return (
-        agent.always("launch", launched)
-        .always("status", status)
-        .always("http", http_answer(200, models))
-        .always("tail", FakeLog(LOG, exited=False, host=agent.host.name))
-        .always("stop", stop)
-    )
 
 
 def orch_run(tmp_path: Path, runs: str, interrupts: ManualInterrupts | None = None) -> int:
