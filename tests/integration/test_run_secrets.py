@@ -39,7 +39,9 @@ HOSTS = {
                 "HF_TOKEN": "${ORCH_T_HF}",
                 "NCCL_P2P_DISABLE": "${ORCH_T_P2P}",
                 "ORCH_SIM_LOAD_S": "0.2",
-                "ORCH_SIM_SPEED": "8",
+                # speed 2: a decode step outlasts a busy CPU's client lag (a first chunk
+                # read with the second fails the run as client-saturated)
+                "ORCH_SIM_SPEED": "2",
                 "VLLM_LOG_STATS_INTERVAL": "1",
             },
         }
