@@ -58,6 +58,7 @@ __all__ = [
 DEVNULL = "/dev/null"  # a job whose output orch sends elsewhere itself
 COMMAND_TIMEOUT_S = 60.0  # a busy slurmctld can take seconds to answer, never minutes
 OUTPUT_TAIL_LINES = 20
+FIRST_POLL_S = 0.1  # a pending job: then 0.2, 0.4 ... up to ``poll``
 SCRIPT_MODE = 0o755
 # What Slurm says of a job it no longer knows (purged after MinJobAge, or never was)
 UNKNOWN_JOB = "Invalid job id specified"
@@ -261,10 +262,15 @@ async def wait_running(
     ``on_state`` hears every change of state or reason (PENDING Priority -> PENDING Resources
     -> RUNNING). Past ``pending_timeout`` seconds the job is cancelled and AllocationTimeout
     raised; a job that ends first raises AllocationFailed.
+
+    The first looks come quickly, then every ``poll``: on an idle partition the job runs
+    within a scheduler pass, and a fixed 2 s poll would add a second to every run; a job that
+    waits for resources costs four more squeue calls in all.
     """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + pending_timeout
     seen: tuple[str, str | None] | None = None
+    polls = 0
     while True:
         job = await job_state(conn, job_id)
         if job is None:
@@ -284,7 +290,8 @@ async def wait_running(
             raise AllocationTimeout(
                 conn.host, job_id=job_id, state=job.state, reason=job.reason, waited=pending_timeout
             )
-        await asyncio.sleep(min(poll, left))
+        await asyncio.sleep(min(poll, left, FIRST_POLL_S * 2 ** min(polls, 16)))
+        polls += 1
 
 
 async def _failed(conn: Connection, job: JobState) -> AllocationFailed:
