@@ -41,7 +41,7 @@ PLAYBOOK = {
             "workload": {
                 "prompts": "builtin:mixed",
                 "num_prompts": 4,
-                "concurrency": 2,
+                "concurrency": 1,  # one stream: no wave of first tokens for a busy client to read late
                 "max_tokens": 32,
                 "ignore_eos": True,
                 "warmup": 1,
