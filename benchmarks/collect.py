@@ -23,6 +23,8 @@ BENCHMARKS = {
     "reports": "Reports over 1,000 runs",
     "saturation": "Client saturation: the detector against the simulator's truth",
     "startup": "CLI start-up",
+    "suite": "Test suite time",
+    "suite-no-real": "Test suite time (real-engine tier off)",
 }
 HEAD = """\
 # orch's benchmarks of itself
