@@ -37,6 +37,10 @@ class Gpu:
     driver_version: str
 
 
+def _reasons(g: Gpu) -> str:
+    return "0x0000000000000001" if not g.utilization else "0x0000000000000000"
+
+
 # field -> (header, unit or "", getter)
 _GPU_FIELDS: dict[str, tuple[str, str, Callable[[Gpu], str]]] = {
     "index": ("index", "", lambda g: str(g.index)),
@@ -57,6 +61,19 @@ _GPU_FIELDS: dict[str, tuple[str, str, Callable[[Gpu], str]]] = {
     "temperature.gpu": ("temperature.gpu", "", lambda g: "34" if not g.utilization else "61"),
     "power.draw": ("power.draw", "W", lambda g: "22.51" if not g.utilization else "287.40"),
     "power.limit": ("power.limit", "W", lambda g: "300.00"),
+    # an RTX A6000's: 210/405 MHz idle, its boost clocks busy; the reasons idle (0x1) or none
+    "clocks.current.sm": (
+        "clocks.current.sm",
+        "MHz",
+        lambda g: "210" if not g.utilization else "1740",
+    ),
+    "clocks.current.memory": (
+        "clocks.current.memory",
+        "MHz",
+        lambda g: "405" if not g.utilization else "8001",
+    ),
+    "clocks_event_reasons.active": ("clocks_event_reasons.active", "", _reasons),
+    "clocks_throttle_reasons.active": ("clocks_event_reasons.active", "", _reasons),
     "pstate": ("pstate", "", lambda g: "P8" if not g.utilization else "P2"),
     "compute_cap": ("compute_cap", "", lambda g: "8.6"),
     "persistence_mode": ("persistence_mode", "", lambda g: "Enabled"),

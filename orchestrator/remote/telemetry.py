@@ -1,0 +1,360 @@
+"""GPU telemetry on the host: NVML through ctypes, ``nvidia-smi`` as the fallback, a sampler.
+
+What decides a serving configuration's cost on one's own GPUs is energy and clock time, and
+what tells "the software got slower" from "the GPU ran at another clock" is the clocks and the
+throttle reasons during the window. The agent samples them while the load generator measures.
+
+- ``NvmlReader`` reads ``libnvidia-ml.so.1`` directly (the driver's own library, no Python
+  package): the energy counter (mJ since the driver loaded, monotonic; Volta and newer), power,
+  SM and memory clocks, memory used, utilisation, temperature and the clock-event (throttle)
+  reasons. A field this GPU or driver does not offer is None, never an error.
+- ``SmiReader`` is the fallback where NVML cannot be loaded: one ``nvidia-smi --query-gpu``
+  per sample. It has no energy counter: the energy is then integrated from power (and the
+  result says so).
+- ``Sampler`` reads every ``interval_s`` on a thread of its own (a GIL-light loop of C calls,
+  so the load generator's event loop is not delayed), from before the measured window to after
+  it, and keeps every sample with its epoch time (the clock the load generator's window uses).
+
+Standard library only, Python 3.9+.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+import time
+from typing import Callable, List, NamedTuple, Optional, Sequence, Union
+
+from .gpus import na
+from .util import nvidia_smi
+
+NVML_LIBRARY = "libnvidia-ml.so.1"
+DEFAULT_INTERVAL_S = 0.1
+SMI_FIELDS = (
+    "index",
+    "power.draw",
+    "clocks.current.sm",
+    "clocks.current.memory",
+    "memory.used",
+    "utilization.gpu",
+    "temperature.gpu",
+    # the pre-r535 name, which newer drivers still accept ("clocks_event_reasons" since)
+    "clocks_throttle_reasons.active",
+)
+SMI_QUERY = [f"--query-gpu={','.join(SMI_FIELDS)}", "--format=csv,nounits"]
+
+# nvmlClocksEventReasons bits (nvml.h); a sample's ``reasons`` is their OR
+REASONS = {
+    0x1: "gpu_idle",
+    0x2: "applications_clocks",
+    0x4: "sw_power_cap",
+    0x8: "hw_slowdown",
+    0x10: "sync_boost",
+    0x20: "sw_thermal",
+    0x40: "hw_thermal",
+    0x80: "hw_power_brake",
+    0x100: "display_clocks",
+}
+_NVML_CLOCK_SM, _NVML_CLOCK_MEM, _NVML_TEMPERATURE_GPU = 1, 2, 0
+
+
+class GpuSample(NamedTuple):
+    """One GPU at one moment; on the wire a list in this order (a window holds thousands).
+
+    ``t`` is epoch seconds; ``energy_mj`` the driver's counter (None without one); ``reasons``
+    the clock-event bits (``REASONS``)."""
+
+    t: float
+    gpu: int
+    energy_mj: Optional[int]
+    power_w: Optional[float]
+    sm_mhz: Optional[int]
+    mem_mhz: Optional[int]
+    mem_used_mib: Optional[int]
+    util_pct: Optional[int]
+    temp_c: Optional[int]
+    reasons: Optional[int]
+
+
+class TelemetryUnavailable(Exception):
+    """Neither NVML nor nvidia-smi can be read: the message says why."""
+
+
+def reason_names(bits: int) -> List[str]:
+    """``0x24`` -> ``["sw_power_cap", "sw_thermal"]``; unknown bits as ``0x...``."""
+    names = [name for bit, name in REASONS.items() if bits & bit]
+    rest = bits & ~sum(REASONS)
+    return names + ([hex(rest)] if rest else [])
+
+
+# ---------------------------------------------------------------------------------------------
+# nvidia-smi: a query plus a pure parser
+
+
+def _number(text: str) -> Optional[float]:
+    value = na(text)
+    if value is None:
+        return None
+    try:
+        return float(value.split()[0])  # "84.88 W" when asked without nounits
+    except (ValueError, IndexError):
+        return None
+
+
+def _int(text: str) -> Optional[int]:
+    value = _number(text)
+    return None if value is None else int(value)
+
+
+def _bits(text: str) -> Optional[int]:
+    value = na(text)
+    if value is None:
+        return None
+    try:
+        return int(value, 16) if value.lower().startswith("0x") else int(value)
+    except ValueError:
+        return None
+
+
+def _field_name(header: str) -> str:
+    """``"power.draw [W]"`` -> ``"power.draw"``; the throttle reasons under their newer name."""
+    name = header.strip().split(" [", 1)[0].strip()
+    return name.replace("clocks_throttle_reasons.", "clocks_event_reasons.")
+
+
+def parse_smi_csv(text: str, t: float) -> List[GpuSample]:
+    """``nvidia-smi --query-gpu=... --format=csv`` (with its header, units or not) as samples
+    taken at ``t``, read by the header's field names, so any query holding the fields works;
+    a GPU without an ``index`` field is numbered by its row. Lines that do not parse (a
+    driver message, a truncated line) are left out."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not lines:
+        return []
+    column = {_field_name(h): i for i, h in enumerate(lines[0].split(","))}
+    samples = []
+    for row, line in enumerate(lines[1:]):
+        fields = [field.strip() for field in line.split(",")]  # no field here holds a comma
+        if len(fields) != len(column):
+            continue
+
+        def get(name: str, fields: List[str] = fields) -> str:
+            return fields[column[name]] if name in column else ""
+
+        index = _int(get("index"))
+        samples.append(
+            GpuSample(
+                t=t,
+                gpu=row if index is None else index,
+                energy_mj=None,
+                power_w=_number(get("power.draw")),
+                sm_mhz=_int(get("clocks.current.sm")),
+                mem_mhz=_int(get("clocks.current.memory")),
+                mem_used_mib=_int(get("memory.used")),
+                util_pct=_int(get("utilization.gpu")),
+                temp_c=_int(get("temperature.gpu")),
+                reasons=_bits(get("clocks_event_reasons.active")),
+            )
+        )
+    return samples
+
+
+class SmiReader:
+    """The fallback: one nvidia-smi call per sample (tens of ms of CPU each, so used only where
+    NVML is missing), for the GPUs of ``indices``."""
+
+    source = "nvidia-smi"
+
+    def __init__(self, indices: Sequence[int]) -> None:
+        self.indices = list(indices)
+        self.query = [*SMI_QUERY, f"--id={','.join(str(i) for i in self.indices)}"]
+
+    def read(self) -> List[GpuSample]:
+        t = time.time()
+        result = nvidia_smi(self.query)
+        if not result.ok:
+            raise TelemetryUnavailable(f"nvidia-smi: {result.error}")
+        return parse_smi_csv(result.stdout, t)
+
+    def close(self) -> None:
+        pass
+
+
+# ---------------------------------------------------------------------------------------------
+# NVML through ctypes
+
+
+class _Memory(ctypes.Structure):
+    _fields_ = [
+        ("total", ctypes.c_ulonglong),
+        ("free", ctypes.c_ulonglong),
+        ("used", ctypes.c_ulonglong),
+    ]
+
+
+class _Utilization(ctypes.Structure):
+    _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
+
+
+class NvmlReader:
+    """NVML's readings for the GPUs of ``indices`` (nvidia-smi's indices: NVML numbers the
+    devices alike). Raises TelemetryUnavailable when the library or a device cannot be had."""
+
+    source = "nvml"
+
+    def __init__(self, indices: Sequence[int], library: str = NVML_LIBRARY) -> None:
+        try:
+            self.nvml = ctypes.CDLL(library)
+        except OSError as e:
+            raise TelemetryUnavailable(f"cannot load {library}: {e}") from None
+        self._check(self.nvml.nvmlInit_v2(), "nvmlInit_v2")
+        self.indices = list(indices)
+        self.handles = []
+        for index in self.indices:
+            handle = ctypes.c_void_p()
+            ret = self.nvml.nvmlDeviceGetHandleByIndex_v2(
+                ctypes.c_uint(index), ctypes.byref(handle)
+            )
+            self._check(ret, f"GPU {index}: nvmlDeviceGetHandleByIndex_v2")
+            self.handles.append(handle)
+        self._reasons = self._function(
+            "nvmlDeviceGetCurrentClocksEventReasons", "nvmlDeviceGetCurrentClocksThrottleReasons"
+        )
+
+    def _function(self, *names: str) -> Optional[Callable[..., int]]:
+        """The first of ``names`` this library exports (older drivers lack newer names)."""
+        for name in names:
+            function = getattr(self.nvml, name, None)
+            if function is not None:
+                return function
+        return None
+
+    def _check(self, ret: int, what: str) -> None:
+        if ret != 0:
+            raise TelemetryUnavailable(f"NVML {what} failed: {self._error(ret)}")
+
+    def _error(self, ret: int) -> str:
+        describe = getattr(self.nvml, "nvmlErrorString", None)
+        if describe is None:
+            return f"error {ret}"
+        describe.restype = ctypes.c_char_p
+        text = describe(ret)
+        return f"{text.decode(errors='replace') if text else ''} ({ret})"
+
+    def _uint(self, function: Callable[..., int], *args: object) -> Optional[int]:
+        value = ctypes.c_uint()
+        return value.value if function(*args, ctypes.byref(value)) == 0 else None
+
+    def _ulonglong(self, function: Optional[Callable[..., int]], handle: object) -> Optional[int]:
+        if function is None:
+            return None
+        value = ctypes.c_ulonglong()
+        return value.value if function(handle, ctypes.byref(value)) == 0 else None
+
+    def read(self) -> List[GpuSample]:
+        t = time.time()
+        return [self._sample(t, index, self.handles[k]) for k, index in enumerate(self.indices)]
+
+    def _sample(self, t: float, index: int, handle: object) -> GpuSample:
+        nvml = self.nvml
+        power = self._uint(nvml.nvmlDeviceGetPowerUsage, handle)
+        memory = _Memory()
+        used = (
+            memory.used if nvml.nvmlDeviceGetMemoryInfo(handle, ctypes.byref(memory)) == 0 else None
+        )
+        util = _Utilization()
+        busy = (
+            util.gpu
+            if nvml.nvmlDeviceGetUtilizationRates(handle, ctypes.byref(util)) == 0
+            else None
+        )
+        return GpuSample(
+            t=t,
+            gpu=index,
+            energy_mj=self._ulonglong(nvml.nvmlDeviceGetTotalEnergyConsumption, handle),
+            power_w=None if power is None else power / 1000.0,
+            sm_mhz=self._uint(nvml.nvmlDeviceGetClockInfo, handle, ctypes.c_int(_NVML_CLOCK_SM)),
+            mem_mhz=self._uint(nvml.nvmlDeviceGetClockInfo, handle, ctypes.c_int(_NVML_CLOCK_MEM)),
+            mem_used_mib=None if used is None else used // (1024 * 1024),
+            util_pct=busy,
+            temp_c=self._uint(
+                nvml.nvmlDeviceGetTemperature, handle, ctypes.c_int(_NVML_TEMPERATURE_GPU)
+            ),
+            reasons=self._ulonglong(self._reasons, handle),
+        )
+
+    def power_limit_w(self, index: int) -> Optional[float]:
+        """The enforced board power limit of GPU ``index``, W."""
+        handle = self.handles[self.indices.index(index)]
+        limit = self._uint(self.nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
+        return None if limit is None else limit / 1000.0
+
+    def close(self) -> None:
+        self.nvml.nvmlShutdown()
+
+
+Reader = Union[NvmlReader, SmiReader]
+
+
+def open_reader(indices: Sequence[int], library: str = NVML_LIBRARY) -> Reader:
+    """NVML when it loads, else nvidia-smi when it answers; TelemetryUnavailable naming both
+    reasons otherwise."""
+    try:
+        return NvmlReader(indices, library)
+    except TelemetryUnavailable as nvml_error:
+        smi = SmiReader(indices)
+        try:
+            smi.read()
+        except TelemetryUnavailable as smi_error:
+            raise TelemetryUnavailable(f"{nvml_error}; {smi_error}") from None
+        return smi
+
+
+# ---------------------------------------------------------------------------------------------
+# the sampler
+
+
+class Sampler:
+    """Reads ``reader`` every ``interval_s`` on its own thread until ``stop``; keeps every
+    sample and the reader's failures (a failed read is a gap, not the end)."""
+
+    def __init__(self, reader: Reader, interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        self.reader = reader
+        self.interval_s = interval_s
+        self.samples: List[GpuSample] = []
+        self.errors: List[str] = []
+        self.cpu_s = 0.0  # the sampler thread's own CPU time
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="orch-telemetry", daemon=True)
+
+    def start(self) -> "Sampler":
+        self._thread.start()
+        return self
+
+    def stop(self) -> List[GpuSample]:
+        self._stop.set()
+        self._thread.join()
+        return self.samples
+
+    def _run(self) -> None:
+        cpu0 = time.thread_time()
+        due = time.monotonic()
+        try:
+            while True:
+                try:
+                    self.samples.extend(self.reader.read())
+                except TelemetryUnavailable as e:
+                    if len(self.errors) < 20:
+                        self.errors.append(str(e))
+                # on a schedule, not "interval after the read": reads do not drift the rate;
+                # a late wake-up skips the reads it missed (a gap shows it) instead of bursting
+                due += self.interval_s
+                now = time.monotonic()
+                if due < now:
+                    due = now
+                if self._stop.wait(due - now):
+                    break
+            self.samples.extend(self.reader.read())  # the window's end is always covered
+        except TelemetryUnavailable as e:
+            self.errors.append(str(e))
+        finally:
+            self.cpu_s = time.thread_time() - cpu0
