@@ -1,0 +1,214 @@
+"""A measurement's energy, power and clocks, from the GPU samples the agent took around it.
+
+Energy is the driver's counter read at the window's start and end (interpolated between the
+samples either side: exact to the counter's mJ, whatever the sampling rate); the power
+integral over the same window is the cross-check, and the figure itself where there is no
+counter (nvidia-smi, or a GPU older than Volta). Power on Ampere and newer is already a 1 s
+average, so a window much shorter than a few seconds is not worth a figure: the cross-check
+says so. A figure the samples cannot support is kept but flagged, with the reason:
+
+- a gap of more than ``MAX_GAP_S`` between two samples of a GPU, or at the window's edges;
+- the counter and the integral differ by more than ``MAX_DISAGREEMENT`` of the counter;
+- no counter: the integral is the figure (``energy_source`` "integral").
+
+Pure functions over ``GpuSample`` (the wire's record); no I/O.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from orchestrator.remote.telemetry import GpuSample, reason_names
+
+MAX_GAP_S = 3.0
+MAX_DISAGREEMENT = 0.05
+IDLE_REASON = "gpu_idle"  # a clock-event reason that is no throttling
+
+
+@dataclass(frozen=True)
+class GpuWindow:
+    """One GPU over the window."""
+
+    gpu: int
+    samples: int
+    energy_j: float | None
+    energy_source: str | None  # "counter" | "integral"
+    integral_j: float | None
+    power_mean_w: float | None
+    power_max_w: float | None
+    sm_mhz_mean: float | None
+    sm_mhz_stdev: float | None
+    mem_used_peak_mib: int | None
+    throttled_s: dict[str, float] = field(default_factory=dict)  # reason -> seconds
+    max_gap_s: float = 0.0
+    problems: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Energy:
+    """The measurement's figures over all its GPUs; ``valid`` False names ``problems``."""
+
+    window_s: float
+    gpus: tuple[GpuWindow, ...]
+    energy_j: float | None
+    energy_source: str | None
+    j_per_output_token: float | None
+    j_per_token: float | None
+    output_tok_s_per_w: float | None
+    power_mean_w: float | None
+    power_max_w: float | None
+    problems: tuple[str, ...] = ()
+
+    @property
+    def valid(self) -> bool:
+        return not self.problems
+
+
+def _at(points: Sequence[tuple[float, float]], t: float) -> float | None:
+    """The value at ``t`` by linear interpolation; None outside the points' span."""
+    if not points or t < points[0][0] or t > points[-1][0]:
+        return None
+    for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False):
+        if t0 <= t <= t1:
+            return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
+    return points[-1][1]
+
+
+def _clipped(
+    points: Sequence[tuple[float, float]], start: float, end: float
+) -> list[tuple[float, float]]:
+    """The points inside [start, end] with the interpolated values at both ends added."""
+    inside = [(t, v) for t, v in points if start < t < end]
+    first, last = _at(points, start), _at(points, end)
+    head = [(start, first)] if first is not None else []
+    tail = [(end, last)] if last is not None else []
+    return head + inside + tail
+
+
+def _integral(points: Sequence[tuple[float, float]]) -> float:
+    """Trapezoids over the points (seconds x watts = joules)."""
+    return sum(
+        (t1 - t0) * (v0 + v1) / 2 for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False)
+    )
+
+
+def _max_gap(times: Sequence[float], start: float, end: float) -> float:
+    """The longest stretch of [start, end] with no sample (edges included)."""
+    inside = [t for t in times if start <= t <= end]
+    edges = [start, *inside, end]
+    return max(b - a for a, b in zip(edges, edges[1:], strict=False))
+
+
+def _throttled(samples: Sequence[GpuSample], start: float, end: float) -> dict[str, float]:
+    """Seconds of the window under each clock-event reason (each sample holds until the next)."""
+    out: dict[str, float] = defaultdict(float)
+    for s, following in zip(samples, [*samples[1:], None], strict=False):
+        if s.reasons is None:
+            continue
+        t0, t1 = max(s.t, start), min(following.t if following else end, end)
+        if t1 <= t0:
+            continue
+        for name in reason_names(s.reasons):
+            if name != IDLE_REASON:
+                out[name] += t1 - t0
+    return dict(out)
+
+
+def _source(counted: float | None, integral: float | None) -> str | None:
+    if counted is not None:
+        return "counter"
+    return "integral" if integral is not None else None
+
+
+def gpu_window(gpu: int, samples: Sequence[GpuSample], start: float, end: float) -> GpuWindow:
+    """One GPU's figures over [start, end] from its samples (in time order)."""
+    problems: list[str] = []
+    gap = _max_gap([s.t for s in samples], start, end)
+    if gap > MAX_GAP_S:
+        problems.append(f"GPU {gpu}: no sample for {gap:.1f} s of the window (> {MAX_GAP_S:g} s)")
+    power = [(s.t, s.power_w) for s in samples if s.power_w is not None]
+    window_power = _clipped(power, start, end)
+    covered = len(window_power) > 1 and window_power[0][0] == start and window_power[-1][0] == end
+    integral = _integral(window_power) if covered else None
+    counter = [(s.t, float(s.energy_mj)) for s in samples if s.energy_mj is not None]
+    first, last = _at(counter, start), _at(counter, end)
+    counted = (last - first) / 1000.0 if first is not None and last is not None else None
+    if counted is not None and integral is not None and counted > 0:
+        off = abs(integral - counted) / counted
+        if off > MAX_DISAGREEMENT:
+            problems.append(
+                f"GPU {gpu}: the energy counter ({counted:.1f} J) and the power integral "
+                f"({integral:.1f} J) differ by {off:.1%} (> {MAX_DISAGREEMENT:.0%})"
+            )
+    elif counted is None:
+        problems.append(f"GPU {gpu}: no energy counter: the energy is the power integral")
+    inside = [s for s in samples if start <= s.t <= end]
+    watts = [s.power_w for s in inside if s.power_w is not None]
+    clocks = [s.sm_mhz for s in inside if s.sm_mhz is not None]
+    memory = [s.mem_used_mib for s in inside if s.mem_used_mib is not None]
+    return GpuWindow(
+        gpu=gpu,
+        samples=len(inside),
+        energy_j=counted if counted is not None else integral,
+        energy_source=_source(counted, integral),
+        integral_j=integral,
+        power_mean_w=statistics.fmean(watts) if watts else None,
+        power_max_w=max(watts) if watts else None,
+        sm_mhz_mean=statistics.fmean(clocks) if clocks else None,
+        sm_mhz_stdev=statistics.pstdev(clocks) if len(clocks) > 1 else None,
+        mem_used_peak_mib=max(memory) if memory else None,
+        throttled_s=_throttled(samples, start, end),
+        max_gap_s=gap,
+        problems=tuple(problems),
+    )
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return a / b if a is not None and b else None
+
+
+def window_energy(
+    samples: Sequence[GpuSample],
+    start: float,
+    end: float,
+    *,
+    output_tokens: int,
+    total_tokens: int,
+) -> Energy:
+    """The measurement's figures: the window [start, end] (epoch s, the load generator's),
+    its output and total (input + output) token counts."""
+    by_gpu: dict[int, list[GpuSample]] = defaultdict(list)
+    for s in sorted(samples, key=lambda s: s.t):
+        by_gpu[s.gpu].append(s)
+    gpus = tuple(gpu_window(g, by_gpu[g], start, end) for g in sorted(by_gpu))
+    problems = [p for g in gpus for p in g.problems]
+    if not gpus:
+        problems.append("no GPU sample in the window")
+    known = [g.energy_j for g in gpus]
+    energy = sum(e for e in known if e is not None) if gpus and None not in known else None
+    sources = {g.energy_source for g in gpus}
+    window = end - start
+    power = energy / window if energy is not None and window > 0 else None
+    means = [g.power_mean_w for g in gpus]
+    # the board power of all the run's GPUs together at each reading (one read covers them all)
+    together: dict[float, float] = defaultdict(float)
+    for s in samples:
+        if start <= s.t <= end and s.power_w is not None:
+            together[s.t] += s.power_w
+    return Energy(
+        window_s=window,
+        gpus=gpus,
+        energy_j=energy,
+        energy_source=sources.pop() if len(sources) == 1 else ("mixed" if sources else None),
+        j_per_output_token=_ratio(energy, output_tokens),
+        j_per_token=_ratio(energy, total_tokens),
+        output_tok_s_per_w=_ratio(_ratio(output_tokens, window), power),
+        power_mean_w=sum(m for m in means if m is not None)
+        if means and None not in means
+        else None,
+        power_max_w=max(together.values()) if together else None,
+        problems=tuple(problems),
+    )
