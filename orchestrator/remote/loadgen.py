@@ -322,6 +322,11 @@ class LoadSpec:
         self.metrics_path = spec.metrics_path
         self.progress_interval_s = spec.progress_interval_s
         self.cache_reset = _checked_reset(spec.cache_reset)
+        self.telemetry = spec.telemetry
+        if self.telemetry is not None and not 0.01 <= self.telemetry.interval_s <= 10:
+            raise AgentFailure(
+                ErrorKind.BAD_SPEC, "loadgen: telemetry.interval_s must be in [0.01, 10] s"
+            )
         self.prompts = spec.prompts
         if self.prompts.kind not in ("list", "random"):
             raise AgentFailure(

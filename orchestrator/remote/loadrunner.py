@@ -45,6 +45,7 @@ from .loadgen import (
 from .outbox import Outbox
 from .protocol import AgentFailure, Emit
 from .sse import JSON_PARSER, StreamParser
+from .telemetry import Recording
 from .tokens import load_tokenizer, random_prompts
 from .wire import (
     Chunk,
@@ -485,9 +486,16 @@ def run(raw: Dict[str, Any], emit: Emit) -> LoadgenResult:
         raise AgentFailure(ErrorKind.BAD_SPEC, "loadgen: the prompt list is empty")
     raise_file_limit(cfg.concurrency or cfg.num_prompts or 4096)
     runner = Runner(cfg, items, tokenizer, emit)
-    result = run_loop(runner.main)
+    recording = Recording(cfg.telemetry) if cfg.telemetry is not None else None
+    try:
+        result = run_loop(runner.main)
+    finally:
+        telemetry = recording.stop() if recording is not None else None
     return dataclasses.replace(
-        result, request_seeds=cfg.request_seeds, **prompt_fields(source, len(items), exact)
+        result,
+        request_seeds=cfg.request_seeds,
+        telemetry=telemetry,
+        **prompt_fields(source, len(items), exact),
     )
 
 

@@ -23,13 +23,16 @@ from __future__ import annotations
 import ctypes
 import threading
 import time
-from typing import Callable, List, NamedTuple, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from .gpus import na
 from .util import nvidia_smi
+from .wire import GpuSample as GpuSample
+from .wire import TelemetryResult, TelemetrySpec
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 DEFAULT_INTERVAL_S = 0.1
+MAX_SAMPLES = 40_000  # per verb: a long run keeps every k-th read (its memory stays bounded)
 SMI_FIELDS = (
     "index",
     "power.draw",
@@ -56,24 +59,6 @@ REASONS = {
     0x100: "display_clocks",
 }
 _NVML_CLOCK_SM, _NVML_CLOCK_MEM, _NVML_TEMPERATURE_GPU = 1, 2, 0
-
-
-class GpuSample(NamedTuple):
-    """One GPU at one moment; on the wire a list in this order (a window holds thousands).
-
-    ``t`` is epoch seconds; ``energy_mj`` the driver's counter (None without one); ``reasons``
-    the clock-event bits (``REASONS``)."""
-
-    t: float
-    gpu: int
-    energy_mj: Optional[int]
-    power_w: Optional[float]
-    sm_mhz: Optional[int]
-    mem_mhz: Optional[int]
-    mem_used_mib: Optional[int]
-    util_pct: Optional[int]
-    temp_c: Optional[int]
-    reasons: Optional[int]
 
 
 class TelemetryUnavailable(Exception):
@@ -358,3 +343,49 @@ class Sampler:
             self.errors.append(str(e))
         finally:
             self.cpu_s = time.thread_time() - cpu0
+
+
+class Recording:
+    """The ``loadgen`` verb's telemetry: started before its first request, stopped after its
+    last; a host where neither NVML nor nvidia-smi answers gives a result saying why (the
+    measurement goes on without)."""
+
+    def __init__(self, spec: TelemetrySpec) -> None:
+        self.spec = spec
+        self.error: Optional[str] = None
+        self.sampler: Optional[Sampler] = None
+        self.limits: Dict[str, float] = {}
+        try:
+            reader = open_reader(spec.gpus, spec.library or NVML_LIBRARY)
+        except TelemetryUnavailable as e:
+            self.error = str(e)
+            return
+        if isinstance(reader, NvmlReader):
+            for index in spec.gpus:
+                limit = reader.power_limit_w(index)
+                if limit is not None:
+                    self.limits[str(index)] = limit
+        self.sampler = Sampler(reader, spec.interval_s).start()
+
+    def stop(self) -> TelemetryResult:
+        if self.sampler is None:
+            return TelemetryResult(source=None, interval_s=self.spec.interval_s, error=self.error)
+        samples = self.sampler.stop()
+        self.sampler.reader.close()
+        thin = 1
+        while len(samples) // thin > MAX_SAMPLES:
+            thin += 1
+        if thin > 1:  # keep whole reads (all GPUs of one moment) and the very last one
+            per_read = max(1, len(self.spec.gpus))
+            reads = [samples[i : i + per_read] for i in range(0, len(samples), per_read)]
+            kept = reads[::thin] + ([reads[-1]] if (len(reads) - 1) % thin else [])
+            samples = [s for read in kept for s in read]
+        return TelemetryResult(
+            source=self.sampler.reader.source,
+            interval_s=self.spec.interval_s,
+            samples=samples,
+            power_limit_w=self.limits,
+            read_errors=self.sampler.errors,
+            cpu_s=round(self.sampler.cpu_s, 4),
+            thin=thin,
+        )

@@ -516,6 +516,51 @@ class CacheResetSpec(Wire):
     retry_interval_s: float = 0.2
 
 
+class GpuSample(NamedTuple):
+    """One GPU at one moment (``telemetry``); on the wire a list in this order (a window holds
+    thousands).
+
+    ``t`` is epoch seconds (the load generator's window is too); ``energy_mj`` the driver's
+    counter (mJ, monotonic; None without one); ``reasons`` the clock-event bits
+    (``telemetry.REASONS``). A field the GPU or driver does not offer is None."""
+
+    t: float
+    gpu: int
+    energy_mj: Optional[int]
+    power_w: Optional[float]
+    sm_mhz: Optional[int]
+    mem_mhz: Optional[int]
+    mem_used_mib: Optional[int]
+    util_pct: Optional[int]
+    temp_c: Optional[int]
+    reasons: Optional[int]
+
+
+@dataclass(frozen=True)
+class TelemetrySpec(Wire):
+    """Sample these GPUs (nvidia-smi's indices) while ``loadgen`` runs."""
+
+    gpus: List[int]
+    interval_s: float = 0.1
+    library: Optional[str] = None  # the NVML library; None: libnvidia-ml.so.1
+
+
+@dataclass(frozen=True)
+class TelemetryResult(Wire):
+    """The samples from the verb's start to its end; ``source`` None (and ``error`` why) when
+    neither NVML nor nvidia-smi could be read. ``thin`` > 1: only every thin-th read was kept
+    (a long run), so the samples stay bounded."""
+
+    source: Optional[str]  # "nvml" | "nvidia-smi"
+    interval_s: float
+    samples: List[GpuSample] = field(default_factory=list)
+    power_limit_w: Dict[str, float] = field(default_factory=dict)  # GPU index -> W
+    error: Optional[str] = None
+    read_errors: List[str] = field(default_factory=list)
+    cpu_s: float = 0.0  # the sampler thread's own CPU time
+    thin: int = 1
+
+
 @dataclass(frozen=True)
 class LoadgenSpec(Wire):
     """See ``loadgen`` for what each setting does."""
@@ -544,6 +589,7 @@ class LoadgenSpec(Wire):
     metrics_path: Optional[str] = None
     progress_interval_s: float = 2.0
     cache_reset: Optional[CacheResetSpec] = None
+    telemetry: Optional[TelemetrySpec] = None
 
 
 @dataclass(frozen=True)
@@ -699,6 +745,7 @@ class LoadgenResult(Wire):
     reconciled: int = 0  # completed requests whose counted tokens were checked against usage
     token_count_mismatches: int = 0  # requests failed as token_count_mismatch
     cap_waits: int = 0  # open loop: measured requests its concurrency cap held back
+    telemetry: Optional[TelemetryResult] = None  # None when the spec asked for none
 
 
 # ---------------------------------------------------------------------- read_model_configs

@@ -5,6 +5,7 @@ simulator)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import math
@@ -28,6 +29,7 @@ import pytest
 from orchestrator.config.playbook import WorkloadSpec
 from orchestrator.loadgen.prompts import build_loadgen_spec, load_prompts
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
+from orchestrator.metrics.energy import window_energy
 from orchestrator.metrics.summary import request_stats
 from orchestrator.remote import loadgen, loadrunner, tokens
 from orchestrator.remote.protocol import AgentFailure
@@ -37,11 +39,13 @@ from orchestrator.remote.wire import (
     PhaseEvent,
     ProgressEvent,
     PromptSource,
+    TelemetrySpec,
     Wire,
     WireError,
     decode_line,
 )
 from orchestrator.sim.sandbox import prepare_sandbox
+from tests.fixtures.nvml import build_fake_nvml
 
 BASE = {"port": 8000, "model": "m", "prompts": {"kind": "list", "items": ["hi"]}, "num_prompts": 1}
 
@@ -753,3 +757,58 @@ def test_server_killed_mid_run_is_recorded(tmp_path: Path):
         r.chunks and r.status == 200 for r in failed
     )  # cut off mid-stream, partial chunks kept
     assert sum("Connect" in r.error for r in failed) >= 33  # later ones found nobody listening
+
+
+def test_telemetry_spans_the_measured_window(sim, tmp_path: Path, monkeypatch):
+    """With ``telemetry``, the GPUs are sampled from before the first request to after the
+    last (here through the stand-in NVML library): the window's energy is whole and sound."""
+    monkeypatch.setenv("FAKE_NVML_POWER_MW", "280000")
+    workload = WorkloadSpec(
+        prompts="builtin:chat", num_prompts=6, warmup=1, concurrency=2, max_tokens=48
+    )
+    spec = build_loadgen_spec(
+        workload, load_prompts(workload, base_dir="."), port=sim, served_name="Qwen/Qwen3.6-27B"
+    )
+    spec = dataclasses.replace(
+        spec,
+        telemetry=TelemetrySpec(
+            gpus=[0, 1], interval_s=0.05, library=str(build_fake_nvml(tmp_path))
+        ),
+    )
+    result = loadrunner.run(spec.to_json(), lambda event: None)
+    telemetry = result.telemetry
+    assert telemetry is not None and telemetry.source == "nvml" and telemetry.error is None
+    assert telemetry.power_limit_w == {"0": 300.0, "1": 300.0}
+    times = [s.t for s in telemetry.samples]
+    assert result.started_at is not None and result.ended_at is not None
+    assert min(times) < result.started_at and max(times) > result.ended_at
+    assert {s.gpu for s in telemetry.samples} == {0, 1}
+    energy = window_energy(
+        telemetry.samples,
+        result.started_at,
+        result.ended_at,
+        output_tokens=result.output_tokens,
+        total_tokens=result.output_tokens,
+    )
+    assert energy.valid, energy.problems
+    assert energy.energy_j == pytest.approx(2 * 280.0 * result.duration_s, rel=0.02)
+    assert energy.j_per_output_token == pytest.approx(energy.energy_j / (6 * 48), rel=1e-6)
+
+
+def test_a_host_without_nvml_or_nvidia_smi_measures_without_telemetry(
+    sim, tmp_path: Path, monkeypatch
+):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    workload = WorkloadSpec(prompts="builtin:chat", num_prompts=2, concurrency=1, max_tokens=8)
+    spec = build_loadgen_spec(
+        workload, load_prompts(workload, base_dir="."), port=sim, served_name="Qwen/Qwen3.6-27B"
+    )
+    spec = dataclasses.replace(
+        spec, telemetry=TelemetrySpec(gpus=[0], library=str(tmp_path / "libnvidia-ml.so.1"))
+    )
+    result = loadrunner.run(spec.to_json(), lambda event: None)
+    assert result.completed == 2
+    assert result.telemetry is not None and result.telemetry.source is None
+    assert result.telemetry.samples == []
+    assert "cannot load" in (result.telemetry.error or "")
+    assert "nvidia-smi not found on PATH" in (result.telemetry.error or "")

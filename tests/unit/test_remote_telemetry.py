@@ -5,8 +5,6 @@ compiler: a GPU's library needs a GPU), sampled on a schedule."""
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -24,10 +22,10 @@ from orchestrator.remote.telemetry import (
     parse_smi_csv,
     reason_names,
 )
+from tests.fixtures.nvml import build_fake_nvml
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 H200 = FIXTURES / "gpu_samples" / "h200-driver-580"
-FAKE_NVML = FIXTURES / "nvml" / "fake_nvml.c"
 
 
 def h200_power_fields() -> str:
@@ -73,15 +71,8 @@ def test_placeholders_and_broken_lines() -> None:
 @pytest.fixture(scope="module")
 def fake_nvml(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """The stand-in library, built twice: a current driver's and an old one's."""
-    cc = shutil.which("cc") or shutil.which("gcc")
-    if cc is None:
-        pytest.fail("a C compiler (cc) is needed to build the stand-in NVML library")
     out = tmp_path_factory.mktemp("nvml")
-    libs = {"current": out / "libcurrent.so", "old": out / "libold.so"}
-    for name, lib in libs.items():
-        flags = ["-DOLD_DRIVER"] if name == "old" else []
-        subprocess.run([cc, "-shared", "-fPIC", *flags, "-o", str(lib), str(FAKE_NVML)], check=True)
-    return libs
+    return {"current": build_fake_nvml(out), "old": build_fake_nvml(out, old_driver=True)}
 
 
 def test_nvml_reads_every_field(
