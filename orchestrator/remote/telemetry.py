@@ -21,19 +21,24 @@ Standard library only, Python 3.9+.
 from __future__ import annotations
 
 import ctypes
+import queue
+import shutil
+import subprocess
 import threading
 import time
 from typing import Callable, Dict, List, Optional, Sequence, Union
 
 from .gpus import na
-from .util import nvidia_smi
+from .util import NVIDIA_SMI
 from .wire import GpuSample as GpuSample
 from .wire import TelemetryResult, TelemetrySpec
 
 NVML_LIBRARY = "libnvidia-ml.so.1"
 DEFAULT_INTERVAL_S = 0.1
+SMI_START_S = 5.0  # nvidia-smi's first line, or the fallback is not available
 MAX_SAMPLES = 40_000  # per verb: a long run keeps every k-th read (its memory stays bounded)
 SMI_FIELDS = (
+    "timestamp",
     "index",
     "power.draw",
     "clocks.current.sm",
@@ -101,6 +106,19 @@ def _bits(text: str) -> Optional[int]:
         return None
 
 
+def _epoch(text: str) -> Optional[float]:
+    """nvidia-smi's timestamp (local time, ``2026/12/04 13:30:04.836``) as epoch seconds."""
+    value = na(text)
+    if value is None:
+        return None
+    whole, _, fraction = value.partition(".")
+    try:
+        seconds = time.mktime(time.strptime(whole, "%Y/%m/%d %H:%M:%S"))
+        return seconds + (float(f"0.{fraction}") if fraction.isdigit() else 0.0)
+    except (ValueError, OverflowError):
+        return None
+
+
 def _field_name(header: str) -> str:
     """``"power.draw [W]"`` -> ``"power.draw"``; the throttle reasons under their newer name."""
     name = header.strip().split(" [", 1)[0].strip()
@@ -109,7 +127,8 @@ def _field_name(header: str) -> str:
 
 def parse_smi_csv(text: str, t: float) -> List[GpuSample]:
     """``nvidia-smi --query-gpu=... --format=csv`` (with its header, units or not) as samples
-    taken at ``t``, read by the header's field names, so any query holding the fields works;
+    taken at their ``timestamp`` field (else at ``t``), read by the header's field names, so any
+    query holding the fields works;
     a GPU without an ``index`` field is numbered by its row. Lines that do not parse (a
     driver message, a truncated line) are left out."""
     lines = [line for line in text.splitlines() if line.strip()]
@@ -126,9 +145,10 @@ def parse_smi_csv(text: str, t: float) -> List[GpuSample]:
             return fields[column[name]] if name in column else ""
 
         index = _int(get("index"))
+        stamp = _epoch(get("timestamp"))
         samples.append(
             GpuSample(
-                t=t,
+                t=t if stamp is None else stamp,
                 gpu=row if index is None else index,
                 energy_mj=None,
                 power_w=_number(get("power.draw")),
@@ -144,24 +164,86 @@ def parse_smi_csv(text: str, t: float) -> List[GpuSample]:
 
 
 class SmiReader:
-    """The fallback: one nvidia-smi call per sample (tens of ms of CPU each, so used only where
-    NVML is missing), for the GPUs of ``indices``."""
+    """The fallback: ``nvidia-smi ... -lms N``, one process that prints a line per GPU every
+    N ms (a process per sample would cost tens of ms of CPU each), read on a thread of its own;
+    each sample carries nvidia-smi's own timestamp, so a late read does not move it."""
 
     source = "nvidia-smi"
 
-    def __init__(self, indices: Sequence[int]) -> None:
+    def __init__(self, indices: Sequence[int], interval_s: float = DEFAULT_INTERVAL_S) -> None:
+        path = shutil.which(NVIDIA_SMI)
+        if path is None:
+            raise TelemetryUnavailable(f"nvidia-smi: {NVIDIA_SMI} not found on PATH")
         self.indices = list(indices)
-        self.query = [*SMI_QUERY, f"--id={','.join(str(i) for i in self.indices)}"]
+        ids = ",".join(str(i) for i in self.indices)
+        loop = str(max(10, int(interval_s * 1000)))
+        self.argv = [path, *SMI_QUERY, f"--id={ids}", "-lms", loop]
+        self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        self._proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            text=True,
+            errors="replace",
+        )
+        threading.Thread(target=self._pump, name="orch-nvidia-smi", daemon=True).start()
+        self._header: Optional[str] = None
+        self._pending: List[str] = []
+        if not self._first_line(SMI_START_S):
+            code = self._proc.poll()
+            self.close()
+            raise TelemetryUnavailable(
+                f"nvidia-smi: no sample within {SMI_START_S:g} s"
+                if code is None
+                else f"nvidia-smi exited with status {code} before its first sample"
+            )
+
+    def _pump(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._lines.put(line.rstrip("\n"))
+        self._lines.put(None)
+
+    def _first_line(self, timeout: float) -> bool:
+        """Wait for the header and a first row (nvidia-smi answers in well under a second)."""
+        deadline = time.monotonic() + timeout
+        while len(self._pending) < 2:
+            try:
+                line = self._lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return False
+            if line is None:
+                return False
+            self._pending.append(line)
+        return True
 
     def read(self) -> List[GpuSample]:
-        t = time.time()
-        result = nvidia_smi(self.query)
-        if not result.ok:
-            raise TelemetryUnavailable(f"nvidia-smi: {result.error}")
-        return parse_smi_csv(result.stdout, t)
+        lines, self._pending = self._pending, []
+        while True:
+            try:
+                line = self._lines.get_nowait()
+            except queue.Empty:
+                break
+            if line is None:
+                raise TelemetryUnavailable(f"nvidia-smi exited ({self._proc.poll()})")
+            lines.append(line)
+        samples: List[GpuSample] = []
+        for line in lines:
+            if line.lstrip().startswith("timestamp"):
+                self._header = line
+            elif self._header is not None:
+                samples += parse_smi_csv(f"{self._header}\n{line}", t=time.time())
+        return samples
 
     def close(self) -> None:
-        pass
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -280,18 +362,20 @@ class NvmlReader:
 Reader = Union[NvmlReader, SmiReader]
 
 
-def open_reader(indices: Sequence[int], library: str = NVML_LIBRARY) -> Reader:
+def open_reader(
+    indices: Sequence[int],
+    library: str = NVML_LIBRARY,
+    interval_s: float = DEFAULT_INTERVAL_S,
+) -> Reader:
     """NVML when it loads, else nvidia-smi when it answers; TelemetryUnavailable naming both
     reasons otherwise."""
     try:
         return NvmlReader(indices, library)
     except TelemetryUnavailable as nvml_error:
-        smi = SmiReader(indices)
         try:
-            smi.read()
+            return SmiReader(indices, interval_s)
         except TelemetryUnavailable as smi_error:
             raise TelemetryUnavailable(f"{nvml_error}; {smi_error}") from None
-        return smi
 
 
 # ---------------------------------------------------------------------------------------------
@@ -356,7 +440,7 @@ class Recording:
         self.sampler: Optional[Sampler] = None
         self.limits: Dict[str, float] = {}
         try:
-            reader = open_reader(spec.gpus, spec.library or NVML_LIBRARY)
+            reader = open_reader(spec.gpus, spec.library or NVML_LIBRARY, spec.interval_s)
         except TelemetryUnavailable as e:
             self.error = str(e)
             return

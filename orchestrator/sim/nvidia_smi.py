@@ -37,6 +37,12 @@ class Gpu:
     driver_version: str
 
 
+def _timestamp(g: Gpu) -> str:
+    """nvidia-smi's: local time to the millisecond, ``2026/12/04 13:30:04.836``."""
+    now = time.time()
+    return time.strftime("%Y/%m/%d %H:%M:%S", time.localtime(now)) + f".{int(now % 1 * 1000):03d}"
+
+
 def _reasons(g: Gpu) -> str:
     return "0x0000000000000001" if not g.utilization else "0x0000000000000000"
 
@@ -44,6 +50,7 @@ def _reasons(g: Gpu) -> str:
 # field -> (header, unit or "", getter)
 _GPU_FIELDS: dict[str, tuple[str, str, Callable[[Gpu], str]]] = {
     "index": ("index", "", lambda g: str(g.index)),
+    "timestamp": ("timestamp", "", _timestamp),
     "name": ("name", "", lambda g: g.name),
     "gpu_name": ("name", "", lambda g: g.name),
     "uuid": ("uuid", "", lambda g: g.uuid),
@@ -230,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     query_gpu = query_app = fmt = None
     ids: list[int] | None = None
     list_mode = False
+    loop_ms: int | None = None
     i = 0
     try:
         while i < len(args):
@@ -248,11 +256,16 @@ def main(argv: list[str] | None = None) -> int:
                 ids = [int(x) for x in value.split(",")]
             elif arg in ("-L", "--list-gpus"):
                 list_mode, i = True, i + 1
+            elif arg.startswith("--loop-ms") or arg == "-lms":
+                value, i = _option(args, i, "--loop-ms" if arg.startswith("--") else "-lms")
+                loop_ms = int(value)
             else:
                 raise ValueError(arg)
     except ValueError:
         sys.stdout.write(_BAD_ARGS)
         return 2
+    if loop_ms is not None and query_gpu is not None:
+        return _loop(args, loop_ms)
     state = state_dir()
     facts = load_gpu_facts(state)
     procs = live_processes(state)
@@ -284,6 +297,29 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     sys.stdout.write(table(gpus, procs, time.time()))
     return 0
+
+
+def _loop(args: list[str], loop_ms: int) -> int:
+    """``-lms N``: the query again every N ms until killed, its header (if any) once."""
+    once = [a for a in args if a != "-lms" and not a.startswith("--loop-ms")]
+    if "-lms" in args:
+        once.pop(args.index("-lms"))  # its value followed it
+    noheader = [
+        a.replace("csv", "csv,noheader", 1) if a.startswith("--format") else a for a in once
+    ]
+    if "noheader" in " ".join(once):
+        noheader = once
+    first = True
+    try:
+        while True:
+            code = main(once if first else noheader)
+            sys.stdout.flush()
+            if code != 0:
+                return code
+            first = False
+            time.sleep(loop_ms / 1000.0)
+    except (BrokenPipeError, KeyboardInterrupt):
+        return 0
 
 
 if __name__ == "__main__":

@@ -37,8 +37,11 @@ def h200_power_fields() -> str:
 
 def test_a_real_h200_line_parses_by_its_header() -> None:
     [sample] = parse_smi_csv(h200_power_fields(), t=12.5)
+    # nvidia-smi's own timestamp (local time, to the ms), not the time it was read
+    assert time.localtime(sample.t)[:6] == (2026, 12, 4, 13, 30, 4)
+    assert sample.t % 1 == pytest.approx(0.836, abs=1e-6)
     assert sample == GpuSample(
-        t=12.5,
+        t=sample.t,
         gpu=0,
         energy_mj=None,
         power_w=84.88,
@@ -150,22 +153,51 @@ def test_the_sampler_keeps_its_schedule_and_the_counter_matches_the_power(
 def test_nvidia_smi_is_the_fallback_on_the_simulators_gpus(
     fake_nvml: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """The simulated host's nvidia-smi answers the same query a real one does."""
+    """The simulated host's nvidia-smi answers the same looping query a real one does: one
+    process, a line per GPU every interval, each with its own timestamp."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     script = bin_dir / "nvidia-smi"
     script.write_text(
-        f"#!{sys.executable}\nfrom orchestrator.sim.nvidia_smi import main\nraise SystemExit(main())\n"
+        f"#!{sys.executable}\nfrom orchestrator.sim.nvidia_smi import main\n"
+        "raise SystemExit(main())\n"
     )
     script.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("PYTHONPATH", str(Path(__file__).resolve().parents[2]))
     monkeypatch.setenv("ORCH_SIM_STATE", str(tmp_path / "state"))
     monkeypatch.setenv("FAKE_NVML_INIT_FAIL", "1")
-    reader = open_reader([1], str(fake_nvml["current"]))
-    assert isinstance(reader, SmiReader) and reader.source == "nvidia-smi"
-    assert reader.query[:2] == SMI_QUERY
-    [sample] = reader.read()
-    assert sample.gpu == 1 and sample.energy_mj is None
-    assert sample.power_w == 22.51 and sample.sm_mhz == 210 and sample.mem_mhz == 405
-    assert reason_names(sample.reasons or 0) == ["gpu_idle"]
+    reader = open_reader([0, 1], str(fake_nvml["current"]), interval_s=0.1)
+    try:
+        assert isinstance(reader, SmiReader) and reader.source == "nvidia-smi"
+        assert reader.argv[1:3] == SMI_QUERY and reader.argv[-3:] == ["--id=0,1", "-lms", "100"]
+        sampler = Sampler(reader, interval_s=0.1).start()
+        time.sleep(1.0)
+        samples = sampler.stop()
+    finally:
+        reader.close()
+    assert sampler.errors == []
+    assert {s.gpu for s in samples} == {0, 1}
+    first = samples[0]
+    assert first.energy_mj is None and first.power_w == 22.51
+    assert (first.sm_mhz, first.mem_mhz) == (210, 405)
+    assert reason_names(first.reasons or 0) == ["gpu_idle"]
+    times = sorted({s.t for s in samples})
+    assert len(times) >= 4  # about ten lines a GPU in the second
+    assert all(abs(t - time.time()) < 5 for t in times)
+
+
+def test_no_nvidia_smi_lines_is_no_fallback(
+    fake_nvml: dict[str, Path], monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """An nvidia-smi that fails before its first line (no driver) is no fallback."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\nexit 9\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.setenv("FAKE_NVML_INIT_FAIL", "1")
+    with pytest.raises(
+        TelemetryUnavailable, match="nvidia-smi exited with status 9 before its first sample"
+    ):
+        open_reader([0], str(fake_nvml["current"]))
