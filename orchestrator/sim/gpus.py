@@ -158,8 +158,64 @@ def register_process(
 
 
 def unregister_process(state: Path, pid: int) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        (state / f"gpu-{pid}.json").unlink()
+    for name in (f"gpu-{pid}.json", f"activity-{pid}.json"):
+        with contextlib.suppress(FileNotFoundError):
+            (state / name).unlink()
+
+
+# What the simulated GPUs draw and run at: an RTX A6000's idle figures, and busy ones that grow
+# with the engine's batch (a busier step draws more power) up to the board's limit.
+IDLE_POWER_W, BUSY_POWER_W, POWER_PER_REQUEST_W, POWER_LIMIT_W = 22.51, 190.0, 12.0, 300.0
+IDLE_SM_MHZ, BUSY_SM_MHZ, IDLE_MEM_MHZ, BUSY_MEM_MHZ = 210, 1740, 405, 8001
+
+
+class GpuActivity:
+    """An engine listener that tells the host's ``nvidia-smi`` how many requests the engine
+    runs: ``activity-<pid>.json`` in the state folder, rewritten when the number changes (a
+    request admitted or finished; never per step)."""
+
+    def __init__(self, state: Path, pid: int) -> None:
+        self.path = state / f"activity-{pid}.json"
+        self.running = -1
+        self.update(0)
+
+    def update(self, running: int) -> None:
+        if running == self.running:
+            return
+        self.running = running
+        tmp = self.path.with_name(f".{self.path.name}.tmp")
+        with contextlib.suppress(OSError):
+            tmp.write_text(json.dumps({"running": running}) + "\n")
+            os.replace(tmp, self.path)
+
+    def on_prefill(self, batch: list[Any], wall_s: float, running: int, queued: int) -> None:
+        self.update(running + len(batch))
+
+    def on_decode(self, batch: list[Any], tokens: int, wall_s: float) -> None:
+        self.update(len(batch))
+
+    def on_chunk(self, req: Any, tokens: int, gap_s: float | None) -> None:
+        pass
+
+    def on_finish(self, req: Any) -> None:
+        self.update(max(0, self.running - 1))
+
+
+def running_requests(state: Path, pids: list[int]) -> int:
+    """Requests the engines of ``pids`` (live ones) run now, by their activity files."""
+    total = 0
+    for pid in pids:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            total += int(json.loads((state / f"activity-{pid}.json").read_text())["running"])
+    return total
+
+
+def power_w(running: int) -> float:
+    return (
+        IDLE_POWER_W
+        if running <= 0
+        else min(POWER_LIMIT_W, BUSY_POWER_W + POWER_PER_REQUEST_W * running)
+    )
 
 
 def live_processes(state: Path) -> list[GpuProcess]:

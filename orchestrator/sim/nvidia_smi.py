@@ -13,12 +13,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from orchestrator.sim.gpus import (
+    BUSY_MEM_MHZ,
+    IDLE_MEM_MHZ,
+    POWER_LIMIT_W,
     GpuFacts,
     GpuProcess,
     gpu_uuid,
     live_processes,
     load_gpu_facts,
     pci_bus_id,
+    power_w,
+    running_requests,
     state_dir,
     used_memory_mib,
 )
@@ -35,6 +40,7 @@ class Gpu:
     used_mib: int
     utilization: int
     driver_version: str
+    running: int = 0  # requests the engines on it run now (their activity files)
 
 
 def _timestamp(g: Gpu) -> str:
@@ -44,7 +50,7 @@ def _timestamp(g: Gpu) -> str:
 
 
 def _reasons(g: Gpu) -> str:
-    return "0x0000000000000001" if not g.utilization else "0x0000000000000000"
+    return "0x0000000000000001" if not g.running else "0x0000000000000000"
 
 
 # field -> (header, unit or "", getter)
@@ -66,8 +72,8 @@ _GPU_FIELDS: dict[str, tuple[str, str, Callable[[Gpu], str]]] = {
     "pci.bus_id": ("pci.bus_id", "", lambda g: g.bus_id),
     "gpu_bus_id": ("pci.bus_id", "", lambda g: g.bus_id),
     "temperature.gpu": ("temperature.gpu", "", lambda g: "34" if not g.utilization else "61"),
-    "power.draw": ("power.draw", "W", lambda g: "22.51" if not g.utilization else "287.40"),
-    "power.limit": ("power.limit", "W", lambda g: "300.00"),
+    "power.draw": ("power.draw", "W", lambda g: f"{power_w(g.running):.2f}"),
+    "power.limit": ("power.limit", "W", lambda g: f"{POWER_LIMIT_W:.2f}"),
     # an RTX A6000's: 210/405 MHz idle, its boost clocks busy; the reasons idle (0x1) or none
     "clocks.current.sm": (
         "clocks.current.sm",
@@ -77,7 +83,7 @@ _GPU_FIELDS: dict[str, tuple[str, str, Callable[[Gpu], str]]] = {
     "clocks.current.memory": (
         "clocks.current.memory",
         "MHz",
-        lambda g: "405" if not g.utilization else "8001",
+        lambda g: str(BUSY_MEM_MHZ if g.running else IDLE_MEM_MHZ),
     ),
     "clocks_event_reasons.active": ("clocks_event_reasons.active", "", _reasons),
     "clocks_throttle_reasons.active": ("clocks_event_reasons.active", "", _reasons),
@@ -100,8 +106,12 @@ _APP_FIELDS: dict[str, tuple[str, str, Callable[[Gpu, GpuProcess], str]]] = {
 _BAD_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' for help.\n"
 
 
-def snapshot(facts: GpuFacts, procs: list[GpuProcess]) -> list[Gpu]:
+def snapshot(
+    facts: GpuFacts, procs: list[GpuProcess], running: list[int] | None = None
+) -> list[Gpu]:
+    """The GPUs now; ``running``: per GPU, the requests its engines run (0 when not given)."""
     used = used_memory_mib(facts, procs)
+    busy = running or [0] * facts.count
     return [
         Gpu(
             index=i,
@@ -110,8 +120,9 @@ def snapshot(facts: GpuFacts, procs: list[GpuProcess]) -> list[Gpu]:
             bus_id=pci_bus_id(i),
             total_mib=facts.memory_mib,
             used_mib=used[i],
-            utilization=0,  # a loaded but idle engine shows 0 %
+            utilization=97 if busy[i] else 0,  # a loaded but idle engine shows 0 %
             driver_version=facts.driver_version,
+            running=busy[i],
         )
         for i in range(facts.count)
     ]
@@ -269,7 +280,10 @@ def main(argv: list[str] | None = None) -> int:
     state = state_dir()
     facts = load_gpu_facts(state)
     procs = live_processes(state)
-    gpus = snapshot(facts, procs)
+    running = [
+        running_requests(state, [p.pid for p in procs if i in p.gpus]) for i in range(facts.count)
+    ]
+    gpus = snapshot(facts, procs, running)
     if ids is not None:
         if any(not 0 <= x < len(gpus) for x in ids):
             sys.stdout.write("No devices were found\n")

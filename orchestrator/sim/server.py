@@ -30,7 +30,13 @@ from orchestrator.sim.cache import CacheResets, dev_mode
 from orchestrator.sim.cli import LaunchConfig
 from orchestrator.sim.engine import EngineCore, SimRequest
 from orchestrator.sim.failures import StartupFailure
-from orchestrator.sim.gpus import memory_lock, register_process, state_dir, unregister_process
+from orchestrator.sim.gpus import (
+    GpuActivity,
+    memory_lock,
+    register_process,
+    state_dir,
+    unregister_process,
+)
 from orchestrator.sim.logs import EngineLog
 from orchestrator.sim.metrics import SglangMetrics, VllmMetrics
 from orchestrator.sim.narrator import Narrator
@@ -178,6 +184,7 @@ class SimServer:
             max_running=plan.max_running,
             kv_capacity_tokens=plan.kv_capacity_tokens,
         )
+        engine.listeners.append(GpuActivity(self.state, os.getpid()))
         name = self.cfg.served_names[0]
         if self.vllm:
             self.metrics = VllmMetrics(engine, name, plan.max_model_len)
