@@ -16,6 +16,8 @@ Pure functions over ``GpuSample`` (the wire's record); no I/O.
 
 from __future__ import annotations
 
+import csv
+import io
 import statistics
 from collections import defaultdict
 from collections.abc import Sequence
@@ -23,9 +25,11 @@ from dataclasses import dataclass, field
 
 from orchestrator.remote.telemetry import GpuSample, reason_names
 
+TELEMETRY_FILE = "telemetry.csv"  # a measurement's GPU samples, beside its summary.json
 MAX_GAP_S = 3.0
 MAX_DISAGREEMENT = 0.05
-IDLE_REASON = "gpu_idle"  # a clock-event reason that is no throttling
+IDLE_REASON = "gpu_idle"
+NO_COUNTER = "no energy counter (nvidia-smi, or a GPU before Volta): the energy is the power integral"  # a clock-event reason that is no throttling
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Energy:
     output_tok_s_per_w: float | None
     power_mean_w: float | None
     power_max_w: float | None
+    sm_mhz_mean: float | None = None  # over the run's GPUs
     problems: tuple[str, ...] = ()
 
     @property
@@ -67,22 +72,44 @@ class Energy:
         return not self.problems
 
 
-def _at(points: Sequence[tuple[float, float]], t: float) -> float | None:
-    """The value at ``t`` by linear interpolation; None outside the points' span."""
-    if not points or t < points[0][0] or t > points[-1][0]:
+def _at(points: Sequence[tuple[float, float]], t: float, hold: float = 0.0) -> float | None:
+    """The value at ``t`` by linear interpolation; up to ``hold`` s outside the points' span,
+    the nearest point's value; None further out."""
+    if not points:
         return None
+    if t < points[0][0]:
+        return points[0][1] if points[0][0] - t <= hold else None
+    if t > points[-1][0]:
+        return points[-1][1] if t - points[-1][0] <= hold else None
     for (t0, v0), (t1, v1) in zip(points, points[1:], strict=False):
         if t0 <= t <= t1:
             return v0 if t1 == t0 else v0 + (v1 - v0) * (t - t0) / (t1 - t0)
     return points[-1][1]
 
 
+def _counter_at(
+    counter: Sequence[tuple[float, float]], power: Sequence[tuple[float, float]], t: float
+) -> float | None:
+    """The energy counter (mJ) at ``t``: interpolated, or carried past the last (before the
+    first) reading by the power then, up to ``MAX_GAP_S`` (a sampler's last read may precede
+    the window's end by part of an interval)."""
+    inside = _at(counter, t)
+    if inside is not None or not counter:
+        return inside
+    edge_t, edge_mj = counter[-1] if t > counter[-1][0] else counter[0]
+    watts = _at(power, edge_t, hold=MAX_GAP_S)
+    if abs(t - edge_t) > MAX_GAP_S or watts is None:
+        return None
+    return edge_mj + watts * 1000.0 * (t - edge_t)
+
+
 def _clipped(
     points: Sequence[tuple[float, float]], start: float, end: float
 ) -> list[tuple[float, float]]:
-    """The points inside [start, end] with the interpolated values at both ends added."""
+    """The points inside [start, end] with the values at both ends added (interpolated, or
+    held from the nearest point up to ``MAX_GAP_S`` away)."""
     inside = [(t, v) for t, v in points if start < t < end]
-    first, last = _at(points, start), _at(points, end)
+    first, last = _at(points, start, MAX_GAP_S), _at(points, end, MAX_GAP_S)
     head = [(start, first)] if first is not None else []
     tail = [(end, last)] if last is not None else []
     return head + inside + tail
@@ -134,7 +161,7 @@ def gpu_window(gpu: int, samples: Sequence[GpuSample], start: float, end: float)
     covered = len(window_power) > 1 and window_power[0][0] == start and window_power[-1][0] == end
     integral = _integral(window_power) if covered else None
     counter = [(s.t, float(s.energy_mj)) for s in samples if s.energy_mj is not None]
-    first, last = _at(counter, start), _at(counter, end)
+    first, last = _counter_at(counter, power, start), _counter_at(counter, power, end)
     counted = (last - first) / 1000.0 if first is not None and last is not None else None
     if counted is not None and integral is not None and counted > 0:
         off = abs(integral - counted) / counted
@@ -144,7 +171,7 @@ def gpu_window(gpu: int, samples: Sequence[GpuSample], start: float, end: float)
                 f"({integral:.1f} J) differ by {off:.1%} (> {MAX_DISAGREEMENT:.0%})"
             )
     elif counted is None:
-        problems.append(f"GPU {gpu}: no energy counter: the energy is the power integral")
+        problems.append(f"GPU {gpu}: {NO_COUNTER}")
     inside = [s for s in samples if start <= s.t <= end]
     watts = [s.power_w for s in inside if s.power_w is not None]
     clocks = [s.sm_mhz for s in inside if s.sm_mhz is not None]
@@ -166,6 +193,11 @@ def gpu_window(gpu: int, samples: Sequence[GpuSample], start: float, end: float)
     )
 
 
+def _mean(values: Sequence[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
@@ -184,7 +216,11 @@ def window_energy(
     for s in sorted(samples, key=lambda s: s.t):
         by_gpu[s.gpu].append(s)
     gpus = tuple(gpu_window(g, by_gpu[g], start, end) for g in sorted(by_gpu))
-    problems = [p for g in gpus for p in g.problems]
+    uncounted = [g.gpu for g in gpus if g.energy_source == "integral"]
+    problems = [p for g in gpus for p in g.problems if not p.endswith(NO_COUNTER)]
+    if uncounted:  # said once for the run: nvidia-smi has no counter on any GPU
+        names = ", ".join(str(g) for g in uncounted)
+        problems.append(f"GPU{'s' * (len(uncounted) > 1)} {names}: {NO_COUNTER}")
     if not gpus:
         problems.append("no GPU sample in the window")
     known = [g.energy_j for g in gpus]
@@ -210,5 +246,33 @@ def window_energy(
         if means and None not in means
         else None,
         power_max_w=max(together.values()) if together else None,
+        sm_mhz_mean=_mean([g.sm_mhz_mean for g in gpus]),
         problems=tuple(problems),
     )
+
+
+def telemetry_csv(samples: Sequence[GpuSample]) -> str:
+    """The samples as ``telemetry.csv``: a header of ``GpuSample``'s fields, a row each; an
+    absent value is an empty cell."""
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(GpuSample._fields)
+    for s in samples:
+        writer.writerow("" if v is None else v for v in s)
+    return out.getvalue()
+
+
+def read_telemetry_csv(text: str) -> list[GpuSample]:
+    """``telemetry_csv``'s text back as samples (for reports drawn from a results folder)."""
+    rows = csv.reader(io.StringIO(text))
+    header = next(rows, None)
+    if header is None:
+        return []
+    if tuple(header) != GpuSample._fields:
+        raise ValueError(f"{TELEMETRY_FILE}: unexpected header {header}")
+    kinds = (float, int, int, float, int, int, int, int, int, int)
+    samples = []
+    for row in rows:
+        values = [None if cell == "" else kind(cell) for kind, cell in zip(kinds, row, strict=True)]
+        samples.append(GpuSample._make(values))
+    return samples

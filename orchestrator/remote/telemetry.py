@@ -422,6 +422,8 @@ class Sampler:
                     due = now
                 if self._stop.wait(due - now):
                     break
+            if isinstance(self.reader, SmiReader):  # its lines come on nvidia-smi's own clock
+                time.sleep(self.interval_s * 1.5)
             self.samples.extend(self.reader.read())  # the window's end is always covered
         except TelemetryUnavailable as e:
             self.errors.append(str(e))

@@ -78,7 +78,13 @@ def test_without_a_counter_the_integral_is_the_figure_and_says_so() -> None:
     )
     assert e.energy_source == "integral" and e.gpus[0].energy_source == "integral"
     assert e.energy_j == pytest.approx(2000.0)
-    assert e.problems == ("GPU 0: no energy counter: the energy is the power integral",)
+    assert e.problems == (
+        "GPU 0: no energy counter (nvidia-smi, or a GPU before Volta): the energy is the power "
+        "integral",
+    )
+    two = samples(0, 99.0, 111.0, counter=False) + samples(1, 99.0, 111.0, counter=False)
+    e = window_energy(two, 100.0, 110.0, output_tokens=4, total_tokens=8)
+    assert len(e.problems) == 1 and e.problems[0].startswith("GPUs 0, 1: no energy counter")
 
 
 def test_throttle_time_by_reason_counts_only_the_window_and_not_idle() -> None:
@@ -96,3 +102,15 @@ def test_clock_spread_and_no_samples_at_all() -> None:
     assert w.sm_mhz_stdev == pytest.approx(165.0, abs=5)
     e = window_energy([], 100.0, 110.0, output_tokens=1, total_tokens=1)
     assert e.energy_j is None and e.problems == ("no GPU sample in the window",)
+
+
+def test_a_last_read_just_before_the_window_ends_still_covers_it() -> None:
+    """A sampler's reads fall on its own schedule: the window may end part of an interval after
+    the last one (and begin before the first). The counter is carried by the power then."""
+    data = samples(0, 100.05, 109.95)
+    e = window_energy(data, 100.0, 110.0, output_tokens=10, total_tokens=10)
+    assert e.valid, e.problems
+    assert e.energy_j == pytest.approx(2000.0, abs=0.01)
+    plain = [s._replace(energy_mj=None) for s in data]
+    e = window_energy(plain, 100.0, 110.0, output_tokens=10, total_tokens=10)
+    assert e.energy_source == "integral" and e.energy_j == pytest.approx(2000.0)
