@@ -47,6 +47,7 @@ from orchestrator.commands.run import (
 from orchestrator.commands.run import run as execute_plan
 from orchestrator.engines.plan import PlannedLaunch, to_json
 from orchestrator.errors import ConfigError, OrchError
+from orchestrator.metrics import catalogue
 from orchestrator.results.document import Value
 from orchestrator.results.model import RunResult
 from orchestrator.runner.estimate import (
@@ -498,7 +499,13 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
         out.print(measurements_table(outcome))
         out.print(
             "[dim]decode tok/s, TTFT and TPOT: medians over requests; accept: acceptance length "
-            "(tokens per step)[/]"
+            "(tokens per step)"
+            + (
+                "; J/out tok and out tok/s/W: the run's GPUs' energy over the window"
+                if any(r.energy is not None for r in outcome.results)
+                else ""
+            )
+            + "[/]"
         )
     _render_slo_answers(outcome)
     _render_not_run(outcome.results)
@@ -535,6 +542,8 @@ def measurements_table(outcome: PlaybookOutcome) -> Table:
     sweep = any(
         r.point is not None and (r.point.index or r.point.repeats > 1) for r in outcome.results
     )
+    energy = [catalogue.get("j_per_output_token"), catalogue.get("output_tok_s_per_w")]
+    with_energy = any(r.energy is not None for r in outcome.results)
     for col in (
         "run",
         "host",
@@ -548,6 +557,7 @@ def measurements_table(outcome: PlaybookOutcome) -> Table:
         "TTFT ms",
         "TPOT ms",
         "accept",
+        *((m.header for m in energy) if with_energy else ()),
         "verdict",
     ):
         table.add_column(col, no_wrap=col in ("run", "host", "engine", "method", "verdict"))
@@ -566,6 +576,7 @@ def measurements_table(outcome: PlaybookOutcome) -> Table:
             _fmt(req.ttft_ms.median if req else None),
             _fmt(req.tpot_ms.median if req else None, ".2f"),
             _fmt(acc.length if acc else None, ".2f"),
+            *((_fmt(m.value(r), m.spec) for m in energy) if with_energy else ()),
             "not run" if r.not_run else VERDICTS[r.verdict],
         )
     return table

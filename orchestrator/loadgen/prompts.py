@@ -33,7 +33,7 @@ from typing import Any
 from orchestrator.config.playbook import WorkloadSpec
 from orchestrator.engines.base import CacheReset
 from orchestrator.errors import ConfigError
-from orchestrator.remote.wire import CacheResetSpec, LoadgenSpec, PromptSource
+from orchestrator.remote.wire import CacheResetSpec, LoadgenSpec, PromptSource, TelemetrySpec
 
 Item = str | dict[str, Any]  # plain text, or {"messages": [...]}
 BUILTIN_SETS = ("chat", "code", "math")
@@ -287,6 +287,7 @@ def build_loadgen_spec(
     metrics_path: str | None = "/metrics",
     host: str = "127.0.0.1",
     cache_reset: CacheReset | None = None,
+    telemetry: TelemetrySpec | None = None,
 ) -> LoadgenSpec:
     """The ``loadgen`` verb's spec (see ``orchestrator/remote/loadgen.py``) for one run.
 
@@ -299,6 +300,8 @@ def build_loadgen_spec(
 
     ``cache_reset`` (``Engine.cache_reset``): the request that empties the server's prefix cache
     before this measurement's first request; the result's ``cache_reset`` says how it went.
+
+    ``telemetry``: the GPUs to sample around the window (the result's ``telemetry``).
     """
     w = workload
     num_prompts = None if w.duration_s is not None else w.num_prompts
@@ -340,4 +343,5 @@ def build_loadgen_spec(
             if cache_reset is None
             else CacheResetSpec(path=cache_reset.path, method=cache_reset.method)
         ),
+        telemetry=telemetry,
     )

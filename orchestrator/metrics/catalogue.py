@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from orchestrator.metrics.summary import RequestStats, Stats
 
 Direction = Literal["higher", "lower"]  # which way is better
-TableRule = Literal["always", "speculation", "slo"]  # when a table shows the metric
+TableRule = Literal["always", "speculation", "slo", "energy"]  # when a table shows the metric
 Latency = Literal["ttft", "tpot", "itl", "e2el"]  # a request's own latency, for goodput
 
 
@@ -53,6 +53,19 @@ class _Slo(Protocol):
     def goodput_fraction(self) -> float | None: ...
 
 
+class _Energy(Protocol):
+    @property
+    def j_per_output_token(self) -> float | None: ...
+    @property
+    def j_per_token(self) -> float | None: ...
+    @property
+    def output_tok_s_per_w(self) -> float | None: ...
+    @property
+    def power_mean_w(self) -> float | None: ...
+    @property
+    def sm_mhz_mean(self) -> float | None: ...
+
+
 class _EngineLog(Protocol):
     @property
     def generation_throughput_mean(self) -> float | None: ...
@@ -71,6 +84,8 @@ class Measurement(Protocol):
     def slo(self) -> _Slo | None: ...
     @property
     def engine_metrics(self) -> _EngineLog: ...
+    @property
+    def energy(self) -> _Energy | None: ...
 
 
 Read = Callable[[Measurement], "float | None"]
@@ -279,6 +294,22 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric(name="failure_rate", header="failed share", title="Failed requests / sent", unit="",
            direction="lower", decimals=4, spec=".3f", compute=failure_rate,
            nightly=0.01, absolute=True),
+    # from the GPU samples around the window (metrics/energy.py); a flagged figure stays
+    Metric(name="j_per_output_token", header="J/out tok", title="Energy per output token",
+           unit="J/tok", direction="lower", decimals=5, spec=".3f",
+           compute=lambda r: r.energy.j_per_output_token if r.energy else None, table="energy"),
+    Metric(name="j_per_token", header="J/tok", title="Energy per token (prompt and output)",
+           unit="J/tok", direction="lower", decimals=5, spec=".3f",
+           compute=lambda r: r.energy.j_per_token if r.energy else None),
+    Metric(name="output_tok_s_per_w", header="out tok/s/W", title="Output throughput per watt",
+           unit="tok/s/W", direction="higher", decimals=4, spec=".2f",
+           compute=lambda r: r.energy.output_tok_s_per_w if r.energy else None, table="energy"),
+    Metric(name="gpu_power_w", header="GPU W", title="Mean power of the run's GPUs", unit="W",
+           direction=None, decimals=1, spec=".0f",
+           compute=lambda r: r.energy.power_mean_w if r.energy else None),
+    Metric(name="sm_clock_mhz", header="SM MHz", title="Mean SM clock of the run's GPUs",
+           unit="MHz", direction=None, decimals=1, spec=".0f",
+           compute=lambda r: r.energy.sm_mhz_mean if r.energy else None),
     # diagnostics: how the engine and the client fared, not figures of merit
     Metric(name="engine_gen_tok_s", header="engine tok/s",
            title="Generation throughput the engine logged", unit="tok/s", direction=None,

@@ -17,7 +17,7 @@ from typing import Final
 from orchestrator.results.manifest import MANIFEST_FILE, Manifest
 
 __all__ = ["MANIFEST_FILE", "SCHEMA_VERSION", "migrate", "schema_version"]
-SCHEMA_VERSION: Final = 4  # the version this orch writes
+SCHEMA_VERSION: Final = 5  # the version this orch writes
 V1_IDENTITY = (
     "run",
     "host",
@@ -61,11 +61,13 @@ def migrate(obj: dict[str, object], *, manifest: Manifest | None = None) -> dict
     if version == SCHEMA_VERSION:
         return obj
     if version == 1:
-        return v3_to_v4(v2_to_v3(v1_to_v2(obj, manifest)))
+        return v4_to_v5(v3_to_v4(v2_to_v3(v1_to_v2(obj, manifest))))
     if version == 2:
-        return v3_to_v4(v2_to_v3(obj))
+        return v4_to_v5(v3_to_v4(v2_to_v3(obj)))
     if version == 3:
-        return v3_to_v4(obj)
+        return v4_to_v5(v3_to_v4(obj))
+    if version == 4:
+        return v4_to_v5(obj)
     if version > SCHEMA_VERSION:
         raise ValueError(
             f"schema_version {version} was written by a newer orch; this one reads 1 to {SCHEMA_VERSION}"
@@ -144,13 +146,25 @@ def v3_to_v4(v3: Mapping[str, object]) -> dict[str, object]:
     from the sentence's opening (``note`` when none is known). The verdict is not judged
     again: a result keeps the one it was written with."""
     out = dict(v3)
-    out["schema_version"] = SCHEMA_VERSION
+    out["schema_version"] = 4
     provenance = _mapping(out.get("provenance")) or {}
     provenance.setdefault("migrated_from", 3)
     out["provenance"] = provenance
     warnings = out.get("warnings")
     if isinstance(warnings, list):
         out["warnings"] = [_v3_warning(w) for w in warnings]
+    return out
+
+
+def v4_to_v5(v4: Mapping[str, object]) -> dict[str, object]:
+    """Version 5 added the GPU telemetry (``energy``, and ``loadgen.telemetry``): a version-4
+    result simply has none."""
+    out = dict(v4)
+    out["schema_version"] = 5
+    provenance = _mapping(out.get("provenance")) or {}
+    if provenance.get("migrated_from") is None:  # version 4 wrote the key, as null
+        provenance["migrated_from"] = 4
+    out["provenance"] = provenance
     return out
 
 

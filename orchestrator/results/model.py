@@ -40,6 +40,7 @@ from orchestrator.doctor.collapse import Cause, Collapse
 from orchestrator.doctor.findings import Finding
 from orchestrator.errors import OrchError
 from orchestrator.metrics.acceptance import Acceptance, AcceptanceSource
+from orchestrator.metrics.energy import Energy
 from orchestrator.metrics.prom import SpecDelta
 from orchestrator.metrics.summary import ClientLag, LagStats, RequestStats, Stats
 from orchestrator.remote.wire import LoadgenResult
@@ -336,13 +337,15 @@ class LoadgenInfo(LoadgenResult):
     def of(
         cls, loadgen: LoadgenResult, *, achieved: float | None, scheduled: float | None
     ) -> LoadgenInfo:
-        """The wire record without its raw /metrics text, with the rates."""
+        """The wire record without its raw /metrics text and GPU samples (files of their own:
+        metrics_*.txt, telemetry.csv), with the rates."""
         kept = {f.name: getattr(loadgen, f.name) for f in dataclasses.fields(LoadgenResult)}
-        lag = loadgen.client_lag
+        lag, telemetry = loadgen.client_lag, loadgen.telemetry
         kept.update(
             client_lag=None if lag is None else dataclasses.asdict(lag),
             metrics_before=None,
             metrics_after=None,
+            telemetry=None if telemetry is None else dataclasses.replace(telemetry, samples=[]),
         )
         return cls(**kept, achieved_request_rate=achieved, scheduled_request_rate=scheduled)
 
@@ -360,7 +363,7 @@ class Provenance(Frozen):
 class RunResult(Frozen):
     """One run's result: what ran, what it asked for, what was measured, what went wrong."""
 
-    schema_version: Literal[4] = SCHEMA_VERSION
+    schema_version: Literal[5] = SCHEMA_VERSION
     run: RunIdentity
     settings: RunSettings
     times: RunTimes
@@ -370,6 +373,7 @@ class RunResult(Frozen):
     acceptance: AcceptanceResult | None = None
     engine_metrics: EngineLogFigures = Field(default_factory=EngineLogFigures)
     loadgen: LoadgenInfo | None = None
+    energy: Energy | None = None  # from the GPU samples around the window (schema 5)
     collapse: CollapseVerdict | None = None
     engine_changes: list[FindingRecord] = Field(default_factory=list)  # settings it overrode
     doctor: list[FindingRecord] = Field(default_factory=list)  # errors and warnings only

@@ -162,6 +162,8 @@ def config_columns(rows: pd.DataFrame) -> tuple[list[Column], bool]:
     shown: set[catalogue.TableRule] = {"always"}
     if (rows["method"] != "none").any():
         shown.add("speculation")
+    if rows["j_per_output_token"].notna().any():
+        shown.add("energy")
     slo = bool(rows["slo_met"].notna().any())
     if slo:
         shown.add("slo")

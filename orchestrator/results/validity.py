@@ -44,6 +44,8 @@ WarningKind = Literal[
     "connection_dropped",  # measured again after the connection to the host dropped
     "stop_failed",  # the server may still run
     "cap_bound",  # an open loop's concurrency cap, i.e. the server's pace, held requests back
+    "telemetry_missing",  # the GPUs could not be sampled (no NVML, no nvidia-smi)
+    "telemetry_unsound",  # the energy figure stands, flagged: gaps, a disagreement, no counter
     "note",  # a warning of a result written before warnings had kinds
 ]
 FAILING_KINDS: frozenset[str] = frozenset(get_args(FailingKind))

@@ -24,6 +24,7 @@ from orchestrator.engines.failures import REQUESTS_FAILED, describe
 from orchestrator.errors import OrchError
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.acceptance import combine_acceptance
+from orchestrator.metrics.energy import Energy, window_energy
 from orchestrator.metrics.logparse import LogSummary
 from orchestrator.metrics.summary import RequestStats, merged_chunks, request_stats
 from orchestrator.results.manifest import Manifest
@@ -172,7 +173,8 @@ def _measured(result: RunResult, m: Measured, loadgen: LoadgenResult) -> Assembl
         evidence(loadgen, m.records, saturation=saturation, lost=m.lost, error=m.error),
         max_failed_fraction=settings.workload.max_failed_fraction if settings.workload else 0.0,
     )
-    warnings = [*assessment.findings, *_cap_bound(loadgen, achieved)]
+    energy = _energy(loadgen, requests)
+    warnings = [*assessment.findings, *_cap_bound(loadgen, achieved), *_telemetry(loadgen, energy)]
     prom, note = prometheus_delta(engine, loadgen) if engine in ENGINES else (None, None)
     notes = [note] if note else []
     log = m.log.figures if m.log else None
@@ -199,6 +201,7 @@ def _measured(result: RunResult, m: Measured, loadgen: LoadgenResult) -> Assembl
     result = result.model_copy(
         update={
             "loadgen": loadgen_info(loadgen, achieved=achieved, scheduled=scheduled),
+            "energy": energy,
             "warnings": [*warnings, *result.warnings],
             "acceptance": acceptance_result(acc, prom),
             "collapse": collapse_verdict(collapse, m.causes()) if collapse else None,
@@ -207,6 +210,39 @@ def _measured(result: RunResult, m: Measured, loadgen: LoadgenResult) -> Assembl
         }
     )
     return Assembled(result, assessment)
+
+
+def _energy(loadgen: LoadgenResult, requests: RequestStats | None) -> Energy | None:
+    """The window's energy from the GPU samples the load generator took around it."""
+    telemetry = loadgen.telemetry
+    start, end = loadgen.started_at, loadgen.ended_at
+    if telemetry is None or not telemetry.samples or start is None or end is None:
+        return None
+    out = requests.total_output_tokens if requests else loadgen.output_tokens
+    total = out + (requests.total_prompt_tokens if requests else 0)
+    return window_energy(telemetry.samples, start, end, output_tokens=out, total_tokens=total)
+
+
+def _telemetry(loadgen: LoadgenResult, energy: Energy | None) -> list[RunWarning]:
+    """What kept the energy figure from being whole: it informs, it fails nothing."""
+    telemetry = loadgen.telemetry
+    if telemetry is not None and telemetry.source is None:
+        return [
+            RunWarning(
+                kind="telemetry_missing",
+                message=f"no GPU telemetry: {telemetry.error}",
+                details={"error": telemetry.error},
+            )
+        ]
+    if energy is not None and energy.problems:
+        return [
+            RunWarning(
+                kind="telemetry_unsound",
+                message="energy figures flagged: " + "; ".join(energy.problems),
+                details={"problems": list(energy.problems)},
+            )
+        ]
+    return []
 
 
 def _client_acceptance(

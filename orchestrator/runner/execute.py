@@ -44,7 +44,8 @@ from orchestrator.engines.logs import LogFollower
 from orchestrator.errors import EngineError, HostError, HostUnreachable, OrchError
 from orchestrator.loadgen.prompts import build_loadgen_spec
 from orchestrator.loadgen.records import LoadgenResult, RequestRecord
-from orchestrator.remote.wire import PhaseEvent, ProgressEvent
+from orchestrator.metrics.energy import TELEMETRY_FILE, telemetry_csv
+from orchestrator.remote.wire import PhaseEvent, ProgressEvent, TelemetrySpec
 from orchestrator.results.manifest import MANIFEST_FILE, Manifest
 from orchestrator.results.model import NOT_RUN, RunError, RunResult, RunTimes, RunWarning
 from orchestrator.results.store import (
@@ -480,6 +481,8 @@ def _write_scrapes(folder: Path, loadgen: LoadgenResult, secrets: Secrets) -> No
     ):
         if text is not None:
             write_text(folder / name, mask(text, secrets))
+    if loadgen.telemetry is not None and loadgen.telemetry.samples:
+        write_text(folder / TELEMETRY_FILE, telemetry_csv(loadgen.telemetry.samples))
 
 
 async def _attempts(
@@ -624,6 +627,7 @@ async def _drive_load(
         api_key=server.engine.api_key(run),
         metrics_path=server.engine.metrics_path,
         cache_reset=reset,
+        telemetry=_telemetry_spec(server),
     )
     result: LoadgenResult | None = None
     done = failed = 0
@@ -648,6 +652,15 @@ async def _drive_load(
     if result is None:
         raise HostError(job.plan.host.name, "the load generator ended without a result")
     return result
+
+
+def _telemetry_spec(server: Server) -> TelemetrySpec | None:
+    """Sample the GPUs the engine was launched on (those its launch checked); none on a host
+    without GPUs."""
+    check = server.record.gpu_check if server.record is not None else None
+    if check is None or not check.checked or not check.gpus:
+        return None
+    return TelemetrySpec(gpus=list(check.gpus))
 
 
 async def _still_serving(server: Server, dropped: HostUnreachable) -> None:

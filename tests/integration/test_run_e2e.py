@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.metrics.energy import TELEMETRY_FILE, read_telemetry_csv
 from orchestrator.results.model import VLLM_BENCH_KEYS, RunResult
 from orchestrator.results.report import CSV_COLUMNS
 from tests.fixtures.procs import kill_tree, pids_with_env
@@ -354,7 +355,7 @@ def test_every_summary_is_a_run_result_with_vllm_bench_keys(embedded_e2e: Outcom
     for path in paths:
         raw = read_json(path)
         result = RunResult.load(path)
-        assert raw["schema_version"] == result.schema_version == 4
+        assert raw["schema_version"] == result.schema_version == 5
         assert RunResult.from_json(raw).to_json() == raw  # written exactly as the model says
         if result.error is not None:
             assert not set(VLLM_BENCH_KEYS) & set(raw)  # never measured: no figures to show
@@ -456,3 +457,36 @@ def test_measured_against_ground_truth_sshd(sshd_factory: SshdFactory, tmp_path:
     while host.leftover_pids() and time.monotonic() < deadline:
         time.sleep(0.05)
     assert host.leftover_pids() == [], "a process started through the host is still running"
+
+
+def test_the_gpus_energy_over_each_window(embedded_e2e: Outcome) -> None:
+    """Issue 23: every measured run samples its GPUs (here the simulator's nvidia-smi, which
+    has no energy counter: the power integral is the figure, flagged as such) and reports the
+    energy per token; the samples are kept beside the summary."""
+    for run, host in (("sglang-mtp", "emb-1"), ("vllm-dflash", "emb-2")):
+        result = embedded_e2e.summary(run, host)
+        energy, loadgen, req = result.energy, result.loadgen, result.requests
+        assert energy is not None and loadgen is not None and req is not None
+        assert loadgen.telemetry is not None and loadgen.telemetry.source == "nvidia-smi"
+        assert loadgen.telemetry.samples == []  # in telemetry.csv, not in summary.json
+        samples = read_telemetry_csv(
+            (embedded_e2e.results / f"{run}_{host}" / TELEMETRY_FILE).read_text()
+        )
+        assert {s.gpu for s in samples} == {0, 1}
+        assert loadgen.started_at is not None and loadgen.ended_at is not None
+        assert min(s.t for s in samples) < loadgen.started_at
+        assert energy.energy_source == "integral" and len(energy.problems) == 1
+        assert "no energy counter" in energy.problems[0]
+        assert [w.kind for w in result.warnings].count("telemetry_unsound") == 1
+        # the simulated A6000s draw 190 W and 12 W more per running request while they serve
+        assert all(
+            w.power_max_w is not None and 190.0 < w.power_max_w <= 300.0 for w in energy.gpus
+        )
+        assert energy.energy_j is not None and energy.power_mean_w is not None
+        assert energy.j_per_output_token == pytest.approx(
+            energy.energy_j / req.total_output_tokens, rel=1e-9
+        )
+        assert energy.energy_j == pytest.approx(
+            sum(w.integral_j or 0 for w in energy.gpus), rel=1e-9
+        )
+        assert all(w.max_gap_s < 1.0 for w in energy.gpus)

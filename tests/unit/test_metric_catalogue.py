@@ -16,9 +16,11 @@ from orchestrator.config import nightly_terms as terms
 from orchestrator.config import slo as grammar
 from orchestrator.metrics import catalogue
 from orchestrator.metrics.catalogue import CATALOGUE, Metric
+from orchestrator.metrics.energy import window_energy
 from orchestrator.metrics.summary import ClientLag, LagStats, Stats
 from orchestrator.nightly.record import record_night
 from orchestrator.nightly.verdict import Policy, replay
+from orchestrator.remote.wire import GpuSample
 from orchestrator.results.compare import compare_tables, diff_value
 from orchestrator.results.figures.style import metric_name
 from orchestrator.results.frame import frame_of
@@ -65,8 +67,22 @@ def full(repeat: int = 1, scale: float = 1.0) -> RunResult:
     slo_result = SloResult(
         checks=base.slo.checks, met=True, goodput=2.5 * scale, goodput_fraction=0.9
     )
+    # a 10 s window on two GPUs at 150 and 250 W, read every 0.1 s with the energy counter
+    samples = [
+        GpuSample(
+            100.0 + i / 10, gpu, 10**6 + int(watts * 100 * i), watts, 1740, 8001, 20480, 97, 60, 0
+        )
+        for i in range(101)
+        for gpu, watts in ((0, 150.0 * scale), (1, 250.0 * scale))
+    ]
+    energy = window_energy(samples, 100.0, 110.0, output_tokens=3000, total_tokens=4000)
     return base.model_copy(
-        update={"requests": requests, "engine_metrics": engine, "slo": slo_result}
+        update={
+            "requests": requests,
+            "engine_metrics": engine,
+            "slo": slo_result,
+            "energy": energy,
+        }
     )
 
 

@@ -23,8 +23,15 @@ import orchestrator.results.model as model
 from orchestrator.doctor.collapse import Cause, Collapse
 from orchestrator.doctor.findings import Finding
 from orchestrator.metrics.acceptance import Acceptance
+from orchestrator.metrics.energy import window_energy
 from orchestrator.metrics.prom import SpecDelta
-from orchestrator.remote.wire import ClientLag, LagStats, LoadgenResult
+from orchestrator.remote.wire import (
+    ClientLag,
+    GpuSample,
+    LagStats,
+    LoadgenResult,
+    TelemetryResult,
+)
 from orchestrator.results.model import LoadgenInfo, RunResult
 from orchestrator.results.store import write_json
 from orchestrator.runner.summarize import (
@@ -38,7 +45,9 @@ from tests.fixtures.run_results import make_result
 # summary.json as orch wrote it before the mirrors went (main at d3ae23d, through
 # runner/summarize.py's acceptance_result, collapse_verdict, finding_record, loadgen_info):
 # every record the mirrors copied, filled
-EVERY_RECORD = Path(__file__).parents[1] / "fixtures" / "results" / "v4" / "every-record.json"
+RESULTS = Path(__file__).parents[1] / "fixtures" / "results"
+EVERY_RECORD = RESULTS / "v5" / "every-record.json"
+EVERY_RECORD_V4 = RESULTS / "v4" / "every-record.json"  # before GPU telemetry
 
 # Persisted records that still share most field names with a domain record, and why that is
 # no mirror. Any other such pair is a copy to remove (reuse the record), not to list here.
@@ -226,6 +235,27 @@ def _every_record() -> RunResult:
         reconciled=10,
         token_count_mismatches=0,
         cap_waits=1,
+        telemetry=TelemetryResult(
+            source="nvml",
+            interval_s=0.5,
+            samples=[
+                GpuSample(
+                    1764900000.0 + i / 2,
+                    0,
+                    5_000_000 + 125_000 * i,
+                    250.0,
+                    1740,
+                    8001,
+                    20480,
+                    97,
+                    61,
+                    0x4 if i > 6 else 0,
+                )
+                for i in range(12)
+            ],
+            power_limit_w={"0": 300.0},
+            cpu_s=0.0125,
+        ),
     )
     return make_result("full").model_copy(
         update={
@@ -234,7 +264,26 @@ def _every_record() -> RunResult:
             "doctor": [finding_record(finding)],
             "engine_changes": [finding_record(changed)],
             "loadgen": loadgen_info(lg, achieved=2.9, scheduled=3.05),
+            "energy": window_energy(
+                lg.telemetry.samples if lg.telemetry else [],
+                1764900000.5,
+                1764900004.75,
+                output_tokens=960,
+                total_tokens=2960,
+            ),
         }
+    )
+
+
+def test_a_summary_before_telemetry_reads_as_one_without_it() -> None:
+    old = RunResult.load(EVERY_RECORD_V4)
+    assert old.schema_version == 5 and old.provenance.migrated_from == 4
+    assert old.energy is None and old.loadgen is not None and old.loadgen.telemetry is None
+    assert (
+        old.model_copy(
+            update={"provenance": old.provenance.model_copy(update={"migrated_from": None})}
+        ).acceptance
+        == _every_record().acceptance
     )
 
 

@@ -32,6 +32,8 @@ DESIGN_COLUMNS = [
     "itl_chunk_ms_median",
     *("e2el_ms_mean", "e2el_ms_median", "e2el_ms_p90", "e2el_ms_p99"),
     *("acceptance_length", "goodput_req_s", "goodput_fraction", "failure_rate"),
+    # issue 23: energy and clocks, from the GPU samples around the window
+    *("j_per_output_token", "j_per_token", "output_tok_s_per_w", "gpu_power_w", "sm_clock_mhz"),
     # the metric catalogue's diagnostics, then what is not a figure of merit
     *("engine_gen_tok_s", "client_lag_ms_p99", "loop_delay_ms_p99"),
     *("acceptance_source", "acceptance_per_position", "slo_met"),

@@ -45,7 +45,7 @@ def test_every_v1_fixture_is_there() -> None:
 
 def test_v1_demo_loads_with_its_manifest() -> None:
     broken = RunResult.load(V1 / "demo" / "vllm-dflash-broken_sim-a6000-2" / "summary.json")
-    assert broken.schema_version == 4 and broken.provenance.migrated_from == 1
+    assert broken.schema_version == 5 and broken.provenance.migrated_from == 1
     assert broken.point == LoadPoint(kind="concurrency", value=1)
     assert (broken.run.name, broken.run.key, broken.run.order) == (
         "vllm-dflash-broken",
@@ -131,8 +131,8 @@ def test_unknown_keys_are_rejected(tmp_path: Path) -> None:
             obj["extra"] = 1
         with pytest.raises(ValueError, match="Extra inputs are not permitted"):
             RunResult.from_json(obj)
-    (tmp_path / "summary.json").write_text(json.dumps({**good, "schema_version": 5}))
-    with pytest.raises(ResultError, match="schema_version 5 was written by a newer orch"):
+    (tmp_path / "summary.json").write_text(json.dumps({**good, "schema_version": 6}))
+    with pytest.raises(ResultError, match="schema_version 6 was written by a newer orch"):
         RunResult.load(tmp_path / "summary.json")
 
 

@@ -146,11 +146,20 @@ def test_summary_row_and_csv(tmp_path) -> None:
         ",False,died,z-lab/drafter,2,builtin:mixed,1,,160,,Qwen/Qwen3.6-27B,,2,,,,,,,,,"
     )
     # the catalogued metrics appended after them: total tok/s (no token counts: 0), the other
-    # latency statistics (none measured here), goodput share, failure rate (1 of 9 sent)
+    # latency statistics (none measured here), goodput share, failure rate (1 of 9 sent), the
+    # energy and clocks (no GPU telemetry here)
     appended = [line.split(",")[len(HISTORICAL_COLUMNS) :] for line in lines[1:]]
-    assert CSV_COLUMNS[len(HISTORICAL_COLUMNS) :][-2:] == ["goodput_fraction", "failure_rate"]
-    assert appended[0] == ["0", *[""] * 12, "0.1111"]
-    assert appended[1] == [""] * 14
+    assert CSV_COLUMNS[len(HISTORICAL_COLUMNS) :][-7:] == [
+        "goodput_fraction",
+        "failure_rate",
+        "j_per_output_token",
+        "j_per_token",
+        "output_tok_s_per_w",
+        "gpu_power_w",
+        "sm_clock_mhz",
+    ]
+    assert appended[0] == ["0", *[""] * 12, "0.1111", *[""] * 5]
+    assert appended[1] == [""] * 19
 
 
 @pytest.mark.parametrize(

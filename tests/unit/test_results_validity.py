@@ -184,7 +184,7 @@ def test_a_v3_summary_gets_typed_warnings(tmp_path: Path) -> None:
     ]
     (tmp_path / "summary.json").write_text(json.dumps(old))
     result = RunResult.load(tmp_path / "summary.json")
-    assert result.schema_version == 4 and result.provenance.migrated_from == 3
+    assert result.schema_version == 5 and result.provenance.migrated_from == 3
     assert [w.kind for w in result.warnings] == [
         "client_saturated",
         "requests_failed",

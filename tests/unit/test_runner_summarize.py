@@ -425,7 +425,7 @@ def test_settings_identity_and_provenance_are_recorded(plans) -> None:
         warmup=2,
     )
     assert result.provenance.orch_version == __version__
-    assert result.schema_version == 4 and result.error is None
+    assert result.schema_version == 5 and result.error is None
     # what summary.json holds reads back as the same result
     assert RunResult.from_json(result.to_json()) == result
 
