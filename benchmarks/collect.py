@@ -17,6 +17,7 @@ from benchmarks.common import RESULTS, replace_file
 # name -> what it measures, in the order the README shows them
 BENCHMARKS = {
     "client": "Client accuracy and capacity against AIPerf and GuideLLM",
+    "gpu_check": "GPU telemetry on a real GPU",
     "fanout": "Fan-out of `orch hosts check` against ssh and Ansible",
     "logpath": "Log path: lines per second and delay, host to parsed event",
     "overhead": "Overhead of a run around its workload",
