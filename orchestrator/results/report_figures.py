@@ -21,11 +21,14 @@ from pathlib import Path
 import pandas as pd
 
 from orchestrator.errors import OrchError
+from orchestrator.metrics.energy import TELEMETRY_FILE, read_telemetry_csv
+from orchestrator.remote.wire import GpuSample
 from orchestrator.results import figures as fg
 from orchestrator.results.document import Figure
 from orchestrator.results.figures.slo import SloMarks
 from orchestrator.results.figures.style import folder_labels
 from orchestrator.results.figures.trend import trend_plot
+from orchestrator.results.model import RunResult
 from orchestrator.results.report_doc import load_label, measured
 from orchestrator.results.setup_info import run_folder
 from orchestrator.results.slo_answer import SloAnswer
@@ -41,6 +44,7 @@ PLOT_METRICS = (
     "tpot_ms_median",
     "ttft_ms_p99",
     "acceptance_length",
+    "output_tok_s_per_w",
 )
 LoadAt = tuple[str, float]  # (load_kind, load_value)
 CDFS = (("ttft_ms", "TTFT", "cdf-ttft"), ("itl_ms", "per-token ITL", "cdf-itl"))
@@ -146,6 +150,34 @@ def timeline_inputs(
     return events, spans
 
 
+def gpu_inputs(
+    frame: pd.DataFrame, keys: Mapping[tuple[str, str], str]
+) -> tuple[dict[str, list[GpuSample]], dict[str, list[fg.Span]]]:
+    """Per figure key: its server's GPU samples (every measurement's ``telemetry.csv``) and
+    its measured windows on them."""
+    samples: dict[str, list[GpuSample]] = {}
+    spans: dict[str, list[fg.Span]] = {}
+    for (where, key), rows in frame.groupby(["results_dir", "key"], sort=False):
+        found: list[GpuSample] = []
+        windows: list[tuple[float, float, str]] = []
+        for _, r in measured(rows).iterrows():
+            folder = Path(where) / r["folder"]
+            try:
+                found += read_telemetry_csv((folder / TELEMETRY_FILE).read_text(encoding="utf-8"))
+                loadgen = RunResult.load(folder / "summary.json").loadgen
+            except (OSError, ValueError, OrchError):
+                continue
+            if loadgen is not None and loadgen.started_at and loadgen.ended_at:
+                label = load_label(r["load_kind"], r["load_value"])
+                label += f" #{r['repeat']}" if r["repeats"] > 1 else ""
+                windows.append((loadgen.started_at, loadgen.ended_at, label))
+        if found:
+            found.sort(key=lambda s: s.t)
+            samples[keys[(where, key)]] = found
+            spans[keys[(where, key)]] = fg.gpu_spans(found, windows)
+    return samples, spans
+
+
 def draw_cdfs(
     plots: Plots,
     frame: pd.DataFrame,
@@ -237,6 +269,9 @@ def report_figures(
         if slo:
             caption += " with the SLO: target lines, misses crossed, the search's answer starred"
         plots.add(f"pareto-{what.lower()}", caption, png)
+    if agg.get("output_tok_s_per_w_mean", pd.Series(dtype=float)).notna().any():
+        png = fg.pareto_plot(agg, y="output_tok_s_per_w", colors=colors)
+        plots.add("pareto-energy", "Output throughput per watt vs interactivity", png)
     plots.add(
         "by-load", "Throughput and latency against the load", fg.load_plot(agg, colors=colors)
     )
@@ -255,6 +290,13 @@ def report_figures(
         plots.add("timeline", "Acceptance length and generation throughput over time", png)
     else:
         plots.notes.append("no timeline: no server wrote log events (events.jsonl)")
+    gpu, windows = gpu_inputs(frame, keys)
+    if gpu:
+        kept = dict(list(gpu.items())[:MAX_TIMELINES])
+        png = fg.gpu_plot(kept, spans=windows, setup=fg.setup_line(frame), colors=colors)
+        plots.add("gpu", "GPU power and SM clock over time, measured windows shaded", png)
+    else:
+        plots.notes.append("no GPU power or clock series: no measurement sampled its GPUs")
     return plots
 
 

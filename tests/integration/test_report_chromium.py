@@ -43,6 +43,8 @@ EXPECTED_PLOTS = {
     "cdf-ttft",
     "cdf-itl",
     "timeline",
+    "gpu",  # issue 23: the simulated GPUs' power and clocks, and tok/s per W against interactivity
+    "pareto-energy",
 }
 PLAYBOOK = {
     "name": "report-chromium",

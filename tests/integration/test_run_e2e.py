@@ -34,8 +34,10 @@ import pytest
 import yaml
 
 from orchestrator.metrics.energy import TELEMETRY_FILE, read_telemetry_csv
+from orchestrator.results.frame import load as load_frame
 from orchestrator.results.model import VLLM_BENCH_KEYS, RunResult
 from orchestrator.results.report import CSV_COLUMNS
+from orchestrator.results.report_figures import gpu_inputs, report_figures, series_keys
 from tests.fixtures.procs import kill_tree, pids_with_env
 from tests.fixtures.sshd import SshdFactory, free_port
 from tests.fixtures.truth import (
@@ -490,3 +492,17 @@ def test_the_gpus_energy_over_each_window(embedded_e2e: Outcome) -> None:
             sum(w.integral_j or 0 for w in energy.gpus), rel=1e-9
         )
         assert all(w.max_gap_s < 1.0 for w in energy.gpus)
+
+
+def test_the_report_draws_the_gpu_series_and_the_energy_front(embedded_e2e: Outcome) -> None:
+    frame = load_frame(embedded_e2e.results)
+    plots = report_figures(frame)
+    names = [f.name for f in plots.figures]
+    assert "gpu" in names and "pareto-energy" in names
+    assert not any("no GPU power" in n for n in plots.notes)
+    samples, spans = gpu_inputs(frame, series_keys(frame, {}))
+    assert len(samples) == 2  # the two runs that measured; the OOM never did
+    for key, found in samples.items():
+        assert {s.gpu for s in found} == {0, 1}
+        [(start, end, _)] = spans[key]
+        assert 0 < start < end <= max(s.t for s in found) - min(s.t for s in found) + 3.0

@@ -10,6 +10,7 @@ the one the bar chart (``plot.configuration_colors``) gives it.
 
 from orchestrator.results.figures.acceptance import acceptance_figure, acceptance_plot
 from orchestrator.results.figures.by_load import LOAD_METRICS, load_figure, load_plot
+from orchestrator.results.figures.gpu import gpu_figure, gpu_plot, gpu_spans
 from orchestrator.results.figures.latency import cdf_figure, cdf_plot, request_latencies
 from orchestrator.results.figures.pareto import pareto_figure, pareto_plot
 from orchestrator.results.figures.style import SEPARATOR, figure_colors, setup_line
@@ -29,6 +30,9 @@ __all__ = [
     "cdf_figure",
     "cdf_plot",
     "figure_colors",
+    "gpu_figure",
+    "gpu_plot",
+    "gpu_spans",
     "load_figure",
     "load_plot",
     "measurement_spans",

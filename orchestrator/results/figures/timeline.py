@@ -118,7 +118,8 @@ def measurement_spans(
     return spans
 
 
-def _shade(ax: Any, spans: Sequence[Span], *, labelled: bool) -> None:
+def shade(ax: Any, spans: Sequence[Span], *, labelled: bool) -> None:
+    """Grey bands where the measurements lie (``labelled``: their labels written in)."""
     for i, (start, end, label) in enumerate(spans):
         ax.axvspan(start, end, color="grey", alpha=0.1 + 0.08 * (i % 2), lw=0, gid=f"span:{label}")
         if labelled:
@@ -146,7 +147,7 @@ def _panel(ax: Any, s: Series, events: Sequence[Event], what: str, spans: Sequen
     ax.set_ylim(bottom=0)
     ax.set_title(f"{s.label}: {name} ({unit})", fontsize=9)
     ax.grid(alpha=0.3)
-    _shade(ax, spans, labelled=what == "acceptance")
+    shade(ax, spans, labelled=what == "acceptance")
 
 
 def timeline_figure(
