@@ -40,6 +40,7 @@ class Run:
     wall_s: float
     cpu_s: float
     code: int
+    failed: list[str]  # the tests that failed or errored, by node id
     modules: dict[str, float]  # module -> summed test time (setup, call, teardown), seconds
     tests: Counter[str]  # module -> number of tests
 
@@ -50,14 +51,20 @@ def tier(module: str) -> str:
     return parts[1] if len(parts) > 2 else parts[0]
 
 
-def read_junit(path: Path) -> tuple[dict[str, float], Counter[str]]:
+def read_junit(path: Path) -> tuple[dict[str, float], Counter[str], list[str]]:
+    """Per module its summed test time and its number of tests; the tests that failed."""
     times: dict[str, float] = defaultdict(float)
     counts: Counter[str] = Counter()
+    failed: list[str] = []
+    if not path.is_file():  # pytest died before it wrote one
+        return times, counts, failed
     for case in ET.parse(path).iter("testcase"):
         module = case.get("classname") or "?"
         times[module] += float(case.get("time") or 0.0)
         counts[module] += 1
-    return times, counts
+        if case.find("failure") is not None or case.find("error") is not None:
+            failed.append(f"{module}::{case.get('name')}")
+    return times, counts, failed
 
 
 def run_suite(tests: list[str], skip_real: bool) -> Run:
@@ -72,8 +79,8 @@ def run_suite(tests: list[str], skip_real: bool) -> Run:
         wall = time.monotonic() - start
         after = resource.getrusage(resource.RUSAGE_CHILDREN)
         cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-        times, counts = read_junit(junit)
-    return Run(wall, cpu, done.returncode, times, counts)
+        times, counts, failed = read_junit(junit)
+    return Run(wall, cpu, done.returncode, failed, times, counts)
 
 
 def bench(run: Run, *, skip_real: bool, smoke: bool) -> Bench:
@@ -120,7 +127,11 @@ def main() -> None:
     args = parser.parse_args()
     run = run_suite(SMOKE_TESTS if args.smoke else [], args.skip_real or args.smoke)
     if run.code != 0:  # a failed suite's time is not the suite's: nothing is written
-        sys.exit(f"pytest failed (exit status {run.code}) after {run.wall_s:.0f} s: not recorded")
+        failed = "".join(f"\n  {name}" for name in run.failed)
+        sys.exit(
+            f"pytest failed (exit status {run.code}) after {run.wall_s:.0f} s: not recorded"
+            + (f"; failed:{failed}" if failed else "")
+        )
     bench(run, skip_real=args.skip_real or args.smoke, smoke=args.smoke).publish(args.out)
 
 

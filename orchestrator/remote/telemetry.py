@@ -36,6 +36,9 @@ from .wire import TelemetryResult, TelemetrySpec
 NVML_LIBRARY = "libnvidia-ml.so.1"
 DEFAULT_INTERVAL_S = 0.1
 SMI_START_S = 5.0  # nvidia-smi's first line, or the fallback is not available
+# nvidia-smi's power.draw is already a 1 s average (Ampere and newer), and each of its lines
+# costs the host parsing in the load generator's process: the fallback reads twice a second
+SMI_MIN_INTERVAL_S = 0.5
 MAX_SAMPLES = 40_000  # per verb: a long run keeps every k-th read (its memory stays bounded)
 SMI_FIELDS = (
     "timestamp",
@@ -176,7 +179,8 @@ class SmiReader:
             raise TelemetryUnavailable(f"nvidia-smi: {NVIDIA_SMI} not found on PATH")
         self.indices = list(indices)
         ids = ",".join(str(i) for i in self.indices)
-        loop = str(max(10, int(interval_s * 1000)))
+        self.interval_s = max(interval_s, SMI_MIN_INTERVAL_S)
+        loop = str(int(self.interval_s * 1000))
         self.argv = [path, *SMI_QUERY, f"--id={ids}", "-lms", loop]
         self._lines: "queue.Queue[Optional[str]]" = queue.Queue()
         self._proc = subprocess.Popen(
@@ -191,7 +195,10 @@ class SmiReader:
         self._header: Optional[str] = None
         self._pending: List[str] = []
         if not self._first_line(SMI_START_S):
-            code = self._proc.poll()
+            try:  # its output ended: it exited, or is about to
+                code: Optional[int] = self._proc.wait(timeout=0.5)
+            except subprocess.TimeoutExpired:
+                code = None
             self.close()
             raise TelemetryUnavailable(
                 f"nvidia-smi: no sample within {SMI_START_S:g} s"
@@ -423,7 +430,7 @@ class Sampler:
                 if self._stop.wait(due - now):
                     break
             if isinstance(self.reader, SmiReader):  # its lines come on nvidia-smi's own clock
-                time.sleep(self.interval_s * 1.5)
+                time.sleep(self.reader.interval_s * 1.5)
             self.samples.extend(self.reader.read())  # the window's end is always covered
         except TelemetryUnavailable as e:
             self.errors.append(str(e))
@@ -451,11 +458,13 @@ class Recording:
                 limit = reader.power_limit_w(index)
                 if limit is not None:
                     self.limits[str(index)] = limit
-        self.sampler = Sampler(reader, spec.interval_s).start()
+        interval = reader.interval_s if isinstance(reader, SmiReader) else spec.interval_s
+        self.sampler = Sampler(reader, interval).start()
 
     def stop(self) -> TelemetryResult:
         if self.sampler is None:
             return TelemetryResult(source=None, interval_s=self.spec.interval_s, error=self.error)
+        interval = self.sampler.interval_s
         samples = self.sampler.stop()
         self.sampler.reader.close()
         thin = 1
@@ -468,7 +477,7 @@ class Recording:
             samples = [s for read in kept for s in read]
         return TelemetryResult(
             source=self.sampler.reader.source,
-            interval_s=self.spec.interval_s,
+            interval_s=interval,
             samples=samples,
             power_limit_w=self.limits,
             read_errors=self.sampler.errors,

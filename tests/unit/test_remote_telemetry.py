@@ -170,9 +170,10 @@ def test_nvidia_smi_is_the_fallback_on_the_simulators_gpus(
     reader = open_reader([0, 1], str(fake_nvml["current"]), interval_s=0.1)
     try:
         assert isinstance(reader, SmiReader) and reader.source == "nvidia-smi"
-        assert reader.argv[1:3] == SMI_QUERY and reader.argv[-3:] == ["--id=0,1", "-lms", "100"]
+        assert reader.argv[1:3] == SMI_QUERY and reader.argv[-3:] == ["--id=0,1", "-lms", "500"]
+        assert reader.interval_s == 0.5  # power.draw is a 1 s average: twice a second is enough
         sampler = Sampler(reader, interval_s=0.1).start()
-        time.sleep(1.0)
+        time.sleep(1.6)
         samples = sampler.stop()
     finally:
         reader.close()
@@ -183,7 +184,7 @@ def test_nvidia_smi_is_the_fallback_on_the_simulators_gpus(
     assert (first.sm_mhz, first.mem_mhz) == (210, 405)
     assert reason_names(first.reasons or 0) == ["gpu_idle"]
     times = sorted({s.t for s in samples})
-    assert len(times) >= 4  # about ten lines a GPU in the second
+    assert len(times) >= 3  # a line a GPU every 0.5 s
     assert all(abs(t - time.time()) < 5 for t in times)
 
 

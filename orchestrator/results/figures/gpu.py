@@ -79,7 +79,7 @@ def gpu_figure(
     for ax in axes[-1]:
         ax.set_xlabel("seconds since the server's first GPU sample")
     legend(fig, series)
-    stat = "every sample (0.1 s apart)" + ("; shaded: measured windows" if spans else "")
+    stat = "every sample" + ("; shaded: measured windows" if spans else "")
     fig.suptitle(title("GPU power and SM clock over time", setup, stat))
     return fig
 
