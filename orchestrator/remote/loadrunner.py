@@ -489,8 +489,11 @@ def run(raw: Dict[str, Any], emit: Emit) -> LoadgenResult:
     recording = Recording(cfg.telemetry) if cfg.telemetry is not None else None
     try:
         result = run_loop(runner.main)
-    finally:
-        telemetry = recording.stop() if recording is not None else None
+    except BaseException:  # cut short (its controller gone, a signal): end at once
+        if recording is not None:
+            recording.abandon()
+        raise
+    telemetry = recording.stop() if recording is not None else None
     return dataclasses.replace(
         result,
         request_seeds=cfg.request_seeds,

@@ -243,6 +243,11 @@ class SmiReader:
                 samples += parse_smi_csv(f"{self._header}\n{line}", t=time.time())
         return samples
 
+    def kill(self) -> None:
+        """SIGTERM to nvidia-smi, without waiting for it."""
+        if self._proc.poll() is None:
+            self._proc.terminate()
+
     def close(self) -> None:
         if self._proc.poll() is None:
             self._proc.terminate()
@@ -400,6 +405,7 @@ class Sampler:
         self.errors: List[str] = []
         self.cpu_s = 0.0  # the sampler thread's own CPU time
         self._stop = threading.Event()
+        self._abandoned = False
         self._thread = threading.Thread(target=self._run, name="orch-telemetry", daemon=True)
 
     def start(self) -> "Sampler":
@@ -410,6 +416,13 @@ class Sampler:
         self._stop.set()
         self._thread.join()
         return self.samples
+
+    def abandon(self) -> None:
+        """Stop at once: no last read, no join; nvidia-smi (the fallback) is sent SIGTERM."""
+        self._abandoned = True
+        self._stop.set()
+        if isinstance(self.reader, SmiReader):
+            self.reader.kill()
 
     def _run(self) -> None:
         cpu0 = time.thread_time()
@@ -429,6 +442,8 @@ class Sampler:
                     due = now
                 if self._stop.wait(due - now):
                     break
+            if self._abandoned:
+                return
             if isinstance(self.reader, SmiReader):  # its lines come on nvidia-smi's own clock
                 time.sleep(self.reader.interval_s * 1.5)
             self.samples.extend(self.reader.read())  # the window's end is always covered
@@ -460,6 +475,11 @@ class Recording:
                     self.limits[str(index)] = limit
         interval = reader.interval_s if isinstance(reader, SmiReader) else spec.interval_s
         self.sampler = Sampler(reader, interval).start()
+
+    def abandon(self) -> None:
+        """The verb is cut short: stop sampling without its last read, and without waiting."""
+        if self.sampler is not None:
+            self.sampler.abandon()
 
     def stop(self) -> TelemetryResult:
         if self.sampler is None:
