@@ -88,7 +88,7 @@ def _case_rows(
     good = [r for r in results if r.error is None]
     collapse = next((r.collapse for r in good if r.collapse is not None), None)
     errors = [r.error.message for r in results if r.error is not None]
-    note = collapse.message if collapse else (errors[0] if errors and not good else None)
+    note = collapse.message if collapse else (errors[0] if errors else None)
     rows = []
     for name in metric_names(good, speculative=case.method != "none"):
         values = tuple(v for v in (figure(r, name) for r in good) if v is not None)

@@ -62,7 +62,7 @@ class HistoryRow:
     failed_repeats: int  # measurements of the case that failed (host down, engine died ...)
     status: Status
     collapse: bool  # speculation collapsed in one of the case's measurements
-    note: str | None  # the first error of a failed case, or the collapse's message
+    note: str | None  # the first error of a failed measurement, or the collapse's message
     attributes: NightAttributes
     verdict: Verdict | None = None
     baseline: float | None = None

@@ -488,6 +488,8 @@ def unreliable(
     if head.failed_repeats:
         total = head.failed_repeats + max((r.n for r in rows), default=0)
         why = f"{head.failed_repeats} of {total} measurements failed"
+        if head.note and not head.collapse:
+            why += f" (the first: {head.note})"
     elif rates and max(rates) > limit:
         why = (
             f"{max(rates):.1%} of requests failed in a repeat (more than {limit:.1%}): the "

@@ -105,6 +105,17 @@ def test_a_nights_rows_from_its_results(tmp_path: Path) -> None:
     )
 
 
+def test_a_failed_repeat_among_good_ones_is_named(tmp_path: Path) -> None:
+    """The figures come from the good repeats; the first failure's message says why the
+    night cannot be judged (a saturated client is not a dead host)."""
+    why = "client saturated: send lag median 80.0 ms > 50 ms"
+    error = measurement(value=8, repeat=3, repeats=3, error=why).error
+    failed = spec_repeat(3, 120.0).model_copy(update={"error": error})
+    folder = night_folder(tmp_path, NIGHT, [spec_repeat(1, 100.0), spec_repeat(2, 110.0), failed])
+    out = rows_by_metric(folder)[("dflash", "output_tok_s")]
+    assert (out.status, out.n, out.failed_repeats, out.note) == ("measured", 2, 1, why)  # type: ignore[attr-defined]
+
+
 def test_the_same_case_on_two_hosts_pools_its_repeats(tmp_path: Path) -> None:
     results = [spec_repeat(1, 100.0), spec_repeat(1, 104.0, host="h2")]
     folder = night_folder(tmp_path, NIGHT, results, manifest=False)

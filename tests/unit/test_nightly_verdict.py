@@ -263,6 +263,11 @@ def test_a_failed_repeat_makes_the_case_could_not_measure() -> None:
     [case] = replay([*history, [broken]], find=lambda values: None)[3]
     assert case.metrics[0].verdict == "could_not_measure"
     assert case.metrics[0].reason.startswith("1 of 3 measurements failed; ")
+    # the first failure's own message is named: a saturated client is not a dead host
+    why = "client saturated: 12.5% of requests had their first token chunk read together"
+    noted = dataclasses.replace(broken, note=why)
+    [case] = replay([*history, [noted]], find=lambda values: None)[3]
+    assert case.metrics[0].reason.startswith(f"1 of 3 measurements failed (the first: {why}); ")
 
 
 def test_a_collapsed_night_is_in_no_baseline() -> None:
