@@ -35,6 +35,7 @@ from orchestrator.runner.summarize import (
     SHARED_READ_WARN_PCT,
 )
 from tests.fixtures.cli import finish, orch_in_process, orch_process
+from tests.fixtures.procs import describe
 from tests.fixtures.realvllm import CpuHost, RealVllm, engine_pids, engine_slot, start_cpu_host
 from tests.fixtures.sshd import SshdFactory, free_port
 
@@ -115,7 +116,7 @@ class Measured:
     output: str
     results: Path
     host: CpuHost
-    leftover_engines: list[int]
+    leftover_engines: list[str]  # pid, state, title and parent of each
 
     def of(self, run: str) -> list[RunResult]:
         """The run's results, one per load point and repeat."""
@@ -150,7 +151,7 @@ def measured(
             done = finish(proc, RUN_TIMEOUT_S)
         finally:
             proc.kill()
-        leftovers = engine_pids(host)
+        leftovers = [describe(pid) for pid in engine_pids(host)]
         host.kill_leftovers()
     (results,) = (tmp / "results").iterdir()
     yield Measured(done.returncode, done.stdout + done.stderr, results, host, leftovers)
