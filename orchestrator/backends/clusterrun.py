@@ -167,6 +167,7 @@ class ClusterRun:
         session = HostSession(job.plan.host, agent=agent, facts=facts)
         result = await doctor_run(session, job.plan)
         job.drafter = result.drafter or job.drafter
+        job.target = result.target or job.target
         seen = {(f.check, f.message) for f in job.doctor}
         job.doctor += [f for f in result.findings if (f.check, f.message) not in seen]
         job.manifest = {**job.manifest, "doctor": [f.to_json() for f in job.doctor]}

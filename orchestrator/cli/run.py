@@ -544,6 +544,8 @@ def measurements_table(outcome: PlaybookOutcome) -> Table:
     )
     energy = [catalogue.get("j_per_output_token"), catalogue.get("output_tok_s_per_w")]
     with_energy = any(r.energy is not None for r in outcome.results)
+    roofline = catalogue.get("roofline_pct")
+    with_roofline = any(r.roofline is not None for r in outcome.results)
     for col in (
         "run",
         "host",
@@ -554,6 +556,7 @@ def measurements_table(outcome: PlaybookOutcome) -> Table:
         "failed",
         "out tok/s",
         "decode tok/s",
+        *((roofline.header,) if with_roofline else ()),
         "TTFT ms",
         "TPOT ms",
         "accept",
@@ -573,6 +576,7 @@ def measurements_table(outcome: PlaybookOutcome) -> Table:
             str(req.failed if req else 0),
             _fmt(req.output_throughput if req else None),
             _fmt(req.decode_tok_s.median if req else None),
+            *((_fmt(roofline.value(r), roofline.spec),) if with_roofline else ()),
             _fmt(req.ttft_ms.median if req else None),
             _fmt(req.tpot_ms.median if req else None, ".2f"),
             _fmt(acc.length if acc else None, ".2f"),

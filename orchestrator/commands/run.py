@@ -482,6 +482,7 @@ async def run_playbook(
             run_id=f"{safe_name(plan.run.name)}-{uuid.uuid4().hex[:8]}",
             doctor=doc.findings,
             drafter=doc.drafter,
+            target=doc.target,
         )
         job.manifest = manifest(job, playbook, sessions[plan.host.name], doc)
         jobs.append(job)

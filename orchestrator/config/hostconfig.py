@@ -44,6 +44,7 @@ class GpuSpec:
 
     count: int
     model: str | None = None
+    bandwidth_gb_s: float | None = None  # per GPU, overriding the roofline's table
 
     @classmethod
     def none(cls) -> GpuSpec:

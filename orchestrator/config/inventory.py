@@ -69,6 +69,11 @@ class GpuModel(StrictModel):
     model: str | None = Field(
         None, description="GPU model as nvidia-smi names it, e.g. 'RTX A6000'."
     )
+    bandwidth_gb_s: Annotated[float, Field(gt=0)] | None = Field(
+        None,
+        description="Peak memory bandwidth of one GPU in GB/s, for the % of roofline "
+        "(default: orch's table of GPU models, e.g. RTX A6000 768).",
+    )
 
     @model_validator(mode="after")
     def _cpu_has_no_model(self) -> GpuModel:
@@ -398,7 +403,7 @@ def _resolve(
         python=values.get("python", DEFAULT_PYTHON),
         workdir=values.get("workdir", DEFAULT_WORKDIR),
         env=env,
-        gpus=GpuSpec(gpus.count, gpus.model) if gpus else None,
+        gpus=GpuSpec(gpus.count, gpus.model, gpus.bandwidth_gb_s) if gpus else None,
         tags=tuple(dict.fromkeys(tags)),
         transport=transport,
         # None when hosts.yaml does not set it: the connection pool's default applies then,

@@ -6,7 +6,6 @@ so the same checks run on a probe done minutes ago or on test data.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -16,6 +15,13 @@ from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.doctor.reference import canonical_method, version_tuple
 from orchestrator.engines import get_engine
 from orchestrator.engines.parallel import Parallelism
+from orchestrator.metrics.roofline import (
+    attention_params,
+    bytes_per_parameter,
+    layer_kinds,
+    linear_attention_params,
+    mlp_params,
+)
 from orchestrator.remote.holders import describe_all
 from orchestrator.remote.wire import GpuInfo, PortHolder, ProbeResult
 
@@ -381,9 +387,9 @@ def estimate_weight_bytes(model: ModelConfig) -> int | None:
 def estimate_parameters(model: ModelConfig) -> int | None:
     """Parameter count from a stated field, else from the shapes in the config.
 
-    The estimate counts embeddings, attention and MLP (or MoE experts) of every layer; it is
-    within a few percent for dense and MoE transformers, looser for hybrid linear-attention
-    stacks, which is enough to tell "fits" from "does not fit".
+    The estimate counts embeddings, attention (softmax or linear) and MLP (or every MoE
+    expert) of every layer, with ``metrics.roofline``'s shapes; it is within a few percent for
+    dense, MoE and hybrid linear-attention stacks, enough to tell "fits" from "does not fit".
     """
     text = model.text
     for key in ("num_parameters", "num_params", "n_params", "total_params"):
@@ -395,42 +401,15 @@ def estimate_parameters(model: ModelConfig) -> int | None:
     embed = (vocab or 0) * hidden * (1 if text.get("tie_word_embeddings") else 2)
     if any("dflash" in a.lower() for a in model.architectures):
         embed = 0  # DFlash drafters share the target's embeddings and LM head
-    return embed + layers * (_attention_params(text, hidden) + _mlp_params(text, hidden))
-
-
-def _attention_params(text: Mapping[str, Any], hidden: int) -> int:
-    heads = _pos_int(text.get("num_attention_heads"))
-    if not heads:
-        return 4 * hidden * hidden
-    head_dim = _pos_int(text.get("head_dim")) or hidden // heads
-    kv_heads = _pos_int(text.get("num_key_value_heads")) or heads
-    return 2 * hidden * heads * head_dim + 2 * hidden * kv_heads * head_dim
-
-
-def _mlp_params(text: Mapping[str, Any], hidden: int) -> int:
-    experts = _pos_int(text.get("num_experts")) or _pos_int(text.get("n_routed_experts"))
-    expert_width = _pos_int(text.get("moe_intermediate_size"))
-    if experts and expert_width:
-        shared = _pos_int(text.get("shared_expert_intermediate_size")) or 0
-        shared += (_pos_int(text.get("n_shared_experts")) or 0) * expert_width
-        return 3 * hidden * (experts * expert_width + shared)
-    width = _pos_int(text.get("intermediate_size")) or 4 * hidden
-    return 3 * hidden * width
-
-
-def bytes_per_parameter(text: Mapping[str, Any]) -> float:
-    quant = text.get("quantization_config")
-    if isinstance(quant, Mapping):
-        bits = _pos_int(quant.get("bits")) or _pos_int(quant.get("w_bit"))
-        if bits:
-            return bits / 8
-        method = str(quant.get("quant_method", "")).lower()
-        if "fp8" in method or method == "fbgemm_fp8":
-            return 1.0
-        if "fp4" in method or "mxfp4" in method:
-            return 0.5
-    dtype = str(text.get("torch_dtype") or text.get("dtype") or "bfloat16").lower()
-    return 4.0 if "float32" in dtype else 2.0
+    full, sliding, linear = layer_kinds(text)
+    if full + sliding + linear != layers:
+        full, sliding, linear = layers, 0, 0
+    mlp = mlp_params(text, hidden)
+    return (
+        embed
+        + (full + sliding) * (attention_params(text, hidden) + mlp)
+        + linear * (linear_attention_params(text, hidden) + mlp)
+    )
 
 
 def _pos_int(value: Any) -> int | None:

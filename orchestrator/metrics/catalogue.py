@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from orchestrator.metrics.summary import RequestStats, Stats
 
 Direction = Literal["higher", "lower"]  # which way is better
-TableRule = Literal["always", "speculation", "slo", "energy"]  # when a table shows the metric
+TableRule = Literal["always", "roofline", "speculation", "slo", "energy"]  # when a table shows the metric
 Latency = Literal["ttft", "tpot", "itl", "e2el"]  # a request's own latency, for goodput
 
 
@@ -66,6 +66,13 @@ class _Energy(Protocol):
     def sm_mhz_mean(self) -> float | None: ...
 
 
+class _Roofline(Protocol):
+    @property
+    def pct(self) -> float: ...
+    @property
+    def achieved_gb_s(self) -> float: ...
+
+
 class _EngineLog(Protocol):
     @property
     def generation_throughput_mean(self) -> float | None: ...
@@ -86,6 +93,8 @@ class Measurement(Protocol):
     def engine_metrics(self) -> _EngineLog: ...
     @property
     def energy(self) -> _Energy | None: ...
+    @property
+    def roofline(self) -> _Roofline | None: ...
 
 
 Read = Callable[[Measurement], "float | None"]
@@ -265,6 +274,13 @@ CATALOGUE: tuple[Metric, ...] = (
            compute=lambda r: ratio(total_tok_s(r), gpu_count(r))),
     Metric(name="interactivity", header="tok/s/user", title="Interactivity", unit="tok/s/user",
            direction="higher", decimals=3, spec=".1f", compute=interactivity, table="always"),
+    # decode against the GPUs' memory bandwidth (metrics/roofline.py)
+    Metric(name="roofline_pct", header="% roofline", title="Decode's % of the memory-bandwidth roofline",
+           unit="%", direction="higher", decimals=2, spec=".0f",
+           compute=lambda r: r.roofline.pct if r.roofline else None, table="roofline"),
+    Metric(name="decode_gb_s", header="decode GB/s", title="Memory read by decode steps",
+           unit="GB/s", direction="higher", decimals=1, spec=".0f",
+           compute=lambda r: r.roofline.achieved_gb_s if r.roofline else None),
     *(
         Metric(name=f"decode_tok_s_{stat}", header=f"decode {STAT_WORDS[stat]} tok/s",
                title=f"{STAT_TITLES[stat]} per-request decode speed", unit="tok/s",

@@ -23,18 +23,24 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from pydantic import ConfigDict
+
 from orchestrator.remote.telemetry import GpuSample, reason_names
 
 TELEMETRY_FILE = "telemetry.csv"  # a measurement's GPU samples, beside its summary.json
 MAX_GAP_S = 3.0
 MAX_DISAGREEMENT = 0.05
-IDLE_REASON = "gpu_idle"
-NO_COUNTER = "no energy counter (nvidia-smi, or a GPU before Volta): the energy is the power integral"  # a clock-event reason that is no throttling
+IDLE_REASON = "gpu_idle"  # a clock-event reason that is no throttling
+NO_COUNTER = (
+    "no energy counter (nvidia-smi, or a GPU before Volta): the energy is the power integral"
+)
 
 
 @dataclass(frozen=True)
 class GpuWindow:
     """One GPU over the window."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
 
     gpu: int
     samples: int
@@ -53,7 +59,11 @@ class GpuWindow:
 
 @dataclass(frozen=True)
 class Energy:
-    """The measurement's figures over all its GPUs; ``valid`` False names ``problems``."""
+    """The measurement's figures over all its GPUs; ``valid`` False names ``problems``.
+
+    Also the persisted record (``RunResult.energy``), validated by pydantic as it stands."""
+
+    __pydantic_config__ = ConfigDict(extra="forbid")
 
     window_s: float
     gpus: tuple[GpuWindow, ...]

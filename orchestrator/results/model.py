@@ -42,6 +42,7 @@ from orchestrator.errors import OrchError
 from orchestrator.metrics.acceptance import Acceptance, AcceptanceSource
 from orchestrator.metrics.energy import Energy
 from orchestrator.metrics.prom import SpecDelta
+from orchestrator.metrics.roofline import RooflinePoint
 from orchestrator.metrics.summary import ClientLag, LagStats, RequestStats, Stats
 from orchestrator.remote.wire import LoadgenResult
 from orchestrator.results.manifest import MANIFEST_FILE, Manifest, load_manifest
@@ -374,6 +375,7 @@ class RunResult(Frozen):
     engine_metrics: EngineLogFigures = Field(default_factory=EngineLogFigures)
     loadgen: LoadgenInfo | None = None
     energy: Energy | None = None  # from the GPU samples around the window (schema 5)
+    roofline: RooflinePoint | None = None  # decode vs the GPUs' memory bandwidth (schema 5)
     collapse: CollapseVerdict | None = None
     engine_changes: list[FindingRecord] = Field(default_factory=list)  # settings it overrode
     doctor: list[FindingRecord] = Field(default_factory=list)  # errors and warnings only

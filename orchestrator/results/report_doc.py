@@ -164,6 +164,8 @@ def config_columns(rows: pd.DataFrame) -> tuple[list[Column], bool]:
         shown.add("speculation")
     if rows["j_per_output_token"].notna().any():
         shown.add("energy")
+    if rows["roofline_pct"].notna().any():
+        shown.add("roofline")
     slo = bool(rows["slo_met"].notna().any())
     if slo:
         shown.add("slo")

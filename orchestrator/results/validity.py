@@ -46,6 +46,7 @@ WarningKind = Literal[
     "cap_bound",  # an open loop's concurrency cap, i.e. the server's pace, held requests back
     "telemetry_missing",  # the GPUs could not be sampled (no NVML, no nvidia-smi)
     "telemetry_unsound",  # the energy figure stands, flagged: gaps, a disagreement, no counter
+    "roofline_implausible",  # decode read faster than the GPUs can: no % of roofline given
     "note",  # a warning of a result written before warnings had kinds
 ]
 FAILING_KINDS: frozenset[str] = frozenset(get_args(FailingKind))

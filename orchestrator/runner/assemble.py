@@ -26,6 +26,7 @@ from orchestrator.loadgen.records import LoadgenResult, RequestRecord
 from orchestrator.metrics.acceptance import combine_acceptance
 from orchestrator.metrics.energy import Energy, window_energy
 from orchestrator.metrics.logparse import LogSummary
+from orchestrator.metrics.roofline import RooflineInputs
 from orchestrator.metrics.summary import RequestStats, merged_chunks, request_stats
 from orchestrator.results.manifest import Manifest
 from orchestrator.results.model import (
@@ -43,6 +44,7 @@ from orchestrator.results.model import (
 )
 from orchestrator.results.store import safe_name
 from orchestrator.results.validity import Assessment, Evidence, assess
+from orchestrator.runner.roofline import roofline_figure, roofline_inputs
 from orchestrator.runner.state import LiveState, RunJob
 from orchestrator.runner.summarize import (
     acceptance_result,
@@ -108,6 +110,7 @@ class Measured:
     log: EngineLog | None = None
     warnings: Sequence[RunWarning] = ()
     causes: Callable[[], Sequence[Cause]] = list
+    roofline: RooflineInputs | None = None  # the model's decode shape and the GPUs' bandwidth
     engine_changes: Sequence[FindingRecord] = ()
     doctor: Sequence[FindingRecord] = ()
     provenance: Provenance = field(default_factory=Provenance)
@@ -195,6 +198,7 @@ def _measured(result: RunResult, m: Measured, loadgen: LoadgenResult) -> Assembl
         acceptance_length=acc.length,
         per_position=acc.per_position,
     )
+    roofline, roofline_warnings = roofline_figure(m.roofline, requests)
     slo = None
     if m.slo is not None:
         slo = evaluate(m.slo.parsed, requests, list(m.records), loadgen.duration_s)
@@ -202,7 +206,8 @@ def _measured(result: RunResult, m: Measured, loadgen: LoadgenResult) -> Assembl
         update={
             "loadgen": loadgen_info(loadgen, achieved=achieved, scheduled=scheduled),
             "energy": energy,
-            "warnings": [*warnings, *result.warnings],
+            "roofline": roofline,
+            "warnings": [*warnings, *roofline_warnings, *result.warnings],
             "acceptance": acceptance_result(acc, prom),
             "collapse": collapse_verdict(collapse, m.causes()) if collapse else None,
             "error": m.error or measurement_error(assessment),
@@ -409,6 +414,9 @@ def build_result(
     m = measurement or planned(job.plan.run)[0]
     run, host = m.run, job.plan.host
     base = safe_name(job.run_dir.name)
+    settings = run_settings(
+        run, gpu_name=_gpu_name(job), gpu_ids=job.gpu_ids, prompts_sha256=job.prompts.sha256
+    )
     whole = state.follower.summary() if state.follower.engine else None
     window = state.window.summary() if state.window and state.window.engine else None
     return assemble(
@@ -421,12 +429,7 @@ def build_result(
                 order=job.order,
                 run_id=job.run_id,
             ),
-            settings=run_settings(
-                run,
-                gpu_name=_gpu_name(job),
-                gpu_ids=job.gpu_ids,
-                prompts_sha256=job.prompts.sha256,
-            ),
+            settings=settings,
             times=times,
             point=m.point,
             records=state.records,
@@ -441,6 +444,7 @@ def build_result(
                 argv=job.plan.argv,
             ),
             warnings=warnings,
+            roofline=roofline_inputs(job, gpu_name=settings.gpu_name, gpu_count=settings.gpu_count),
             causes=lambda: causes_for_run(
                 run, list(job.doctor), drafter=job.drafter, env=job.plan.env
             ),

@@ -41,6 +41,7 @@ class RunJob:
     run_id: str
     doctor: list[Finding] = field(default_factory=list)
     drafter: ModelConfig | None = None  # for ranking collapse causes
+    target: ModelConfig | None = None  # for the roofline's decode shape
     manifest: dict[str, Any] = field(default_factory=dict)  # written, stamped, when the run starts
     kept: dict[str, RunResult] = field(default_factory=dict)
     session: int = 1

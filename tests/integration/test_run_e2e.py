@@ -33,11 +33,14 @@ from typing import Any
 import pytest
 import yaml
 
+from orchestrator.doctor.modelconfig import ModelConfig
 from orchestrator.metrics.energy import TELEMETRY_FILE, read_telemetry_csv
+from orchestrator.metrics.roofline import decode_shape
 from orchestrator.results.frame import load as load_frame
 from orchestrator.results.model import VLLM_BENCH_KEYS, RunResult
 from orchestrator.results.report import CSV_COLUMNS
 from orchestrator.results.report_figures import gpu_inputs, report_figures, series_keys
+from orchestrator.sim.profiles import STEP_FACTOR
 from tests.fixtures.procs import kill_tree, pids_with_env
 from tests.fixtures.sshd import SshdFactory, free_port
 from tests.fixtures.truth import (
@@ -55,6 +58,7 @@ from tests.fixtures.truth import (
 pytestmark = pytest.mark.integration
 
 DATA = Path(__file__).parent / "data"
+MODELS = Path(__file__).parents[2] / "orchestrator" / "sim" / "models"  # the simulator's own
 SECRET_VAR = "ORCH_E2E_SECRET"
 SECRET = f"e2e-secret-{uuid.uuid4().hex}"  # from ${ORCH_E2E_SECRET} in hosts.yaml
 KEY_SECRET = "k3y-literal-e2e"  # ORCH_E2E_API_KEY in the playbook: a secret by its name
@@ -492,6 +496,39 @@ def test_the_gpus_energy_over_each_window(embedded_e2e: Outcome) -> None:
             sum(w.integral_j or 0 for w in energy.gpus), rel=1e-9
         )
         assert all(w.max_gap_s < 1.0 for w in energy.gpus)
+
+
+def test_the_decode_against_the_memory_bandwidth_roofline(embedded_e2e: Outcome) -> None:
+    """Issue 23: the model's decode shape read from its config.json on the host, the GPUs'
+    bandwidth from hosts.yaml (the simulated A6000s run 4x fast), the figure from the run's
+    own request statistics: one stream (c=1) over Qwen3.6-27B's 51 GB of decode weights."""
+    shape = decode_shape(
+        ModelConfig.from_json(
+            json.loads((MODELS / "Qwen/Qwen3.6-27B/config.json").read_text())
+        ).text
+    )
+    assert shape is not None
+    points = {}
+    for run, host in (("sglang-mtp", "emb-1"), ("vllm-dflash", "emb-2")):
+        result = embedded_e2e.summary(run, host)
+        point, req = result.roofline, result.requests
+        assert point is not None and req is not None, result.warnings
+        assert (point.bandwidth_source, point.peak_gb_s) == ("hosts.yaml", 2 * 3072.0)
+        assert point.weight_bytes == shape.weight_bytes
+        assert point.step_ms == req.itl_chunk_ms.median and point.batch == 1.0
+        assert point.context_tokens == pytest.approx(
+            (req.total_prompt_tokens + req.total_output_tokens / 2) / req.completed
+        )
+        assert point.pct == pytest.approx(
+            100 * shape.step_bytes(1.0, point.context_tokens) / point.step_ms * 1e3 / 6144e9
+        )
+        points[run] = point.pct
+    # near the roofline at batch 1; the simulator's DFlash step (drafting 15 tokens) costs 1.40
+    # plain steps and its MTP step 0.98, so the target's reads are a smaller share of it
+    assert 50 < points["vllm-dflash"] < points["sglang-mtp"] < 100, points
+    assert points["vllm-dflash"] / points["sglang-mtp"] == pytest.approx(
+        STEP_FACTOR["sglang-mtp"] / STEP_FACTOR["dflash"], rel=0.15
+    )
 
 
 def test_the_report_draws_the_gpu_series_and_the_energy_front(embedded_e2e: Outcome) -> None:

@@ -17,6 +17,7 @@ from orchestrator.config import slo as grammar
 from orchestrator.metrics import catalogue
 from orchestrator.metrics.catalogue import CATALOGUE, Metric
 from orchestrator.metrics.energy import window_energy
+from orchestrator.metrics.roofline import DecodeShape, RooflineInputs, roofline_point
 from orchestrator.metrics.summary import ClientLag, LagStats, Stats
 from orchestrator.nightly.record import record_night
 from orchestrator.nightly.verdict import Policy, replay
@@ -76,12 +77,24 @@ def full(repeat: int = 1, scale: float = 1.0) -> RunResult:
         for gpu, watts in ((0, 150.0 * scale), (1, 250.0 * scale))
     ]
     energy = window_energy(samples, 100.0, 110.0, output_tokens=3000, total_tokens=4000)
+    # an 8B-like model on two 768 GB/s GPUs, a 25 ms step at batch 2
+    shape = DecodeShape(weight_bytes=16 * 10**9, kv_bytes_per_token=147_456)
+    roofline = roofline_point(
+        RooflineInputs(shape, 2, 768.0, "table: RTX A6000"),
+        step_ms=25.0 / scale,
+        completed=20,
+        duration_s=10.0,
+        decode_ms_mean=1000.0,
+        prompt_tokens=2000,
+        output_tokens=3000,
+    )
     return base.model_copy(
         update={
             "requests": requests,
             "engine_metrics": engine,
             "slo": slo_result,
             "energy": energy,
+            "roofline": roofline,
         }
     )
 

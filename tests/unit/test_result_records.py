@@ -25,6 +25,7 @@ from orchestrator.doctor.findings import Finding
 from orchestrator.metrics.acceptance import Acceptance
 from orchestrator.metrics.energy import window_energy
 from orchestrator.metrics.prom import SpecDelta
+from orchestrator.metrics.roofline import DecodeShape, RooflineInputs, roofline_point
 from orchestrator.remote.wire import (
     ClientLag,
     GpuSample,
@@ -270,6 +271,20 @@ def _every_record() -> RunResult:
                 1764900004.75,
                 output_tokens=960,
                 total_tokens=2960,
+            ),
+            "roofline": roofline_point(
+                RooflineInputs(
+                    DecodeShape(51_196_723_200, 65_536, state_bytes_per_sequence=150_994_944),
+                    2,
+                    768.0,
+                    "table: RTX A6000",
+                ),
+                step_ms=40.42,
+                completed=10,
+                duration_s=4.25,
+                decode_ms_mean=420.0,
+                prompt_tokens=2000,
+                output_tokens=960,
             ),
         }
     )

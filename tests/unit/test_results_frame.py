@@ -25,6 +25,8 @@ DESIGN_COLUMNS = [
     *("error", "started_at", "noisy_ci"),
     *("completed", "failed", "duration_s", "request_throughput", "output_tok_s", "total_tok_s"),
     *("output_tok_s_per_gpu", "total_tok_s_per_gpu", "interactivity"),
+    # issue 23: the decode against the GPUs' memory bandwidth
+    *("roofline_pct", "decode_gb_s"),
     *("decode_tok_s_mean", "decode_tok_s_median", "decode_tok_s_p10", "decode_tok_s_p90"),
     *("ttft_ms_mean", "ttft_ms_median", "ttft_ms_p90", "ttft_ms_p99"),
     *("tpot_ms_mean", "tpot_ms_median", "tpot_ms_p90", "tpot_ms_p99"),

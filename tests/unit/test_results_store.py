@@ -145,9 +145,10 @@ def test_summary_row_and_csv(tmp_path) -> None:
     assert historical[1].endswith(
         ",False,died,z-lab/drafter,2,builtin:mixed,1,,160,,Qwen/Qwen3.6-27B,,2,,,,,,,,,"
     )
-    # the catalogued metrics appended after them: total tok/s (no token counts: 0), the other
-    # latency statistics (none measured here), goodput share, failure rate (1 of 9 sent), the
-    # energy and clocks (no GPU telemetry here)
+    # the catalogued metrics appended after them: total tok/s (no token counts: 0), % of
+    # roofline and decode GB/s (no model shape here), the other latency statistics (none
+    # measured here), goodput share, failure rate (1 of 9 sent), the energy and clocks (no GPU
+    # telemetry here)
     appended = [line.split(",")[len(HISTORICAL_COLUMNS) :] for line in lines[1:]]
     assert CSV_COLUMNS[len(HISTORICAL_COLUMNS) :][-7:] == [
         "goodput_fraction",
@@ -158,8 +159,9 @@ def test_summary_row_and_csv(tmp_path) -> None:
         "gpu_power_w",
         "sm_clock_mhz",
     ]
-    assert appended[0] == ["0", *[""] * 12, "0.1111", *[""] * 5]
-    assert appended[1] == [""] * 19
+    assert CSV_COLUMNS[len(HISTORICAL_COLUMNS) :][1:3] == ["roofline_pct", "decode_gb_s"]
+    assert appended[0] == ["0", *[""] * 14, "0.1111", *[""] * 5]
+    assert appended[1] == [""] * 21
 
 
 @pytest.mark.parametrize(
