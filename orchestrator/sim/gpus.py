@@ -167,15 +167,20 @@ def unregister_process(state: Path, pid: int) -> None:
 # with the engine's batch (a busier step draws more power) up to the board's limit.
 IDLE_POWER_W, BUSY_POWER_W, POWER_PER_REQUEST_W, POWER_LIMIT_W = 22.51, 190.0, 12.0, 300.0
 IDLE_SM_MHZ, BUSY_SM_MHZ, IDLE_MEM_MHZ, BUSY_MEM_MHZ = 210, 1740, 405, 8001
+# A throttled night's (nights.py): the busy SM clock, and the clock-event reasons as NVML's bits.
+THROTTLED_SM_MHZ = 1410
+THROTTLE_REASONS = {"sw_power_cap": 0x4, "hw_slowdown": 0x8, "sw_thermal": 0x20, "hw_thermal": 0x40}
 
 
 class GpuActivity:
     """An engine listener that tells the host's ``nvidia-smi`` how many requests the engine
-    runs: ``activity-<pid>.json`` in the state folder, rewritten when the number changes (a
-    request admitted or finished; never per step)."""
+    runs, and the night's throttling of its GPUs (``nights.py``): ``activity-<pid>.json`` in
+    the state folder, rewritten when the number changes (a request admitted or finished; never
+    per step)."""
 
-    def __init__(self, state: Path, pid: int) -> None:
+    def __init__(self, state: Path, pid: int, throttle: str | None = None) -> None:
         self.path = state / f"activity-{pid}.json"
+        self.throttle = throttle
         self.running = -1
         self.update(0)
 
@@ -185,7 +190,7 @@ class GpuActivity:
         self.running = running
         tmp = self.path.with_name(f".{self.path.name}.tmp")
         with contextlib.suppress(OSError):
-            tmp.write_text(json.dumps({"running": running}) + "\n")
+            tmp.write_text(json.dumps({"running": running, "throttle": self.throttle}) + "\n")
             os.replace(tmp, self.path)
 
     def on_prefill(self, batch: list[Any], wall_s: float, running: int, queued: int) -> None:
@@ -201,13 +206,23 @@ class GpuActivity:
         self.update(max(0, self.running - 1))
 
 
-def running_requests(state: Path, pids: list[int]) -> int:
-    """Requests the engines of ``pids`` (live ones) run now, by their activity files."""
-    total = 0
+@dataclass(frozen=True)
+class Activity:
+    """What a GPU's engines do now: requests running, and a throttle reason (None: none)."""
+
+    running: int = 0
+    throttle: str | None = None
+
+
+def activity(state: Path, pids: list[int]) -> Activity:
+    """The engines of ``pids`` (live ones) now, by their activity files."""
+    total, throttle = 0, None
     for pid in pids:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
-            total += int(json.loads((state / f"activity-{pid}.json").read_text())["running"])
-    return total
+            record = json.loads((state / f"activity-{pid}.json").read_text())
+            total += int(record["running"])
+            throttle = throttle or record.get("throttle")
+    return Activity(total, throttle if isinstance(throttle, str) else None)
 
 
 def power_w(running: int) -> float:

@@ -30,6 +30,11 @@ e.g. ``ORCH_SIM_NIGHT: ${NIGHT}``):
                         drafter:broken@20   from night 20 the drafter collapses as a DFlash drafter
                                             that does not fit its target (profiles "dflash-broken":
                                             acceptance length ~1.05), step cost unchanged
+                        throttle:sw_thermal@20  from night 20 the GPUs run throttled: busy, their SM
+                                            clock is 1410 MHz instead of 1740 and nvidia-smi
+                                            reports the reason (sw_thermal, hw_thermal,
+                                            sw_power_cap or hw_slowdown) active; every step and
+                                            prefill takes 1740/1410 as long (decode tok/s -19%)
                       Percentages need a sign and must be above -100%; nights are integers >= 0.
                       Several changes compound (two throughput:-5% steps give x 1/0.95^2).
 
@@ -50,6 +55,7 @@ from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any
 
+from orchestrator.sim.gpus import BUSY_SM_MHZ, THROTTLE_REASONS, THROTTLED_SM_MHZ
 from orchestrator.sim.profiles import RATES
 from orchestrator.sim.timing import SpecProfile, TimingProfile
 
@@ -58,10 +64,11 @@ ENV_NOISE = "ORCH_SIM_NOISE"
 ENV_SEED = "ORCH_SIM_SEED"
 ENV_CHANGE = "ORCH_SIM_CHANGE"
 
-KINDS = ("throughput", "latency", "acceptance", "drafter")
+KINDS = ("throughput", "latency", "acceptance", "drafter", "throttle")
 CHANGE_FORMAT = (
     "expected KIND:+P%@NIGHT or KIND:-P%@NIGHT with KIND throughput, latency or acceptance, "
-    "or drafter:broken@NIGHT, comma-separated (e.g. throughput:-10%@20,acceptance:-10%@25)"
+    "drafter:broken@NIGHT or throttle:REASON@NIGHT (REASON sw_thermal, hw_thermal, "
+    "sw_power_cap or hw_slowdown), comma-separated (e.g. throughput:-10%@20,acceptance:-10%@25)"
 )
 _PERCENT = re.compile(r"[+-][0-9]+(\.[0-9]+)?%")
 _INT = re.compile(r"[0-9]+")
@@ -76,10 +83,11 @@ class NightsError(ValueError):
 class Change:
     """One injected change: ``kind`` from night ``night`` on, as ``text`` wrote it."""
 
-    kind: str  # throughput | latency | acceptance | drafter
-    percent: float  # signed relative change in %; 0 for drafter:broken
+    kind: str  # throughput | latency | acceptance | drafter | throttle
+    percent: float  # signed relative change in %; 0 for drafter:broken and throttle
     night: int  # the first night it applies to
     text: str
+    reason: str | None = None  # throttle: the clock-event reason the GPUs report
 
     def active(self, night: int) -> bool:
         return night >= self.night
@@ -108,6 +116,11 @@ class Night:
     def active(self) -> tuple[Change, ...]:
         return tuple(c for c in self.settings.changes if c.active(self.settings.night))
 
+    @property
+    def throttle(self) -> str | None:
+        """The reason the GPUs are throttled for tonight, None when they are not."""
+        return next((c.reason for c in self.active if c.kind == "throttle"), None)
+
     def truth(self) -> dict[str, Any]:
         """The ``"night"`` block of the ground truth."""
         spec = self.base.spec
@@ -131,6 +144,7 @@ def _change_truth(change: Change, night: int) -> dict[str, Any]:
     return {
         "kind": change.kind,
         "percent": change.percent,
+        "reason": change.reason,
         "from_night": change.night,
         "text": change.text,
         "active": change.active(night),
@@ -196,6 +210,10 @@ def _parse_one(item: str, whole: str) -> Change:
         if value != "broken":
             raise bad(f"drafter changes know only 'broken', not {value!r}")
         return Change(kind, 0.0, night, item)
+    if kind == "throttle":
+        if value not in THROTTLE_REASONS:
+            raise bad(f"throttle reasons are {', '.join(THROTTLE_REASONS)}, not {value!r}")
+        return Change(kind, 0.0, night, item, reason=value)
     if not _PERCENT.fullmatch(value):
         raise bad(f"{value!r} in {item!r} is not a signed percentage such as -10%")
     percent = float(value[:-1])
@@ -247,6 +265,11 @@ def apply(
         elif c.kind == "latency":
             prefill_base *= 1 + c.percent / 100
             prefill_token *= 1 + c.percent / 100
+    if any(c.kind == "throttle" for c in active):  # one clock, however many reasons
+        slower = BUSY_SM_MHZ / THROTTLED_SM_MHZ
+        step, prefill_base, prefill_token = (
+            x * slower for x in (step, prefill_base, prefill_token)
+        )
     return replace(
         profile,
         step_s=step,

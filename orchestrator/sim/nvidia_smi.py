@@ -14,16 +14,21 @@ from dataclasses import dataclass
 
 from orchestrator.sim.gpus import (
     BUSY_MEM_MHZ,
+    BUSY_SM_MHZ,
     IDLE_MEM_MHZ,
+    IDLE_SM_MHZ,
     POWER_LIMIT_W,
+    THROTTLE_REASONS,
+    THROTTLED_SM_MHZ,
+    Activity,
     GpuFacts,
     GpuProcess,
+    activity,
     gpu_uuid,
     live_processes,
     load_gpu_facts,
     pci_bus_id,
     power_w,
-    running_requests,
     state_dir,
     used_memory_mib,
 )
@@ -41,6 +46,7 @@ class Gpu:
     utilization: int
     driver_version: str
     running: int = 0  # requests the engines on it run now (their activity files)
+    throttle: str | None = None  # the night's throttle reason (nights.py), None: none
 
 
 def _timestamp(g: Gpu) -> str:
@@ -50,7 +56,15 @@ def _timestamp(g: Gpu) -> str:
 
 
 def _reasons(g: Gpu) -> str:
-    return "0x0000000000000001" if not g.running else "0x0000000000000000"
+    if not g.running:
+        return "0x0000000000000001"  # GPU idle
+    return f"0x{THROTTLE_REASONS.get(g.throttle or '', 0):016X}"
+
+
+def _sm_mhz(g: Gpu) -> str:
+    if not g.utilization:
+        return str(IDLE_SM_MHZ)
+    return str(THROTTLED_SM_MHZ if g.throttle else BUSY_SM_MHZ)
 
 
 # field -> (header, unit or "", getter)
@@ -74,12 +88,9 @@ _GPU_FIELDS: dict[str, tuple[str, str, Callable[[Gpu], str]]] = {
     "temperature.gpu": ("temperature.gpu", "", lambda g: "34" if not g.utilization else "61"),
     "power.draw": ("power.draw", "W", lambda g: f"{power_w(g.running):.2f}"),
     "power.limit": ("power.limit", "W", lambda g: f"{POWER_LIMIT_W:.2f}"),
-    # an RTX A6000's: 210/405 MHz idle, its boost clocks busy; the reasons idle (0x1) or none
-    "clocks.current.sm": (
-        "clocks.current.sm",
-        "MHz",
-        lambda g: "210" if not g.utilization else "1740",
-    ),
+    # an RTX A6000's: 210/405 MHz idle, its boost clocks busy (lower on a throttled night);
+    # the reasons idle (0x1), none, or the night's throttling
+    "clocks.current.sm": ("clocks.current.sm", "MHz", _sm_mhz),
     "clocks.current.memory": (
         "clocks.current.memory",
         "MHz",
@@ -107,11 +118,12 @@ _BAD_ARGS = "Invalid combination of input arguments. Please run 'nvidia-smi -h' 
 
 
 def snapshot(
-    facts: GpuFacts, procs: list[GpuProcess], running: list[int] | None = None
+    facts: GpuFacts, procs: list[GpuProcess], doing: list[Activity] | None = None
 ) -> list[Gpu]:
-    """The GPUs now; ``running``: per GPU, the requests its engines run (0 when not given)."""
+    """The GPUs now; ``doing``: per GPU, what its engines do (idle when not given)."""
     used = used_memory_mib(facts, procs)
-    busy = running or [0] * facts.count
+    doing = doing or [Activity()] * facts.count
+    busy = [a.running for a in doing]
     return [
         Gpu(
             index=i,
@@ -123,6 +135,7 @@ def snapshot(
             utilization=97 if busy[i] else 0,  # a loaded but idle engine shows 0 %
             driver_version=facts.driver_version,
             running=busy[i],
+            throttle=doing[i].throttle,
         )
         for i in range(facts.count)
     ]
@@ -280,10 +293,8 @@ def main(argv: list[str] | None = None) -> int:
     state = state_dir()
     facts = load_gpu_facts(state)
     procs = live_processes(state)
-    running = [
-        running_requests(state, [p.pid for p in procs if i in p.gpus]) for i in range(facts.count)
-    ]
-    gpus = snapshot(facts, procs, running)
+    doing = [activity(state, [p.pid for p in procs if i in p.gpus]) for i in range(facts.count)]
+    gpus = snapshot(facts, procs, doing)
     if ids is not None:
         if any(not 0 <= x < len(gpus) for x in ids):
             sys.stdout.write("No devices were found\n")

@@ -184,7 +184,8 @@ class SimServer:
             max_running=plan.max_running,
             kv_capacity_tokens=plan.kv_capacity_tokens,
         )
-        engine.listeners.append(GpuActivity(self.state, os.getpid()))
+        throttle = plan.night.throttle if plan.night else None
+        engine.listeners.append(GpuActivity(self.state, os.getpid(), throttle))
         name = self.cfg.served_names[0]
         if self.vllm:
             self.metrics = VllmMetrics(engine, name, plan.max_model_len)

@@ -17,6 +17,7 @@ from sim_helpers import call, free_port
 
 from orchestrator.sim.cli import parse_vllm
 from orchestrator.sim.failures import StartupFailure
+from orchestrator.sim.gpus import BUSY_SM_MHZ, THROTTLED_SM_MHZ
 from orchestrator.sim.nights import (
     Change,
     NightsError,
@@ -270,8 +271,26 @@ def test_a_malformed_knob_fails_the_launch(sim_box: Sandbox) -> None:
     assert failure.value.traceback == [
         "ValueError: ORCH_SIM_CHANGE='throughput:-10%': 'throughput:-10%' has no @NIGHT; "
         "expected KIND:+P%@NIGHT or KIND:-P%@NIGHT with KIND throughput, latency or acceptance, "
-        "or drafter:broken@NIGHT, comma-separated (e.g. throughput:-10%@20,acceptance:-10%@25)"
+        "drafter:broken@NIGHT or throttle:REASON@NIGHT (REASON sw_thermal, hw_thermal, "
+        "sw_power_cap or hw_slowdown), comma-separated (e.g. throughput:-10%@20,"
+        "acceptance:-10%@25)"
     ]
+
+
+def test_a_throttled_night_slows_every_step_by_the_clock(sim_box: Sandbox) -> None:
+    """From its night on, a throttle slows the decode step and the prefill by 1740/1410 MHz,
+    and the launch's GPUs report the reason; before it nothing changes."""
+    base = _plan(sim_box, {})
+    change = {"ORCH_SIM_CHANGE": "throttle:sw_thermal@2"}
+    before, after = (_plan(sim_box, {**change, "ORCH_SIM_NIGHT": n}) for n in ("1", "2"))
+    assert before.profile == base.profile and before.night and before.night.throttle is None
+    assert after.night is not None and after.night.throttle == "sw_thermal"
+    slower = BUSY_SM_MHZ / THROTTLED_SM_MHZ
+    assert after.profile.step_s == pytest.approx(base.profile.step_s * slower)
+    assert after.profile.prefill_base_s == pytest.approx(base.profile.prefill_base_s * slower)
+    assert after.profile.spec == base.profile.spec  # acceptance is the drafter's, not the clock's
+    with pytest.raises(StartupFailure, match="throttle reasons are"):
+        _plan(sim_box, {"ORCH_SIM_CHANGE": "throttle:too_hot@2"})
 
 
 # -- real simulated servers

@@ -10,7 +10,16 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.sim.gpus import GpuFacts, GpuProcess, gpu_uuid, live_processes, register_process
+from orchestrator.sim.gpus import (
+    Activity,
+    GpuActivity,
+    GpuFacts,
+    GpuProcess,
+    activity,
+    gpu_uuid,
+    live_processes,
+    register_process,
+)
 from orchestrator.sim.nvidia_smi import list_gpus, query_apps, query_gpus, snapshot, table
 from orchestrator.sim.sandbox import Sandbox
 
@@ -36,6 +45,24 @@ PROC = GpuProcess(pid=4021, gpus=(0, 1), memory_mib=44226, process_name="/usr/bi
 def test_query_gpu_csv(fields: list[str], header: bool, units: bool, expected: str) -> None:
     gpus = snapshot(FACTS, [GpuProcess(4021, (0,), 44226, "python3")])
     assert query_gpus(gpus, fields, header=header, units=units) == expected
+
+
+def test_a_throttled_gpu_reports_its_clock_and_reason(tmp_path: Path) -> None:
+    """Idle: 210 MHz and the idle bit; busy: the boost clock and no reason; busy on a
+    throttled night: 1410 MHz and the reason's bit (sw_thermal 0x20), as the engine's activity
+    file says."""
+    engine = GpuActivity(tmp_path, 4021, "sw_thermal")
+    engine.update(3)
+    assert activity(tmp_path, [4021]) == Activity(3, "sw_thermal")
+    gpus = snapshot(FACTS, [PROC], [activity(tmp_path, [4021]), Activity(2)])
+    fields = ["index", "clocks.current.sm", "clocks_event_reasons.active", "power.draw"]
+    assert query_gpus(gpus, fields, header=False, units=False) == (
+        "0, 1410, 0x0000000000000020, 226.00\n1, 1740, 0x0000000000000000, 214.00\n"
+    )
+    idle = snapshot(FACTS, [PROC])
+    assert query_gpus(idle, fields[:3], header=False, units=False).splitlines()[0] == (
+        "0, 210, 0x0000000000000001"
+    )
 
 
 def test_query_compute_apps_and_list() -> None:
