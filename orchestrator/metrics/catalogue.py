@@ -30,7 +30,9 @@ if TYPE_CHECKING:
     from orchestrator.metrics.summary import RequestStats, Stats
 
 Direction = Literal["higher", "lower"]  # which way is better
-TableRule = Literal["always", "roofline", "speculation", "slo", "energy"]  # when a table shows the metric
+TableRule = Literal[
+    "always", "roofline", "speculation", "slo", "energy"
+]  # when a table shows the metric
 Latency = Literal["ttft", "tpot", "itl", "e2el"]  # a request's own latency, for goodput
 
 
@@ -64,6 +66,8 @@ class _Energy(Protocol):
     def power_mean_w(self) -> float | None: ...
     @property
     def sm_mhz_mean(self) -> float | None: ...
+    @property
+    def throttled_share(self) -> float | None: ...
 
 
 class _Roofline(Protocol):
@@ -71,6 +75,12 @@ class _Roofline(Protocol):
     def pct(self) -> float: ...
     @property
     def achieved_gb_s(self) -> float: ...
+
+
+def throttled_pct(r: Measurement) -> float | None:
+    """The largest share of the window one GPU spent under a throttling reason, in %."""
+    share = r.energy.throttled_share if r.energy else None
+    return 100.0 * share if share is not None else None
 
 
 class _EngineLog(Protocol):
@@ -326,6 +336,9 @@ CATALOGUE: tuple[Metric, ...] = (
     Metric(name="sm_clock_mhz", header="SM MHz", title="Mean SM clock of the run's GPUs",
            unit="MHz", direction=None, decimals=1, spec=".0f",
            compute=lambda r: r.energy.sm_mhz_mean if r.energy else None),
+    Metric(name="gpu_throttled_pct", header="throttled %",
+           title="Share of the window a GPU was throttled", unit="%", direction=None,
+           decimals=1, spec=".0f", compute=throttled_pct),
     # diagnostics: how the engine and the client fared, not figures of merit
     Metric(name="engine_gen_tok_s", header="engine tok/s",
            title="Generation throughput the engine logged", unit="tok/s", direction=None,

@@ -31,6 +31,11 @@ TELEMETRY_FILE = "telemetry.csv"  # a measurement's GPU samples, beside its summ
 MAX_GAP_S = 3.0
 MAX_DISAGREEMENT = 0.05
 IDLE_REASON = "gpu_idle"  # a clock-event reason that is no throttling
+# The clock-event reasons that slow a busy GPU below what it was asked for (the others say it
+# idles, or follows a clock someone set: no throttling); a share of the window under them of at
+# least THROTTLE_MIN_SHARE is reported as the run's throttling.
+THROTTLING_REASONS = ("sw_power_cap", "hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake")
+THROTTLE_MIN_SHARE = 0.01
 NO_COUNTER = (
     "no energy counter (nvidia-smi, or a GPU before Volta): the energy is the power integral"
 )
@@ -51,6 +56,7 @@ class GpuWindow:
     power_max_w: float | None
     sm_mhz_mean: float | None
     sm_mhz_stdev: float | None
+    sm_mhz_busy: float | None  # median over the samples where the GPU was not idle
     mem_used_peak_mib: int | None
     throttled_s: dict[str, float] = field(default_factory=dict)  # reason -> seconds
     max_gap_s: float = 0.0
@@ -75,6 +81,9 @@ class Energy:
     power_mean_w: float | None
     power_max_w: float | None
     sm_mhz_mean: float | None = None  # over the run's GPUs
+    sm_mhz_busy: float | None = None  # over the run's GPUs, their busy samples only
+    throttled_share: float | None = None  # of the window, the most of any GPU and reason
+    throttle_reasons: tuple[str, ...] = ()  # those over THROTTLE_MIN_SHARE, the longest first
     problems: tuple[str, ...] = ()
 
     @property
@@ -186,6 +195,7 @@ def gpu_window(gpu: int, samples: Sequence[GpuSample], start: float, end: float)
     watts = [s.power_w for s in inside if s.power_w is not None]
     clocks = [s.sm_mhz for s in inside if s.sm_mhz is not None]
     memory = [s.mem_used_mib for s in inside if s.mem_used_mib is not None]
+    busy = [s.sm_mhz for s in inside if s.sm_mhz is not None and _busy(s)]
     return GpuWindow(
         gpu=gpu,
         samples=len(inside),
@@ -196,11 +206,37 @@ def gpu_window(gpu: int, samples: Sequence[GpuSample], start: float, end: float)
         power_max_w=max(watts) if watts else None,
         sm_mhz_mean=statistics.fmean(clocks) if clocks else None,
         sm_mhz_stdev=statistics.pstdev(clocks) if len(clocks) > 1 else None,
+        sm_mhz_busy=statistics.median(busy) if busy else None,
         mem_used_peak_mib=max(memory) if memory else None,
         throttled_s=_throttled(samples, start, end),
         max_gap_s=gap,
         problems=tuple(problems),
     )
+
+
+def _busy(sample: GpuSample) -> bool:
+    """Not idle: the idle clock-event reason unset, else (no reasons read) some utilisation."""
+    if sample.reasons is not None:
+        return IDLE_REASON not in reason_names(sample.reasons)
+    return bool(sample.util_pct)
+
+
+def _throttling(gpus: Sequence[GpuWindow], window: float) -> tuple[float | None, tuple[str, ...]]:
+    """(the largest share of the window any GPU spent under one throttling reason, the
+    reasons over THROTTLE_MIN_SHARE, the longest first); (None, ()) without a window."""
+    if window <= 0 or not gpus:
+        return None, ()
+    shares: dict[str, float] = {}
+    for g in gpus:
+        for reason, seconds in g.throttled_s.items():
+            if reason in THROTTLING_REASONS:
+                shares[reason] = max(shares.get(reason, 0.0), min(1.0, seconds / window))
+    found = sorted(
+        (r for r, v in shares.items() if v >= THROTTLE_MIN_SHARE),
+        key=shares.__getitem__,
+        reverse=True,
+    )
+    return max(shares.values(), default=0.0), tuple(found)
 
 
 def _mean(values: Sequence[float | None]) -> float | None:
@@ -244,6 +280,7 @@ def window_energy(
     for s in samples:
         if start <= s.t <= end and s.power_w is not None:
             together[s.t] += s.power_w
+    throttled, reasons = _throttling(gpus, window)
     return Energy(
         window_s=window,
         gpus=gpus,
@@ -257,6 +294,9 @@ def window_energy(
         else None,
         power_max_w=max(together.values()) if together else None,
         sm_mhz_mean=_mean([g.sm_mhz_mean for g in gpus]),
+        sm_mhz_busy=_mean([g.sm_mhz_busy for g in gpus]),
+        throttled_share=throttled,
+        throttle_reasons=reasons,
         problems=tuple(problems),
     )
 

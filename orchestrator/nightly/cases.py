@@ -29,6 +29,7 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from orchestrator.errors import OrchError
 from orchestrator.results.manifest import MANIFEST_FILE, Manifest, load_manifest
@@ -179,6 +180,12 @@ class NightAttributes:
     orch_version: str | None = None
     playbook_commit: str | None = None
     playbook_dirty: bool | None = None
+    # the GPUs' operating mode over the measured windows (issue 23): what a night may differ
+    # in without anything of the software changing
+    sm_clock_mhz: float | None = None  # busy SM clock, the mean of the measurements'
+    power_limit_w: float | None = None  # the lowest board limit of the case's GPUs
+    throttled_pct: float | None = None  # % of the window under a throttling reason, the most
+    throttle_reasons: str | None = None  # those reasons, the longest first
 
     @classmethod
     def merge(cls, many: Sequence[NightAttributes]) -> NightAttributes:
@@ -188,7 +195,14 @@ class NightAttributes:
             found = sorted({v for v in values if v})
             return ", ".join(found) if found else None
 
+        def known(values: Iterable[float | None]) -> list[float]:
+            return [v for v in values if v is not None]
+
         dirty = [a.playbook_dirty for a in many if a.playbook_dirty is not None]
+        clocks = known(a.sm_clock_mhz for a in many)
+        limits = known(a.power_limit_w for a in many)
+        throttled = known(a.throttled_pct for a in many)
+        reasons = [r for a in many for r in (a.throttle_reasons or "").split(", ") if r]
         return cls(
             engine_version=joined(a.engine_version for a in many),
             model_revision=joined(a.model_revision for a in many),
@@ -198,7 +212,20 @@ class NightAttributes:
             orch_version=joined(a.orch_version for a in many),
             playbook_commit=joined(a.playbook_commit for a in many),
             playbook_dirty=any(dirty) if dirty else None,
+            sm_clock_mhz=float(round(sum(clocks) / len(clocks))) if clocks else None,
+            power_limit_w=min(limits) if limits else None,
+            throttled_pct=max(throttled) if throttled else None,
+            throttle_reasons=", ".join(dict.fromkeys(reasons)) or None,
         )
+
+    @property
+    def mode(self) -> str | None:
+        """The GPUs' operating mode in words when they ran throttled: a night to name."""
+        if not self.throttled_pct or self.throttled_pct < THROTTLE_NOTE_PCT:
+            return None
+        why = f" ({self.throttle_reasons})" if self.throttle_reasons else ""
+        clock = f", SM clock {self.sm_clock_mhz:.0f} MHz" if self.sm_clock_mhz else ""
+        return f"GPUs throttled {self.throttled_pct:.0f}% of the window{why}{clock}"
 
 
 @dataclass(frozen=True)
@@ -211,15 +238,55 @@ class Change:
 
     @property
     def text(self) -> str:
-        return f"{self.name} {self.before or '-'} → {self.after or '-'}"
+        label, unit = _LABELS.get(self.name, (self.name, ""))
+        return f"{label} {self.before or '-'} → {self.after or '-'}{unit}"
+
+
+# How a change of the GPUs' operating mode reads: "SM clock 1740 → 1410 MHz".
+_LABELS = {
+    "sm_clock_mhz": ("SM clock", " MHz"),
+    "power_limit_w": ("power limit", " W"),
+    "throttled_pct": ("throttled", "% of the window"),
+    "throttle_reasons": ("throttle reasons", ""),
+}
+
+
+# Measured attributes differ a little every night: a change is named past these (relative for
+# the clock, in points of the window for throttling, in W for the limit).
+CLOCK_CHANGE = 0.03
+THROTTLE_CHANGE_PCT = 5.0
+POWER_LIMIT_CHANGE_W = 1.0
+THROTTLE_NOTE_PCT = 5.0  # a night throttled this much of its window is named as such
+
+
+def _differ(name: str, before: object, after: object) -> bool:
+    if before is None or after is None or name not in _MEASURED:
+        return before != after
+    assert isinstance(before, int | float) and isinstance(after, int | float)
+    if name == "sm_clock_mhz":
+        return abs(after - before) > CLOCK_CHANGE * abs(before)
+    return abs(after - before) > _MEASURED[name]
+
+
+_MEASURED = {
+    "sm_clock_mhz": CLOCK_CHANGE,
+    "throttled_pct": THROTTLE_CHANGE_PCT,
+    "power_limit_w": POWER_LIMIT_CHANGE_W,
+}
 
 
 def changed_attributes(last_good: NightAttributes, first_bad: NightAttributes) -> list[Change]:
-    """The attributes that changed, in the order of ``NightAttributes``' fields."""
+    """The attributes that changed, in the order of ``NightAttributes``' fields (a measured
+    one only past its tolerance; a throttling share below THROTTLE_NOTE_PCT on both nights is
+    no change)."""
     changes = []
     for field in dataclasses.fields(NightAttributes):
         before, after = getattr(last_good, field.name), getattr(first_bad, field.name)
-        if before != after:
+        if field.name == "throttle_reasons" and not (last_good.mode or first_bad.mode):
+            continue
+        if field.name == "throttled_pct" and max(before or 0.0, after or 0.0) < THROTTLE_NOTE_PCT:
+            continue
+        if _differ(field.name, before, after):
             changes.append(Change(field.name, _text(before), _text(after)))
     return changes
 
@@ -229,6 +296,8 @@ def _text(value: object) -> str | None:
         return None
     if isinstance(value, tuple):
         return ", ".join(map(str, value)) or None
+    if isinstance(value, float):
+        return f"{value:.0f}"
     return str(value)
 
 
@@ -273,7 +342,21 @@ def attributes_of(result: RunResult, manifest: Manifest | None) -> NightAttribut
         or _str(manifest.orch_version if manifest else None),
         playbook_commit=git.commit if git else None,
         playbook_dirty=git.dirty if git else None,
+        **_gpu_mode(result),
     )
+
+
+def _gpu_mode(result: RunResult) -> dict[str, Any]:
+    """The operating-mode attributes from the measurement's GPU samples (none without them)."""
+    energy, loadgen = result.energy, result.loadgen
+    limits = loadgen.telemetry.power_limit_w if loadgen and loadgen.telemetry else {}
+    share = energy.throttled_share if energy else None
+    return {
+        "sm_clock_mhz": float(round(energy.sm_mhz_busy)) if energy and energy.sm_mhz_busy else None,
+        "power_limit_w": min(limits.values()) if limits else None,
+        "throttled_pct": round(100 * share, 1) if share is not None else None,
+        "throttle_reasons": ", ".join(energy.throttle_reasons) or None if energy else None,
+    }
 
 
 def content_notes(past: Mapping[CaseKey, int], tonight: Iterable[CaseKey]) -> list[str]:

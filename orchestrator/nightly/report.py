@@ -79,6 +79,7 @@ class NightlyVerdict:
                     "case_id": case.case_id,
                     "label": case.case.label,
                     "verdict": case.verdict,
+                    "gpu_mode": case.attributes.mode,  # named when the GPUs ran throttled
                     **{k: _plain(v) for k, v in dataclasses.asdict(case).items()},
                 }
             )
@@ -224,6 +225,7 @@ def render_markdown(verdict: NightlyVerdict) -> str:
         lines += ["", "## Cases", ""]
         lines += [
             f"- {md_code(c.case_id)} {md_text(c.case.label)}: **{c.verdict}**"
+            + (f"; {md_text(c.attributes.mode)}" if c.attributes.mode else "")
             for c in verdict.cases
         ]
         lines += [

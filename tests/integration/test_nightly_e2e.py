@@ -10,7 +10,8 @@ Two histories run side by side, each night a real `orch nightly` process:
 - A (a throughput step with a driver upgrade): too few nights (exit 3), an ordinary night (0),
   the first night of a 30% step (2, suspicious), the second (1, regression: since that night,
   the last good one and the driver change named), then both nights accepted by a person and
-  the next night judged against them (0);
+  the next night judged against them (0), then a night the GPUs run throttled (2, suspicious,
+  the clock and the throttling named);
 - B (an acceptance drop, a broken drafter, then a dead host): a 10% drop in acceptance length
   is caught the first night it appears (2, suspicious); the collapse is a failure whatever
   the history (1); a host refusing connections is "could not measure" (3), never a
@@ -39,6 +40,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.timeout(400)]
 NOISE = "0.03"
 OLD_DRIVER, NEW_DRIVER = "580.95.05", "590.44.01"
 STEP_NIGHT = 2  # A: throughput -30% from this night on, with the new driver
+THROTTLE_NIGHT = STEP_NIGHT + 3  # A: the GPUs throttled (sw_thermal) on this night
 DROP_NIGHT = 2  # B: acceptance length -10% from this night on
 BROKEN_NIGHT = 3  # B: the drafter collapses from this night on
 NIGHT_TIMEOUT_S = 120
@@ -229,6 +231,8 @@ def history_a(p: Place) -> list[Night]:
         assert accepted.returncode == 0, accepted.stderr
         assert f"night {night.doc['night']} of nightly: accepted" in accepted.stdout
     nights.append(p.night(STEP_NIGHT + 2, change, NEW_DRIVER))
+    hot = f"{change},throttle:sw_thermal@{THROTTLE_NIGHT}"  # the GPUs run hot from that night
+    nights.append(p.night(THROTTLE_NIGHT, hot, NEW_DRIVER))
     return nights
 
 
@@ -270,8 +274,8 @@ def test_exit_codes_follow_the_verdicts(histories: Any) -> None:
     assert verdicts[0] == "insufficient_data", detail  # no night before it
     # ordinary nights: within the noise (a lucky one may be an improvement, exit 0 too)
     assert set(verdicts[1:STEP_NIGHT]) <= {"ok", "improvement"}, detail
-    assert verdicts[STEP_NIGHT:] == ["suspicious", "regression", "ok"], detail
-    assert codes == [3, 0, 2, 1, 0], detail
+    assert verdicts[STEP_NIGHT:] == ["suspicious", "regression", "ok", "suspicious"], detail
+    assert codes == [3, 0, 2, 1, 0, 2], detail
     detail_b = "\n".join(n.markdown + n.stderr[-2000:] for n in nights_b)
     assert [n.code for n in nights_b][DROP_NIGHT:] == [2, 1, 3], detail_b
     assert [n.doc["verdict"] for n in nights_b][DROP_NIGHT:] == [
@@ -309,7 +313,7 @@ def test_the_step_is_named_with_what_changed(histories: Any) -> None:
 
 def test_accepted_nights_become_the_baseline(histories: Any) -> None:
     a, nights, _b, _ = histories
-    after = nights[-1]
+    after = nights[STEP_NIGHT + 2]
     (metric,) = [
         m for c in after.doc["cases"] for m in c["metrics"] if m["metric"] == "output_tok_s"
     ]
@@ -327,7 +331,34 @@ def test_accepted_nights_become_the_baseline(histories: Any) -> None:
     assert listed.returncode == 0, listed.stderr
     rows = json.loads(listed.stdout)["nights"]
     assert [r["night"] for r in rows] == [n.doc["night"] for n in nights]
-    assert [r["decision"] for r in rows] == [None] * STEP_NIGHT + ["accept", "accept", None]
+    assert [r["decision"] for r in rows] == [None] * STEP_NIGHT + ["accept", "accept", None, None]
+
+
+def test_a_throttled_night_is_named_as_such(histories: Any) -> None:
+    """Issue 23: the simulated GPUs ran at 1410 MHz under sw_thermal (steps 1740/1410 as long):
+    the drop is suspicious, and the night's GPU samples name the clock and the throttling as
+    what changed, beside the case's verdict."""
+    _a, nights, _b, _ = histories
+    hot, before = nights[THROTTLE_NIGHT], nights[THROTTLE_NIGHT - 1]
+    assert hot.verdicts("output_tok_s") == ["suspicious"], hot.markdown
+    assert hot.verdicts("acceptance_length") == ["ok"]
+    (metric,) = [m for c in hot.doc["cases"] for m in c["metrics"] if m["metric"] == "output_tok_s"]
+    changed = {c["name"]: (c["before"], c["after"]) for c in metric["changes"]}
+    assert changed["sm_clock_mhz"] == ("1740", "1410") and "driver_version" not in changed
+    assert changed["throttle_reasons"] == (None, "sw_thermal")
+    throttled = float(changed["throttled_pct"][1])
+    assert throttled > 50  # busy most of the window, idle between repeats' requests at most
+    (case,) = hot.doc["cases"]
+    assert case["attributes"]["throttle_reasons"] == "sw_thermal"
+    assert (
+        case["gpu_mode"]
+        == f"GPUs throttled {throttled:.0f}% of the window (sw_thermal), SM clock 1410 MHz"
+    )
+    assert "SM clock 1740 → 1410 MHz" in hot.markdown
+    assert f"GPUs throttled {throttled:.0f}% of the window (sw_thermal), SM clock 1410 MHz" in (
+        hot.markdown
+    )
+    assert "GPUs throttled" not in before.markdown
 
 
 def test_an_acceptance_drop_is_caught_the_first_night(histories: Any) -> None:

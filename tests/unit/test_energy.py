@@ -95,6 +95,24 @@ def test_throttle_time_by_reason_counts_only_the_window_and_not_idle() -> None:
     assert w.throttled_s["sw_power_cap"] == pytest.approx(3.0, abs=0.11)
 
 
+def test_the_runs_throttling_and_busy_clock() -> None:
+    """GPU 1 idles 3 s at 210 MHz, then runs throttled (sw_thermal, 1410 MHz) 3 s and at
+    1740 MHz 4 s; GPU 0 runs at 1740 MHz throughout, briefly capped by an application clock
+    (no throttling). The run's share is GPU 1's 30%; its busy clock ignores the idle reads."""
+    gpu0 = samples(0, 99.0, 103.0, reasons=0x2) + samples(0, 103.1, 111.0)
+    gpu1 = samples(1, 99.0, 103.0, reasons=0x1, sm=210)
+    gpu1 += samples(1, 103.1, 106.0, reasons=0x20, sm=1410) + samples(1, 106.1, 111.0)
+    e = window_energy(gpu0 + gpu1, 100.0, 110.0, output_tokens=1, total_tokens=1)
+    assert e.throttled_share == pytest.approx(0.30, abs=0.011)
+    assert e.throttle_reasons == ("sw_thermal",)
+    assert e.gpus[1].sm_mhz_busy == 1740  # the median of 30 reads at 1410 and 50 at 1740
+    assert e.gpus[1].sm_mhz_mean == pytest.approx((30 * 210 + 30 * 1410 + 40 * 1740) / 100, abs=20)
+    assert e.sm_mhz_busy == 1740
+    throttled = samples(0, 99.0, 111.0, reasons=0x4, sm=1410)
+    e = window_energy(throttled, 100.0, 110.0, output_tokens=1, total_tokens=1)
+    assert (e.throttled_share, e.throttle_reasons, e.sm_mhz_busy) == (1.0, ("sw_power_cap",), 1410)
+
+
 def test_clock_spread_and_no_samples_at_all() -> None:
     data = samples(0, 99.0, 105.0, sm=1740) + samples(0, 105.1, 111.0, sm=1410)
     w = gpu_window(0, data, 100.0, 110.0)

@@ -145,3 +145,12 @@ def test_nightly_json_is_strict_json_with_the_verdict_and_every_case() -> None:
         {"name": "engine_version", "before": "0.9.0", "after": "0.9.1"}
     ]
     assert first["attributes"]["hosts"] == ["gpu-1"]
+
+
+def test_a_throttled_nights_case_says_so_in_both_files() -> None:
+    hot = replace(ATTRS, sm_clock_mhz=1410.0, throttled_pct=31.0, throttle_reasons="hw_thermal")
+    night = replace(NIGHT, cases=(replace(NIGHT.cases[0], attributes=hot), NIGHT.cases[1]))
+    mode = "GPUs throttled 31% of the window (hw_thermal), SM clock 1410 MHz"
+    assert f"c=8: **failure**; {mode}\n" in render_markdown(night)
+    assert [c["gpu_mode"] for c in night.to_json()["cases"]] == [mode, None]  # type: ignore[index]
+    assert "GPUs throttled" not in render_markdown(NIGHT)

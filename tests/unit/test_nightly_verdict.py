@@ -305,6 +305,32 @@ def test_the_attributes_that_changed_between_the_last_good_and_the_first_bad_nig
     assert Change("engine_version", None, "0.9.1").text == "engine_version - → 0.9.1"
 
 
+def test_the_gpus_operating_mode_is_named_past_its_noise() -> None:
+    """A busy clock 2% lower or a throttling share of 3% is a night's noise; 1740 -> 1410 MHz
+    under sw_thermal for 40% of the window is a change, and names the night's mode."""
+    good = NightAttributes(sm_clock_mhz=1740.0, power_limit_w=300.0, throttled_pct=0.0)
+    noise = NightAttributes(sm_clock_mhz=1705.0, power_limit_w=300.0, throttled_pct=3.0,
+                            throttle_reasons="sw_power_cap")  # fmt: skip
+    assert changed_attributes(good, noise) == [] and noise.mode is None
+    hot = NightAttributes(sm_clock_mhz=1410.0, power_limit_w=250.0, throttled_pct=40.0,
+                          throttle_reasons="sw_thermal")  # fmt: skip
+    changes = changed_attributes(good, hot)
+    assert [c.text for c in changes] == [
+        "SM clock 1740 → 1410 MHz",
+        "power limit 300 → 250 W",
+        "throttled 0 → 40% of the window",
+        "throttle reasons - → sw_thermal",
+    ]
+    assert hot.mode == "GPUs throttled 40% of the window (sw_thermal), SM clock 1410 MHz"
+    merged = NightAttributes.merge([hot, good])
+    assert (merged.sm_clock_mhz, merged.power_limit_w, merged.throttled_pct) == (
+        1575.0,
+        250.0,
+        40.0,
+    )
+    assert merged.throttle_reasons == "sw_thermal"
+
+
 def test_a_regression_names_what_changed_and_where_the_shift_began() -> None:
     nights = [
         [

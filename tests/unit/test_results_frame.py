@@ -36,6 +36,7 @@ DESIGN_COLUMNS = [
     *("acceptance_length", "goodput_req_s", "goodput_fraction", "failure_rate"),
     # issue 23: energy and clocks, from the GPU samples around the window
     *("j_per_output_token", "j_per_token", "output_tok_s_per_w", "gpu_power_w", "sm_clock_mhz"),
+    "gpu_throttled_pct",
     # the metric catalogue's diagnostics, then what is not a figure of merit
     *("engine_gen_tok_s", "client_lag_ms_p99", "loop_delay_ms_p99"),
     *("acceptance_source", "acceptance_per_position", "slo_met"),
