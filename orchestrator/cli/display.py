@@ -55,6 +55,7 @@ class RunRow:
     total: int | None = None
     tok_s: float | None = None
     acceptance: float | None = None
+    gpu: str | None = None  # the GPUs' newest read: "412 W 1740 MHz"
     since: float = field(default_factory=time.monotonic)
     last_progress: float = 0.0  # when the last plain progress line was printed
     point: str | None = None  # the sweep point under way ("c=8 #2")
@@ -152,7 +153,16 @@ def progress_line(row: RunRow) -> str:
     parts = [f"{row.done}/{total} requests" + (f" ({row.failed} failed)" if row.failed else "")]
     parts.append("- tok/s" if row.tok_s is None else f"{row.tok_s:.1f} tok/s")
     parts.append("accept len -" if row.acceptance is None else f"accept len {row.acceptance:.2f}")
+    if row.gpu:
+        parts.append(f"GPUs {row.gpu}")
     return f"{row.host} {row.run}: {RunPhase.MEASURING.value}: " + ", ".join(parts)
+
+
+def gpu_text(power_w: float | None, sm_mhz: float | None) -> str | None:
+    """The GPUs' newest read as the live line shows it: ``412 W 1740 MHz``; None if unknown."""
+    parts = [f"{power_w:.0f} W"] if power_w is not None else []
+    parts += [f"{sm_mhz:.0f} MHz"] if sm_mhz is not None else []
+    return " ".join(parts) or None
 
 
 def doctor_line(notice: DoctorNotice) -> str:
@@ -206,6 +216,7 @@ class Display:
             self._figures_changed(row)
         elif isinstance(event, LiveThroughput):
             self.rows[event.key].tok_s = event.tok_s
+            self.rows[event.key].gpu = gpu_text(event.gpu_power_w, event.gpu_sm_mhz)
             self._figures_changed(self.rows[event.key])
         elif isinstance(event, LatestAcceptance):
             self.rows[event.key].acceptance = event.length
@@ -282,7 +293,10 @@ class Display:
 
     def table(self) -> Table:
         table = Table(box=None, pad_edge=False)
-        for col in ("host", "run", "phase", "requests", "tok/s", "accept len"):
+        gpus = any(row.gpu for row in self.rows.values())
+        for col in ("host", "run", "phase", "requests", "tok/s", "accept len", "GPUs")[
+            : 7 if gpus else 6
+        ]:
             table.add_column(col)
         for row in self.rows.values():
             elapsed = self.clock() - row.since
@@ -297,6 +311,7 @@ class Display:
                 requests,
                 "-" if row.tok_s is None else f"{row.tok_s:.1f}",
                 "-" if row.acceptance is None else f"{row.acceptance:.2f}",
+                *((row.gpu or "-",) if gpus else ()),
             )
         return table
 

@@ -161,6 +161,8 @@ class Runner:
         self.send_lags: List[float] = []
         self.loop_delays: List[float] = []
         self.methods: Dict[str, int] = {}
+        # the GPUs' newest read for the progress events (telemetry.Recording.latest)
+        self.gpu_now: Callable[[], Tuple[Optional[float], Optional[float]]] = lambda: (None, None)
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
@@ -451,6 +453,7 @@ class Runner:
             await asyncio.sleep(self.cfg.progress_interval_s)
             now = self.now()
             tokens = self.streamed_tokens + sum(p.counted for p in self.active)
+            power, clock = self.gpu_now()
             self.outbox.put(
                 ProgressEvent(
                     phase=self.phase,
@@ -459,6 +462,8 @@ class Runner:
                     in_flight=self.in_flight,
                     tok_s=round((tokens - last_tokens) / max(now - last_t, 1e-9), 2),
                     elapsed_s=round(now, 3),
+                    gpu_power_w=power,
+                    gpu_sm_mhz=clock,
                 )
             )
             last_tokens, last_t = tokens, now
@@ -487,6 +492,8 @@ def run(raw: Dict[str, Any], emit: Emit) -> LoadgenResult:
     raise_file_limit(cfg.concurrency or cfg.num_prompts or 4096)
     runner = Runner(cfg, items, tokenizer, emit)
     recording = Recording(cfg.telemetry) if cfg.telemetry is not None else None
+    if recording is not None:
+        runner.gpu_now = recording.latest
     try:
         result = run_loop(runner.main)
     except BaseException:  # cut short (its controller gone, a signal): end at once

@@ -26,7 +26,7 @@ import shutil
 import subprocess
 import threading
 import time
-from typing import Callable, Dict, List, Optional, Sequence, Union
+from typing import Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 from .gpus import na
 from .util import NVIDIA_SMI
@@ -417,6 +417,17 @@ class Sampler:
         self._thread.join()
         return self.samples
 
+    def latest(self, gpus: int) -> Tuple[Optional[float], Optional[float]]:
+        """(power of all GPUs together, their mean SM clock) at the newest read, for the live
+        progress; (None, None) before the first read or when the GPU does not say."""
+        read = self.samples[-gpus:] if gpus > 0 else []
+        power = [s.power_w for s in read if s.power_w is not None]
+        clocks = [s.sm_mhz for s in read if s.sm_mhz is not None]
+        return (
+            round(sum(power), 1) if power else None,
+            round(sum(clocks) / len(clocks)) if clocks else None,
+        )
+
     def abandon(self) -> None:
         """Stop at once: no last read, no join; nvidia-smi (the fallback) is sent SIGTERM."""
         self._abandoned = True
@@ -475,6 +486,12 @@ class Recording:
                     self.limits[str(index)] = limit
         interval = reader.interval_s if isinstance(reader, SmiReader) else spec.interval_s
         self.sampler = Sampler(reader, interval).start()
+
+    def latest(self) -> Tuple[Optional[float], Optional[float]]:
+        """The GPUs' newest read (``Sampler.latest``); (None, None) when not sampling."""
+        if self.sampler is None:
+            return None, None
+        return self.sampler.latest(len(self.spec.gpus))
 
     def abandon(self) -> None:
         """The verb is cut short: stop sampling without its last read, and without waiting."""

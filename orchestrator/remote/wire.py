@@ -607,6 +607,10 @@ class ProgressEvent(Wire):
     in_flight: int
     tok_s: float  # tokens streamed over the last interval, per second
     elapsed_s: float
+    # the GPUs' latest read (telemetry), None when they are not sampled: board power of all the
+    # run's GPUs together, and their mean SM clock
+    gpu_power_w: Optional[float] = None
+    gpu_sm_mhz: Optional[float] = None
 
 
 class Chunk(NamedTuple):

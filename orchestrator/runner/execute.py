@@ -646,7 +646,9 @@ async def _drive_load(
                 state.window_open = True
                 observer.on_event(PhaseChanged(job.key, RunPhase.MEASURING))
             elif isinstance(event, ProgressEvent):
-                observer.on_event(LiveThroughput(job.key, event.tok_s))
+                observer.on_event(
+                    LiveThroughput(job.key, event.tok_s, event.gpu_power_w, event.gpu_sm_mhz)
+                )
             elif isinstance(event, LoadgenResult):
                 result = event
     if result is None:

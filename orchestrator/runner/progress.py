@@ -95,8 +95,13 @@ class RequestsDone:
 
 @dataclass(frozen=True)
 class LiveThroughput:
+    """The load generator's latest progress: tok/s over its last interval, and the GPUs'
+    newest read (all their power together, their mean SM clock) when they are sampled."""
+
     key: str
     tok_s: float | None
+    gpu_power_w: float | None = None
+    gpu_sm_mhz: float | None = None
 
 
 @dataclass(frozen=True)

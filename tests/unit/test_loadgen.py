@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -771,13 +772,19 @@ def test_telemetry_spans_the_measured_window(sim, tmp_path: Path, monkeypatch):
     )
     spec = dataclasses.replace(
         spec,
+        progress_interval_s=0.05,
         telemetry=TelemetrySpec(
             gpus=[0, 1], interval_s=0.05, library=str(build_fake_nvml(tmp_path))
         ),
     )
-    result = loadrunner.run(spec.to_json(), lambda event: None)
+    events: list[Any] = []
+    result = loadrunner.run(spec.to_json(), events.append)
     telemetry = result.telemetry
     assert telemetry is not None and telemetry.source == "nvml" and telemetry.error is None
+    # the progress events carry the GPUs' newest read live: both boards' power together
+    progress = [e for e in events if isinstance(e, ProgressEvent)]
+    assert progress and {e.gpu_power_w for e in progress} == {560.0}
+    assert {e.gpu_sm_mhz for e in progress} <= {1740, 1741}  # GPU 0 at 1740 MHz, GPU 1 at 1741
     assert telemetry.power_limit_w == {"0": 300.0, "1": 300.0}
     times = [s.t for s in telemetry.samples]
     assert result.started_at is not None and result.ended_at is not None

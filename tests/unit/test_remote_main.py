@@ -284,6 +284,8 @@ def test_streamed_events_precede_the_result(
         "failed": 0,
         "in_flight": 1,
         "tok_s": 1.5,
+        "gpu_power_w": None,  # no GPU sampled
+        "gpu_sm_mhz": None,
     }
     assert events == [
         {**progress, "done": 0, "elapsed_s": 0.0},

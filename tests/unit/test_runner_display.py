@@ -151,3 +151,18 @@ def test_a_failure_never_cuts_a_pid_short() -> None:
         shown = short_reason(reason, limit)
         assert "3322111" in shown or "pid 3" not in shown, (limit, shown)
         assert "3825" not in shown or "38252" in shown, (limit, shown)
+
+
+def test_the_gpus_newest_read_joins_the_progress_line_and_the_table() -> None:
+    display, buf, clock = plain_display()
+    display.on_event(RunAdded("a", run="plain", host="sim-1", total=8))
+    with display:
+        display.on_event(PhaseChanged("a", RunPhase.MEASURING))
+        clock.now += 5
+        display.on_event(LiveThroughput("a", 40.0, gpu_power_w=412.4, gpu_sm_mhz=1740))
+    assert buf.getvalue().splitlines()[-1] == (
+        "sim-1 plain: measuring: 0/8 requests, 40.0 tok/s, accept len -, GPUs 412 W 1740 MHz"
+    )
+    table = io.StringIO()
+    Console(file=table, width=200).print(display.table())
+    assert "GPUs" in table.getvalue() and "412 W 1740 MHz" in table.getvalue()
