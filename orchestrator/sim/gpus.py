@@ -17,7 +17,7 @@ import os
 import re
 import tempfile
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,8 +157,16 @@ def register_process(
     return path
 
 
+def _replace(path: Path, text: str) -> None:
+    """Write ``text`` whole or not at all: a reader never sees half a line."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    with contextlib.suppress(OSError):
+        tmp.write_text(text)
+        os.replace(tmp, path)
+
+
 def unregister_process(state: Path, pid: int) -> None:
-    for name in (f"gpu-{pid}.json", f"activity-{pid}.json"):
+    for name in (f"gpu-{pid}.json", f"activity-{pid}.json", f"nvml-{pid}.txt"):
         with contextlib.suppress(FileNotFoundError):
             (state / name).unlink()
 
@@ -178,9 +186,20 @@ class GpuActivity:
     the state folder, rewritten when the number changes (a request admitted or finished; never
     per step)."""
 
-    def __init__(self, state: Path, pid: int, throttle: str | None = None) -> None:
+    def __init__(
+        self,
+        state: Path,
+        pid: int,
+        throttle: str | None = None,
+        *,
+        gpus: Sequence[int] = (),
+        memory_mib: int = 0,
+    ) -> None:
         self.path = state / f"activity-{pid}.json"
+        self.nvml_path = state / f"nvml-{pid}.txt"  # the same for the C library (nvml.c)
         self.throttle = throttle
+        self.mask = sum(1 << g for g in gpus)
+        self.memory_mib = memory_mib
         self.running = -1
         self.update(0)
 
@@ -188,10 +207,10 @@ class GpuActivity:
         if running == self.running:
             return
         self.running = running
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        with contextlib.suppress(OSError):
-            tmp.write_text(json.dumps({"running": running, "throttle": self.throttle}) + "\n")
-            os.replace(tmp, self.path)
+        bits = THROTTLE_REASONS.get(self.throttle or "", 0)
+        line = f"{self.mask} {running} {bits} {self.memory_mib}\n"
+        _replace(self.path, json.dumps({"running": running, "throttle": self.throttle}) + "\n")
+        _replace(self.nvml_path, line)
 
     def on_prefill(self, batch: list[Any], wall_s: float, running: int, queued: int) -> None:
         self.update(running + len(batch))

@@ -3,7 +3,8 @@
 A sandbox is a directory that plays the part of a GPU host's engine environment: a ``vllm``
 executable, an importable ``sglang`` package (``python -m sglang.launch_server``), installed
 package metadata (so a probe reads engine versions the ordinary way), a fake ``nvidia-smi``
-showing the simulated GPUs, and a Hugging Face cache holding the shipped model directories
+and an NVML library (``nvml.py``, where a C compiler can build it) showing the simulated GPUs,
+and a Hugging Face cache holding the shipped model directories
 under their real ids. Processes started with ``Sandbox.env()`` see all of it; nothing else does.
 A host running a real engine leaves the engines out (``engines=False``), and a CPU host the
 ``nvidia-smi`` (``nvidia_smi=False``): what the sandbox fakes is only what the host lacks.
@@ -15,9 +16,10 @@ import hashlib
 import json
 import os
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+from orchestrator.sim import nvml
 from orchestrator.sim.versions import (
     DRIVER_VERSION,
     SGLANG_VERSION,
@@ -40,6 +42,11 @@ class Sandbox:
     hf_home: Path
     state_dir: Path
     engines: bool = True  # the simulated vllm/sglang are installed (on PATH and PYTHONPATH)
+    nvml: bool = False  # lib/libnvidia-ml.so.1 answers for the simulated GPUs (nvml.py)
+
+    @property
+    def lib_dir(self) -> Path:
+        return self.root / "lib"
 
     def env(self, base_path: str | None = None) -> dict[str, str]:
         """The variables a host session needs so that the simulated engines are 'installed'.
@@ -54,6 +61,8 @@ class Sandbox:
         }
         if self.engines:
             env["PYTHONPATH"] = str(self.pythonpath)
+        if self.nvml:  # where the dynamic loader finds the simulated GPUs' NVML first
+            env["LD_LIBRARY_PATH"] = str(self.lib_dir)
         return env
 
 
@@ -92,6 +101,10 @@ def prepare_sandbox(
     }
     _write_if_changed(box.state_dir / "gpus.json", json.dumps(gpu_facts, indent=2) + "\n")
     _write_scripts(box, python, engines=engines, nvidia_smi=nvidia_smi)
+    if nvidia_smi:  # simulated GPUs: their NVML too, where this machine can build it
+        box = replace(box, nvml=nvml.install(box.lib_dir))
+    else:
+        nvml.remove(box.lib_dir)
     if engines:
         _write_packages(box, python)
     install_models(box.hf_home / "hub")

@@ -185,7 +185,15 @@ class SimServer:
             kv_capacity_tokens=plan.kv_capacity_tokens,
         )
         throttle = plan.night.throttle if plan.night else None
-        engine.listeners.append(GpuActivity(self.state, os.getpid(), throttle))
+        engine.listeners.append(
+            GpuActivity(
+                self.state,
+                os.getpid(),
+                throttle,
+                gpus=plan.devices,
+                memory_mib=plan.memory_mib,
+            )
+        )
         name = self.cfg.served_names[0]
         if self.vllm:
             self.metrics = VllmMetrics(engine, name, plan.max_model_len)

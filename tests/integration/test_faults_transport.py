@@ -185,7 +185,7 @@ def test_a_dropped_connection_measures_again_and_the_next_run_goes_on(
         "measured again from a fresh warm-up (attempt 2; the first attempt's records are in "
         "requests.attempt-1.jsonl)"
     )
-    # (the simulated GPUs' nvidia-smi has no energy counter: its telemetry note is not this)
+    # (a telemetry note, where the GPUs' samples had one, is not this)
     assert [(w.kind, w.message) for w in first.warnings if not w.kind.startswith("telemetry_")] == [
         ("connection_dropped", warning)
     ]

@@ -21,6 +21,7 @@ def test_layout_env_and_idempotence(tmp_path: Path) -> None:
         "HF_HOME": str(box.hf_home),
         "HOME": str(box.home),
         "ORCH_SIM_STATE": str(box.state_dir),
+        "LD_LIBRARY_PATH": str(box.root / "lib"),  # the simulated GPUs' libnvidia-ml.so.1
     }
     assert box.env("/opt/bin")["PATH"] == f"{box.bin_dir}:/opt/bin"
     assert json.loads((box.state_dir / "gpus.json").read_text())["count"] == 4

@@ -31,12 +31,17 @@ def test_orchs_own_interpreter_gets_the_simulator_and_its_gpus(tmp_path: Path) -
     assert env["PYTHONPATH"] == str(tmp_path / "box" / "python")
     assert env["PATH"] == f"{tmp_path / 'box' / 'bin'}:{SYSTEM_PATH}"
     assert programs(tmp_path / "box") == ["nvidia-smi", "python", "vllm"]
+    # and their NVML, found by the dynamic loader before any other (this machine has a cc)
+    assert env["LD_LIBRARY_PATH"] == str(tmp_path / "box" / "lib")
+    assert (tmp_path / "box" / "lib" / "libnvidia-ml.so.1").is_file()
 
 
 def test_a_cpu_host_on_the_simulator_has_no_nvidia_smi(tmp_path: Path) -> None:
     box = prepare_host_sandbox(tmp_path / "box", python=sys.executable, gpus=False)
     assert session_env(box)["PYTHONPATH"] == str(tmp_path / "box" / "python")
     assert programs(tmp_path / "box") == ["python", "vllm"]
+    assert "LD_LIBRARY_PATH" not in session_env(box)
+    assert not (tmp_path / "box" / "lib" / "libnvidia-ml.so.1").exists()
 
 
 @pytest.mark.parametrize("gpus", [True, False])
@@ -45,7 +50,7 @@ def test_a_real_engines_python_gets_nothing_simulated(tmp_path: Path, gpus: bool
     'vllm.entrypoints'`), no fake vllm or nvidia-smi; `python` on PATH is the host's."""
     box = prepare_host_sandbox(tmp_path / "box", python=REAL_PYTHON, gpus=gpus)
     env = session_env(box)
-    assert "PYTHONPATH" not in env
+    assert "PYTHONPATH" not in env and "LD_LIBRARY_PATH" not in env
     assert env["PATH"] == f"{tmp_path / 'box' / 'bin'}:{SYSTEM_PATH}"
     assert env["HOME"] == str(tmp_path / "box" / "home")
     assert programs(tmp_path / "box") == ["python"]
