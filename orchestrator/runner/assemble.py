@@ -9,6 +9,7 @@ figure, a warning or a verdict cannot differ between the two commands.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -225,7 +226,19 @@ def _energy(loadgen: LoadgenResult, requests: RequestStats | None) -> Energy | N
         return None
     out = requests.total_output_tokens if requests else loadgen.output_tokens
     total = out + (requests.total_prompt_tokens if requests else 0)
-    return window_energy(telemetry.samples, start, end, output_tokens=out, total_tokens=total)
+    energy = window_energy(telemetry.samples, start, end, output_tokens=out, total_tokens=total)
+    failed = requests.failed if requests else loadgen.failed
+    if failed:  # allowed by max_failed_fraction: their work is in the energy, not their tokens
+        sent = failed + (requests.completed if requests else loadgen.completed)
+        energy = dataclasses.replace(
+            energy,
+            problems=(
+                *energy.problems,
+                f"{failed} of {sent} requests failed: the energy includes their work, the "
+                "tokens per joule only the completed requests' tokens (J/token is high)",
+            ),
+        )
+    return energy
 
 
 def _telemetry(loadgen: LoadgenResult, energy: Energy | None) -> list[RunWarning]:

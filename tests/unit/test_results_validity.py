@@ -4,6 +4,7 @@ and a failed measurement kept out of a sweep point's interval and out of the nig
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 from orchestrator.errors import ResultsWriteError
 from orchestrator.loadgen.records import Chunk, ClientLag, LagStats, LoadgenResult, RequestRecord
 from orchestrator.nightly.record import record_night
-from orchestrator.remote.wire import RequestFailure
+from orchestrator.remote.wire import GpuSample, RequestFailure, TelemetryResult
 from orchestrator.results.frame import frame_of
 from orchestrator.results.migrate import migrate
 from orchestrator.results.model import RunResult, RunWarning
@@ -235,3 +236,31 @@ def test_a_night_whose_measurements_the_policy_failed_is_not_measured(tmp_path: 
     assert rows and {r.status for r in rows} == {"failed"}
     assert all(r.n == 0 and r.value is None and r.failed_repeats == 2 for r in rows)
     assert rows[0].note is not None and rows[0].note.startswith("client saturated: ")
+
+
+def test_failed_requests_allowed_by_the_threshold_flag_the_energy_per_token() -> None:
+    """1 of 4 failed, within a 30% threshold: the GPUs' energy includes its work, the tokens
+    per joule only the completed requests': J/token is flagged as high, the measurement stands."""
+    base = measurement(value=8, repeat=1, repeats=1, out=100.0)
+    workload = base.settings.workload
+    assert workload is not None
+    settings = base.settings.model_copy(
+        update={"workload": workload.model_copy(update={"max_failed_fraction": 0.3})}
+    )
+    records = [record(0), record(1), record(2), record(3, failure=RequestFailure.ABORTED)]
+    samples = [
+        GpuSample(1e9 - 1 + i / 10, 0, 10**6 + 20_000 * i, 200.0, 1740, 8001, 1, 97, 60, 0)
+        for i in range(51)
+    ]
+    telemetry = TelemetryResult(source="nvml", interval_s=0.1, samples=samples)
+    loadgen = dataclasses.replace(loadgen_of(records), telemetry=telemetry)
+    result = assemble(
+        Measured(base.run, settings, base.times, base.point, records=records, loadgen=loadgen)
+    ).result
+    assert result.error is None and result.energy is not None
+    assert result.energy.energy_j == pytest.approx(600.0, rel=1e-3)  # 200 W x 3 s
+    assert result.energy.problems == (
+        "1 of 4 requests failed: the energy includes their work, the tokens per joule only "
+        "the completed requests' tokens (J/token is high)",
+    )
+    assert "telemetry_unsound" in [w.kind for w in result.warnings]
