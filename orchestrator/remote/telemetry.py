@@ -21,6 +21,7 @@ Standard library only, Python 3.9+.
 from __future__ import annotations
 
 import ctypes
+import os
 import queue
 import shutil
 import subprocess
@@ -274,6 +275,20 @@ class _Utilization(ctypes.Structure):
     _fields_ = [("gpu", ctypes.c_uint), ("memory", ctypes.c_uint)]
 
 
+class _ProcessInfo(ctypes.Structure):
+    """nvmlProcessInfo_t of the _v2/_v3 process queries (drivers 470 and newer)."""
+
+    _fields_ = [
+        ("pid", ctypes.c_uint),
+        ("usedGpuMemory", ctypes.c_ulonglong),
+        ("gpuInstanceId", ctypes.c_uint),
+        ("computeInstanceId", ctypes.c_uint),
+    ]
+
+
+_NVML_ERROR_INSUFFICIENT_SIZE = 7
+
+
 class NvmlReader:
     """NVML's readings for the GPUs of ``indices`` (nvidia-smi's indices: NVML numbers the
     devices alike). Raises TelemetryUnavailable when the library or a device cannot be had."""
@@ -360,6 +375,26 @@ class NvmlReader:
             ),
             reasons=self._ulonglong(self._reasons, handle),
         )
+
+    def processes(self, index: int) -> Optional[List[int]]:
+        """The pids computing on GPU ``index`` now; None when this NVML cannot say."""
+        handle = self.handles[self.indices.index(index)]
+        function = self._function(
+            "nvmlDeviceGetComputeRunningProcesses_v3", "nvmlDeviceGetComputeRunningProcesses_v2"
+        )
+        if function is None:
+            return None
+        count = ctypes.c_uint(0)
+        ret = function(handle, ctypes.byref(count), None)
+        if ret == 0:
+            return []
+        if ret != _NVML_ERROR_INSUFFICIENT_SIZE:
+            return None
+        count = ctypes.c_uint(count.value + 8)  # processes may start between the two calls
+        infos = (_ProcessInfo * count.value)()
+        if function(handle, ctypes.byref(count), infos) != 0:
+            return None
+        return sorted({infos[i].pid for i in range(count.value)})
 
     def power_limit_w(self, index: int) -> Optional[float]:
         """The enforced board power limit of GPU ``index``, W."""
@@ -464,6 +499,15 @@ class Sampler:
             self.cpu_s = time.thread_time() - cpu0
 
 
+def _process_group(pid: int) -> Optional[int]:
+    """``pid``'s process group; None for a process this one cannot see (another container's,
+    or gone): not the engine's either way."""
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 class Recording:
     """The ``loadgen`` verb's telemetry: started before its first request, stopped after its
     last; a host where neither NVML nor nvidia-smi answers gives a result saying why (the
@@ -474,6 +518,8 @@ class Recording:
         self.error: Optional[str] = None
         self.sampler: Optional[Sampler] = None
         self.limits: Dict[str, float] = {}
+        # the engine's GPUs' other processes, at the start (see ``_foreign``)
+        self.foreign: Optional[Dict[str, List[int]]] = None
         try:
             reader = open_reader(spec.gpus, spec.library or NVML_LIBRARY, spec.interval_s)
         except TelemetryUnavailable as e:
@@ -485,6 +531,7 @@ class Recording:
                 if limit is not None:
                     self.limits[str(index)] = limit
         interval = reader.interval_s if isinstance(reader, SmiReader) else spec.interval_s
+        self.foreign = self._foreign(reader, {})
         self.sampler = Sampler(reader, interval).start()
 
     def latest(self) -> Tuple[Optional[float], Optional[float]]:
@@ -498,11 +545,30 @@ class Recording:
         if self.sampler is not None:
             self.sampler.abandon()
 
+    def _foreign(
+        self, reader: Reader, seen: Optional[Dict[str, List[int]]]
+    ) -> Optional[Dict[str, List[int]]]:
+        """``seen`` with the processes on the sampled GPUs now that are not the engine's
+        (another process group); None when they cannot be looked for."""
+        pgid = self.spec.engine_pgid
+        if pgid is None or seen is None or not isinstance(reader, NvmlReader):
+            return None
+        out = {gpu: list(pids) for gpu, pids in seen.items()}
+        for index in self.spec.gpus:
+            pids = reader.processes(index)
+            if pids is None:
+                return None
+            others = [pid for pid in pids if _process_group(pid) != pgid]
+            if others:
+                out[str(index)] = sorted(set(out.get(str(index), [])) | set(others))
+        return out
+
     def stop(self) -> TelemetryResult:
         if self.sampler is None:
             return TelemetryResult(source=None, interval_s=self.spec.interval_s, error=self.error)
         interval = self.sampler.interval_s
         samples = self.sampler.stop()
+        foreign = self._foreign(self.sampler.reader, self.foreign)
         self.sampler.reader.close()
         thin = 1
         while len(samples) // thin > MAX_SAMPLES:
@@ -520,4 +586,5 @@ class Recording:
             read_errors=self.sampler.errors,
             cpu_s=round(self.sampler.cpu_s, 4),
             thin=thin,
+            foreign_pids=foreign,
         )

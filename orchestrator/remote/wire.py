@@ -543,6 +543,9 @@ class TelemetrySpec(Wire):
     gpus: List[int]
     interval_s: float = 0.1
     library: Optional[str] = None  # the NVML library; None: libnvidia-ml.so.1
+    # the engine's process group: any other process computing on these GPUs is named (its
+    # energy is in the window's); None: not looked for
+    engine_pgid: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -559,6 +562,10 @@ class TelemetryResult(Wire):
     read_errors: List[str] = field(default_factory=list)
     cpu_s: float = 0.0  # the sampler thread's own CPU time
     thin: int = 1
+    # processes outside the engine's process group computing on the sampled GPUs at the
+    # window's start or end, "GPU index" -> pids; None: not looked for (no engine_pgid, or
+    # nvidia-smi, which cannot tell them cheaply)
+    foreign_pids: Optional[Dict[str, List[int]]] = None
 
 
 @dataclass(frozen=True)

@@ -227,18 +227,28 @@ def _energy(loadgen: LoadgenResult, requests: RequestStats | None) -> Energy | N
     out = requests.total_output_tokens if requests else loadgen.output_tokens
     total = out + (requests.total_prompt_tokens if requests else 0)
     energy = window_energy(telemetry.samples, start, end, output_tokens=out, total_tokens=total)
+    more = _energy_caveats(loadgen, requests)
+    return dataclasses.replace(energy, problems=(*energy.problems, *more)) if more else energy
+
+
+def _energy_caveats(loadgen: LoadgenResult, requests: RequestStats | None) -> list[str]:
+    """What the samples cannot show but makes the energy per token overstate the engine's:
+    another process computing on its GPUs, and failed requests' work (their tokens are not
+    counted; ``max_failed_fraction`` let the measurement stand)."""
+    foreign = loadgen.telemetry.foreign_pids if loadgen.telemetry else None
+    out = [
+        f"GPU {gpu}: another process than the engine's (pid {', '.join(map(str, pids))}) "
+        "computed on it around the window: its energy is counted too"
+        for gpu, pids in sorted((foreign or {}).items())
+    ]
     failed = requests.failed if requests else loadgen.failed
-    if failed:  # allowed by max_failed_fraction: their work is in the energy, not their tokens
+    if failed:
         sent = failed + (requests.completed if requests else loadgen.completed)
-        energy = dataclasses.replace(
-            energy,
-            problems=(
-                *energy.problems,
-                f"{failed} of {sent} requests failed: the energy includes their work, the "
-                "tokens per joule only the completed requests' tokens (J/token is high)",
-            ),
+        out.append(
+            f"{failed} of {sent} requests failed: the energy includes their work, the "
+            "tokens per joule only the completed requests' tokens (J/token is high)"
         )
-    return energy
+    return out
 
 
 def _telemetry(loadgen: LoadgenResult, energy: Energy | None) -> list[RunWarning]:

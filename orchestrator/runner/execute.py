@@ -657,12 +657,14 @@ async def _drive_load(
 
 
 def _telemetry_spec(server: Server) -> TelemetrySpec | None:
-    """Sample the GPUs the engine was launched on (those its launch checked); none on a host
-    without GPUs."""
+    """Sample the GPUs the engine was launched on (those its launch checked), and name any
+    process outside the engine's process group computing on them; none on a host without
+    GPUs."""
     check = server.record.gpu_check if server.record is not None else None
     if check is None or not check.checked or not check.gpus:
         return None
-    return TelemetrySpec(gpus=list(check.gpus))
+    pgid = server.record.pgid if server.record is not None else None
+    return TelemetrySpec(gpus=list(check.gpus), engine_pgid=pgid)
 
 
 async def _still_serving(server: Server, dropped: HostUnreachable) -> None:

@@ -24,7 +24,14 @@
 
 typedef struct { unsigned long long total, free, used; } nvmlMemory_t;
 typedef struct { unsigned int gpu, memory; } nvmlUtilization_t;
+typedef struct {
+    unsigned int pid;
+    unsigned long long usedGpuMemory;
+    unsigned int gpuInstanceId, computeInstanceId;
+} nvmlProcessInfo_t;
 typedef void *nvmlDevice_t;
+
+#define MAX_PROCESSES 64
 
 typedef struct {
     long index;
@@ -34,6 +41,9 @@ typedef struct {
     double power_mw;      /* at the last energy update */
     double energy_mj;     /* integrated since nvmlInit, plus a start */
     double updated;       /* monotonic seconds of the last energy update */
+    unsigned int pids[MAX_PROCESSES]; /* the live engines on it, and their memory */
+    unsigned long long used[MAX_PROCESSES];
+    unsigned int processes;
 } Gpu;
 
 static Gpu gpus[MAX_GPUS];
@@ -79,6 +89,7 @@ static void refresh(void) {
         gpus[i].running = 0;
         gpus[i].reasons = 0;
         gpus[i].memory_mib = IDLE_USED_MIB;
+        gpus[i].processes = 0;
     }
     DIR *dir = opendir(state);
     if (!dir) return;
@@ -103,6 +114,10 @@ static void refresh(void) {
             gpus[i].running += (long)running;
             gpus[i].memory_mib += (long)memory;
             if (running) gpus[i].reasons |= bits;
+            if (gpus[i].processes < MAX_PROCESSES) {
+                gpus[i].pids[gpus[i].processes] = (unsigned int)pid;
+                gpus[i].used[gpus[i].processes++] = (unsigned long long)memory << 20;
+            }
         }
     }
     closedir(dir);
@@ -199,6 +214,23 @@ int nvmlDeviceGetTemperature(nvmlDevice_t device, int sensor, unsigned int *cels
     Gpu *g = update(device);
     if (sensor != 0) return 2;
     *celsius = g->running ? 61 : 34;
+    return 0;
+}
+
+/* NVML's two-call protocol: too small a buffer answers INSUFFICIENT_SIZE with the count */
+int nvmlDeviceGetComputeRunningProcesses_v3(nvmlDevice_t device, unsigned int *count,
+                                            nvmlProcessInfo_t *infos) {
+    Gpu *g = update(device);
+    if (*count < g->processes || (infos == NULL && g->processes)) {
+        *count = g->processes;
+        return 7; /* NVML_ERROR_INSUFFICIENT_SIZE */
+    }
+    for (unsigned int i = 0; i < g->processes; i++) {
+        infos[i].pid = g->pids[i];
+        infos[i].usedGpuMemory = g->used[i];
+        infos[i].gpuInstanceId = infos[i].computeInstanceId = 0xFFFFFFFF;
+    }
+    *count = g->processes;
     return 0;
 }
 

@@ -5,6 +5,7 @@ write, and the energy counter integrates the power."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -12,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.remote.telemetry import NvmlReader
+from orchestrator.remote.telemetry import NvmlReader, Recording
+from orchestrator.remote.wire import TelemetrySpec
 from orchestrator.sim.gpus import GpuActivity
 from orchestrator.sim.nvml import built_library
 
@@ -40,8 +42,10 @@ def test_the_gpus_follow_their_engines(
         time.sleep(0.5)
         second = reader.read()
         limit = reader.power_limit_w(1)
+        processes = reader.processes(0), reader.processes(1)
     finally:
         reader.close()
+    assert processes == ([1], [])  # the live engine; none for the one that is gone
     busy, idle = second
     assert (busy.power_w, busy.sm_mhz, busy.mem_mhz, busy.util_pct) == (226.0, 1410, 8001, 97)
     assert (busy.reasons, busy.mem_used_mib, busy.temp_c) == (0x20, 40001, 61)
@@ -69,3 +73,23 @@ def test_a_host_that_is_not_simulated_has_no_driver(library: Path, tmp_path: Pat
         check=True,
     )
     assert done.stdout.strip() == "NVML nvmlInit_v2 failed: Driver Not Loaded (9)"
+
+
+def test_a_process_outside_the_engines_group_is_named(
+    library: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine (this process's group) computes on GPUs 0 and 1; another process (pid 1,
+    its own group) on GPU 1 too: its energy is in the window's, so the recording names it."""
+    (tmp_path / "gpus.json").write_text(json.dumps({"count": 2, "memory_mib": 49140}))
+    monkeypatch.setenv("ORCH_SIM_STATE", str(tmp_path))
+    GpuActivity(tmp_path, os.getpid(), gpus=[0, 1], memory_mib=20000).update(2)
+    GpuActivity(tmp_path, 1, gpus=[1], memory_mib=8000).update(1)
+    spec = TelemetrySpec(gpus=[0, 1], library=str(library), engine_pgid=os.getpgrp())
+    recording = Recording(spec)
+    time.sleep(0.2)
+    result = recording.stop()
+    assert result.source == "nvml" and result.foreign_pids == {"1": [1]}
+    alone = Recording(TelemetrySpec(gpus=[0], library=str(library), engine_pgid=os.getpgrp()))
+    assert alone.stop().foreign_pids == {}
+    unasked = Recording(TelemetrySpec(gpus=[0, 1], library=str(library)))
+    assert unasked.stop().foreign_pids is None  # no engine named: not looked for

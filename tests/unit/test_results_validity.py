@@ -264,3 +264,24 @@ def test_failed_requests_allowed_by_the_threshold_flag_the_energy_per_token() ->
         "the completed requests' tokens (J/token is high)",
     )
     assert "telemetry_unsound" in [w.kind for w in result.warnings]
+
+
+def test_another_process_on_the_engines_gpus_flags_the_energy() -> None:
+    base = measurement(value=8, repeat=1, repeats=1, out=100.0)
+    records = [record(i) for i in range(4)]
+    samples = [
+        GpuSample(1e9 - 1 + i / 10, 0, 10**6 + 20_000 * i, 200.0, 1740, 8001, 1, 97, 60, 0)
+        for i in range(51)
+    ]
+    telemetry = TelemetryResult(
+        source="nvml", interval_s=0.1, samples=samples, foreign_pids={"0": [4242, 4343]}
+    )
+    loadgen = dataclasses.replace(loadgen_of(records), telemetry=telemetry)
+    result = assemble(
+        Measured(base.run, base.settings, base.times, base.point, records=records, loadgen=loadgen)
+    ).result
+    assert result.error is None and result.energy is not None
+    assert result.energy.problems == (
+        "GPU 0: another process than the engine's (pid 4242, 4343) computed on it around the "
+        "window: its energy is counted too",
+    )
