@@ -501,6 +501,11 @@ def render_outcome(outcome: PlaybookOutcome) -> None:
             "[dim]decode tok/s, TTFT and TPOT: medians over requests; accept: acceptance length "
             "(tokens per step)"
             + (
+                "; % roofline: the decode's memory reads over the GPUs' peak bandwidth"
+                if any(r.roofline is not None for r in outcome.results)
+                else ""
+            )
+            + (
                 "; J/out tok and out tok/s/W: the run's GPUs' energy over the window"
                 if any(r.energy is not None for r in outcome.results)
                 else ""
@@ -563,7 +568,11 @@ def measurements_table(outcome: PlaybookOutcome) -> Table:
         *((m.header for m in energy) if with_energy else ()),
         "verdict",
     ):
-        table.add_column(col, no_wrap=col in ("run", "host", "engine", "method", "verdict"))
+        table.add_column(
+            col,
+            no_wrap=col in ("run", "host", "engine", "method", "verdict"),
+            min_width=max(len(word) for word in col.split()),  # a header wraps, never cut
+        )
     for r in outcome.results:
         req, acc = r.requests, r.acceptance
         table.add_row(
