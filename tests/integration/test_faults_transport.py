@@ -185,8 +185,10 @@ def test_a_dropped_connection_measures_again_and_the_next_run_goes_on(
         "measured again from a fresh warm-up (attempt 2; the first attempt's records are in "
         "requests.attempt-1.jsonl)"
     )
-    # (a telemetry note, where the GPUs' samples had one, is not this)
-    assert [(w.kind, w.message) for w in first.warnings if not w.kind.startswith("telemetry_")] == [
+    # (the GPU figures' own notes are not this: a simulator running 4x fast reads its memory
+    # faster than an A6000 can, so no % of roofline is given)
+    gpu_notes = ("telemetry_", "roofline_")
+    assert [(w.kind, w.message) for w in first.warnings if not w.kind.startswith(gpu_notes)] == [
         ("connection_dropped", warning)
     ]
     run_dir = folder / "first_sshd-drop"

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -65,6 +66,15 @@ def with_sshd_agent(
 
 def spec_files(workdir: Path) -> list[str]:
     return sorted(p.name for p in (workdir / "specs").iterdir())
+
+
+async def started(tag: str, timeout: float = 10.0) -> list[int]:
+    """``processes_with(tag)`` once there is one: a process just spawned over SSH is a shell
+    for a moment before it execs the agent (longer on a busy machine)."""
+    deadline = time.monotonic() + timeout
+    while not (found := processes_with(tag)) and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
+    return found
 
 
 def processes_with(tag: str) -> list[int]:
@@ -238,7 +248,7 @@ def test_a_load_point_feeds_the_spare_load_generator_started_ahead(
         spare = agent._spare
         assert spare is not None
         tag = spare.argv[-1]
-        assert tag.startswith("-spare-") and len(processes_with(tag)) == 1
+        assert tag.startswith("-spare-") and len(await started(tag)) == 1
         second = await point(agent)  # fed to the spare
         assert agent._spare is not None and agent._spare is not spare
         assert (second.requests, second.failed) == (1, 1)
