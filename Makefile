@@ -82,7 +82,7 @@ screenshot: $(STAMP) chromium
 # orch's benchmarks of itself: each writes its table into benchmarks/results/, then the tables
 # are joined into benchmarks/results/README.md. `client` installs AIPerf and GuideLLM (with a
 # CUDA build of torch, about 4 GB) into benchmarks/.venvs/ the first time.
-BENCHMARKS ?= client fanout logpath overhead reports saturation startup suite
+BENCHMARKS ?= client fanout logpath nightly overhead reports saturation startup suite
 bench: $(STAMP)
 	@for b in $(BENCHMARKS); do $(BIN)/python -m benchmarks.$$b || exit 1; done
 	$(BIN)/python -m benchmarks.collect

@@ -20,6 +20,7 @@ BENCHMARKS = {
     "gpu_check": "GPU telemetry on a real GPU",
     "fanout": "Fan-out of `orch hosts check` against ssh and Ansible",
     "logpath": "Log path: lines per second and delay, host to parsed event",
+    "nightly": "Nightly verdict: detection on synthetic histories",
     "overhead": "Overhead of a run around its workload",
     "reports": "Reports over 1,000 runs",
     "saturation": "Client saturation: the detector against the simulator's truth",
