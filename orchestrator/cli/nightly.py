@@ -204,10 +204,18 @@ def history_command(
     playbook: Annotated[
         str,
         typer.Argument(
-            help="The playbook file, or its name as its results folders carry it.",
+            help="The playbook file, or its name as its results folders carry it; or `replay`, "
+            "followed by a history file.",
             show_default=False,
         ),
     ],
+    history_file: Annotated[
+        Path | None,
+        typer.Argument(
+            help="With `replay`: the history file to judge again (results/history/NAME.jsonl).",
+            show_default=False,
+        ),
+    ] = None,
     results: ResultsOpt = Path("results"),
     metric: Annotated[
         str | None,
@@ -218,11 +226,35 @@ def history_command(
             show_default=False,
         ),
     ] = None,
+    policy: Annotated[
+        Path | None,
+        typer.Option(
+            "--policy",
+            help="With `replay`: judge under this policy, a playbook's `nightly:` section (the "
+            "playbook file itself, or a YAML file of the section alone). Default: orch's.",
+            show_default=False,
+        ),
+    ] = None,
     as_json: JsonOpt = False,
 ) -> None:
-    """List a playbook's nights, oldest first, with their verdicts and decisions."""
+    """List a playbook's nights, oldest first, with their verdicts and decisions.
+
+    `orch history replay HISTORY.jsonl [--policy FILE]` judges a history file night by night
+    again, as `orch nightly` would have (with the people's decisions made before each night),
+    and prints each night's verdict and exit status beside the one recorded: a policy
+    back-tested on the team's own past before it is adopted."""
     from orchestrator.commands import nightly
 
+    if playbook == REPLAY:
+        _replay(history_file, policy, as_json=as_json)
+        return
+    if history_file is not None or policy is not None:
+        raise OrchError(
+            f"unexpected {'--policy' if history_file is None else repr(str(history_file))}: "
+            "a history file and --policy go with `orch history replay`",
+            hint=f"`orch history {playbook}` lists the nights; `orch history replay "
+            "results/history/NAME.jsonl --policy FILE` judges them again",
+        )
     name = nightly.playbook_name(playbook)
     if metric is not None:
         _metric_history(results, name, metric, as_json=as_json)
@@ -234,6 +266,54 @@ def history_command(
         print_json({"playbook": name, "nights": [n.to_json() for n in nights]})
         return
     out.print(nights_table(name, nights))
+
+
+REPLAY = "replay"
+
+
+def _replay(history_file: Path | None, policy_path: Path | None, *, as_json: bool) -> None:
+    from orchestrator.commands import nightly
+    from orchestrator.nightly.verdict import Policy
+
+    if history_file is None:
+        raise OrchError(
+            "`orch history replay` needs the history file to judge again",
+            hint="`orch history replay results/history/NAME.jsonl [--policy FILE]`",
+        )
+    policy = nightly.policy_file(policy_path) if policy_path is not None else Policy()
+    nights, problems = nightly.replay(history_file, policy)
+    for problem in problems:
+        err.print(f"[yellow]warning:[/] {escape(problem)}")
+    if as_json:
+        print_json(
+            {
+                "history": str(history_file),
+                "policy": str(policy_path) if policy_path else None,
+                "nights": [n.to_json() for n in nights],
+            }
+        )
+        return
+    table = Table(
+        title=f"{escape(str(history_file))} replayed under "
+        f"{escape(str(policy_path)) if policy_path else 'the default policy'}",
+        box=box.SIMPLE_HEAD,
+    )
+    for header in ("night", "verdict", "exit", "recorded", "metrics"):
+        table.add_column(header)
+    for n in nights:
+        v = n.verdict
+        counts = ", ".join(f"{count} {verdict}" for verdict, count in v.counts())
+        recorded = _verdict_text(n.recorded) if n.recorded else "-"
+        table.add_row(
+            escape(v.night),
+            _verdict_text(v.verdict),
+            str(v.exit_code),
+            recorded + (" [bold](differs)[/]" if n.differs else ""),
+            escape(counts),
+        )
+    out.print(table)
+    differing = sum(n.differs for n in nights)
+    out.print(f"{len(nights)} nights replayed; {differing} judged otherwise than recorded")
 
 
 def nights_table(playbook: str, nights: list[NightListing]) -> Table:

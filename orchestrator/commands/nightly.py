@@ -21,12 +21,15 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from orchestrator.commands.run import PlaybookOutcome
+from orchestrator.config.errors import validate
 from orchestrator.config.nightly_terms import EXIT_CODES, Decision, Verdict
 from orchestrator.config.playbook import NightlySpec, Playbook, load_playbook
+from orchestrator.config.yamlload import child, load_yaml
 from orchestrator.errors import ConfigError, OrchError
 from orchestrator.nightly.history import History, NightSummary
 from orchestrator.nightly.night import judge_and_record
 from orchestrator.nightly.record import STAMP
+from orchestrator.nightly.replay import ReplayedNight, replay_history
 from orchestrator.nightly.report import (
     JSON_FILE,
     NightlyVerdict,
@@ -318,3 +321,42 @@ def decide(
         _refuse_empty_accept(name, history)
     history.decide(name, decision, note=note)
     return history.playbook, history
+
+
+# -- `orch history replay` ------------------------------------------------------------------
+
+
+def policy_file(path: Path) -> Policy:
+    """The policy a YAML file states: a playbook's ``nightly:`` section, or such a section on
+    its own (``alpha: 0.01``, ``thresholds: {...}`` ...); its mistakes point into the file."""
+    doc = load_yaml(path)
+    data = doc.data
+    if "runs" in data:  # a whole playbook
+        return policy_of(load_playbook(path).nightly)
+    found = child(doc.root, "nightly") if "nightly" in data else None
+    node = found[1] if found else doc.root
+    section = data["nightly"] if found else data
+    return policy_of(
+        validate(NightlySpec, section, doc, node, prefix=("nightly",) if found else ())
+    )
+
+
+def replay(history_file: Path, policy: Policy) -> tuple[list[ReplayedNight], list[str]]:
+    """Every night of a history file judged again under ``policy`` (``nightly.replay``), and
+    the lines that were skipped."""
+    if not history_file.is_file():
+        raise OrchError(
+            f"no history file {history_file}",
+            hint="a playbook's history is results/history/<playbook>.jsonl, as `orch nightly` "
+            "writes it",
+        )
+    history = History.of_file(history_file)
+    rows = history.rows()
+    if not rows:
+        raise OrchError(
+            f"{history_file} holds no history row",
+            hint="expected one JSON object per line (night x case x metric), as `orch nightly` "
+            "writes them",
+        )
+    nights = replay_history(rows, history.decisions(), policy)
+    return nights, list(dict.fromkeys(history.problems))

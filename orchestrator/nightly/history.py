@@ -142,6 +142,16 @@ class History:
         self.decisions_path = self.path.with_name(f"{self.path.stem}.decisions.jsonl")
         self.problems: list[str] = []  # lines skipped when read: path:line: why
 
+    @classmethod
+    def of_file(cls, path: Path | str) -> History:
+        """The history in ``path`` wherever it lies (``<playbook>.jsonl``, its decisions in
+        ``<playbook>.decisions.jsonl`` beside it): a copy, or one another tool wrote."""
+        path = Path(path)
+        history = cls(path.parent, path.stem)
+        history.path = path
+        history.decisions_path = path.with_name(f"{path.stem}.decisions.jsonl")
+        return history
+
     def _lines(self, path: Path) -> Iterator[tuple[int, str]]:
         try:
             with path.open(encoding="utf-8", errors="replace") as fh:  # a torn line: skipped

@@ -386,3 +386,28 @@ def test_a_collapse_fails_and_a_dead_host_is_not_a_regression(histories: Any) ->
     verdicts = [r["verdict"] for r in rows]
     assert verdicts[0] == "insufficient_data" and len(verdicts) == BROKEN_NIGHT + 2
     assert verdicts[DROP_NIGHT:] == ["suspicious", "failure", "could_not_measure"]
+
+
+def test_a_replay_of_the_history_judges_every_night_as_orch_nightly_did(histories: Any) -> None:
+    """Issue 24: `orch history replay` over history A, under the playbook's own policy (its
+    `nightly:` section, read from the playbook), gives each night the verdict and exit status
+    `orch nightly` printed that night, people's accepts included; under the default policy
+    the same file is judged otherwise, night by night, and says so."""
+    a, nights, _b, _ = histories
+    history = a.results / "history" / "nightly.jsonl"
+    done = a.orch("history", "replay", str(history), "--policy", str(a.playbook), "--json")
+    assert done.returncode == 0, done.stderr
+    replayed = json.loads(done.stdout)["nights"]
+    assert [n["night"] for n in replayed] == [n.doc["night"] for n in nights]
+    assert [(n["verdict"], n["exit_code"]) for n in replayed] == [
+        (n.doc["verdict"], n.code) for n in nights
+    ]
+    assert [n["recorded_verdict"] for n in replayed] == [n.doc["verdict"] for n in nights]
+    for then, now in zip(nights, replayed, strict=True):
+        assert [[m["verdict"] for m in c["metrics"]] for c in now["cases"]] == [
+            [m["verdict"] for m in c["metrics"]] for c in then.doc["cases"]
+        ]
+    default = a.orch("history", "replay", str(history))
+    assert default.returncode == 0, default.stderr
+    assert "replayed under the default policy" in default.stdout
+    assert "judged otherwise than recorded" in default.stdout
