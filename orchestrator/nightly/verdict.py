@@ -428,7 +428,11 @@ def judge_metric(
     start = _new_normal(decided)
     pairs = zip(series[start:], decided[start:], strict=True)
     base = [r for r, d in pairs if counts_in_baseline(r, d)][-policy.baseline_nights :]
-    if len(base) < policy.min_baseline_nights:
+    # nights a person accepted seed the new normal at once: the night after them is judged
+    # against them, however few (a blind exit-3 night would follow every accepted change)
+    seeded = start < len(decided) and decided[start] == "accept"
+    need = 1 if seeded else policy.min_baseline_nights
+    if len(base) < need:
         reason = f"{len(base)} baseline nights (need {policy.min_baseline_nights})"
         return _plain(row, "insufficient_data", reason)
     judged = _compare(row, base, policy)

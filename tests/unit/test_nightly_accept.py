@@ -96,9 +96,10 @@ def test_accepting_a_measured_night_starts_every_later_baseline_from_it(tmp_path
         f"night {night_id(5)} of nightly: accepted; it counts in every later baseline, which "
         f"starts again from it recorded in {store.decisions_path}"
     )
-    # the baseline starts again from night 5: it counts, the nights before it no longer do
-    assert judge_and_append(store, night_rows(6, 800.0))[CASE.id] == ("insufficient_data", None)
-    assert judge_and_append(store, night_rows(7, 800.0))[CASE.id] == ("insufficient_data", None)
+    # the baseline starts again from night 5: it counts, the nights before it no longer do,
+    # and the next night is judged against it at once (issue 24: no blind night)
+    assert judge_and_append(store, night_rows(6, 800.0))[CASE.id] == ("ok", 800.0)
+    assert judge_and_append(store, night_rows(7, 800.0))[CASE.id] == ("ok", 800.0)
     assert judge_and_append(store, night_rows(8, 800.0))[CASE.id] == ("ok", 800.0)
     # and a 20% drop from the new normal is called
     assert judge_and_append(store, night_rows(9, 640.0))[CASE.id] == ("suspicious", 800.0)
@@ -116,5 +117,5 @@ def test_a_case_the_accepted_night_could_not_measure_keeps_its_baseline(tmp_path
     )
     tonight = night_rows(6, 800.0) + night_rows(6, 400.0, OTHER)
     verdicts = judge_and_append(store, tonight)
-    assert verdicts[CASE.id] == ("insufficient_data", None)  # starts again from night 5
+    assert verdicts[CASE.id] == ("ok", 800.0)  # starts again from night 5, judged at once
     assert verdicts[OTHER.id] == ("suspicious", 500.0)  # the five nights before still count

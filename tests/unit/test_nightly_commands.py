@@ -571,7 +571,7 @@ def error_box_line(stderr: str) -> str:
         ),
         (  # another command keeps click's 2
             ("history",),
-            "Usage: orch history [OPTIONS] {playbook}",
+            "Usage: orch history [OPTIONS] {playbook} [history_file]",
             "Missing argument 'playbook'.",
         ),
     ],

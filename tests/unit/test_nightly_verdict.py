@@ -202,15 +202,17 @@ def test_a_rejected_night_is_out_of_the_baseline_and_of_the_run() -> None:
 
 
 def test_accepting_a_night_starts_the_baseline_again_from_it() -> None:
+    """No blind night after an accepted change: fewer baseline nights than the policy's
+    minimum are enough when a person accepted them."""
     nights = [NORMAL] * 3 + [scaled(0.9)] * 6
     plain = [v.verdict for v in judged(nights)]
     assert plain[3:] == ["suspicious"] + ["regression"] * 5
     accepted = judged(nights, decisions={4: "accept"})
     assert [v.verdict for v in accepted][3:] == [
         *("suspicious", "regression"),  # as judged before the decision
-        *("insufficient_data", "insufficient_data"),  # 1, then 2 baseline nights
-        *("ok", "ok"),  # nights 4, 5, 6 at 90: the new normal
+        *("ok", "ok", "ok", "ok"),  # the accepted night seeds the new normal at once (issue 24)
     ]
+    assert accepted[5].baseline_nights == (night_id(4),)  # one night: judged all the same
     assert accepted[7].baseline == pytest.approx(90.0)
     assert accepted[7].baseline_nights == tuple(night_id(i) for i in (4, 5, 6))
 
