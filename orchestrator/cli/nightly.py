@@ -338,6 +338,7 @@ VERDICT_STYLE = {
     "suspicious": "yellow",
     "could_not_measure": "magenta",
     "insufficient_data": "dim",
+    "recovered": "green",
     "improvement": "green",
     "ok": "green",
 }

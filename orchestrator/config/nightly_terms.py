@@ -22,6 +22,7 @@ Verdict = Literal[
     "suspicious",  # one violating night
     "could_not_measure",  # the case's runs failed: infrastructure, never a regression
     "insufficient_data",  # too few baseline nights or repeats: never a silent pass
+    "recovered",  # a regression back within the threshold two nights running
     "improvement",
     "ok",
 ]
@@ -35,6 +36,7 @@ VERDICT_ORDER: tuple[Verdict, ...] = (
     "suspicious",
     "could_not_measure",
     "insufficient_data",
+    "recovered",
     "improvement",
     "ok",
 )
@@ -49,6 +51,7 @@ EXIT_CODES: dict[Verdict, int] = {
     "suspicious": 2,
     "could_not_measure": 3,
     "insufficient_data": 3,
+    "recovered": 0,
     "improvement": 0,
     "ok": 0,
 }

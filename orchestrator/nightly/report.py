@@ -31,6 +31,7 @@ HEADINGS: dict[Verdict, str] = {
     "suspicious": "Suspicious (one violating night)",
     "could_not_measure": "Could not measure",
     "insufficient_data": "Insufficient data",
+    "recovered": "Recovered (back within the threshold two nights running)",
     "improvement": "Improvements",
     "ok": "OK",
 }
@@ -217,7 +218,7 @@ def render_markdown(verdict: NightlyVerdict) -> str:
         if not items:
             continue
         lines += ["", f"## {HEADINGS[kind]}", ""]
-        if kind in ("failure", "could_not_measure", "insufficient_data"):
+        if kind in ("failure", "could_not_measure", "insufficient_data", "recovered"):
             lines += _grouped_lines(items)
         else:
             lines += [line for case, m in items for line in _violation_lines(case, m)]

@@ -106,6 +106,11 @@ class Policy:
             raise ValueError(f"alpha {self.alpha}: a p-value threshold between 0 and 1, e.g. 0.01")
 
 
+# Verdicts of a night that may count in later baselines (a person's decision aside).
+NORMAL: frozenset[Verdict] = frozenset({"ok", "improvement", "insufficient_data", "recovered"})
+RECOVERY_NIGHTS = 2  # a regression is over after this many nights back within the threshold
+
+
 @dataclass(frozen=True)
 class MetricVerdict:
     """One metric of one case on one night, with the figures that decided it.
@@ -240,7 +245,7 @@ def counts_in_baseline(row: HistoryRow, decision: Decision | None) -> bool:
         return False
     if row.accepted is not None:
         return row.accepted
-    return row.verdict is None or row.verdict in ("ok", "improvement", "insufficient_data")
+    return row.verdict is None or row.verdict in NORMAL
 
 
 def joins_baseline(judged: MetricVerdict) -> bool:
@@ -250,9 +255,7 @@ def joins_baseline(judged: MetricVerdict) -> bool:
     violation (its verdict stays ``ok``), but it is no evidence of normal either: counted, a
     real step that the test misses on some nights would slip into the baseline and become
     the norm without ever being called."""
-    return (
-        judged.verdict in ("ok", "improvement", "insufficient_data") and not judged.past_threshold
-    )
+    return judged.verdict in NORMAL and not judged.past_threshold
 
 
 def _pct(x: float, absolute: bool) -> str:
@@ -437,8 +440,58 @@ def judge_metric(
         return _plain(row, "insufficient_data", reason)
     judged = _compare(row, base, policy)
     if judged.verdict != "suspicious":
-        return judged
+        return _persisting(judged, series, decided, policy)
     return _violation(judged, series, decided, row, base, find)
+
+
+def _back(row: HistoryRow, policy: Policy) -> bool:
+    """Whether a settled night's figure was within the threshold of its own baseline."""
+    if row.value is None or row.baseline is None:
+        return False
+    info = metric(row.metric)
+    change = _change(row.value, row.baseline, info.absolute)
+    worse_by = change if info.direction == "lower" else -change
+    return worse_by <= policy.thresholds.for_metric(row.metric)
+
+
+def _persisting(
+    judged: MetricVerdict,
+    series: Sequence[HistoryRow],
+    decided: Sequence[Decision | None],
+    policy: Policy,
+) -> MetricVerdict:
+    """A case in regression stays there, exit 1, night after night, until a person accepts or
+    rejects its nights, or it has been back within the threshold RECOVERY_NIGHTS nights running:
+    the last of them is ``recovered``. A regression that went back to exit 0 on its first good
+    night would be forgotten while the change may still be there."""
+    if judged.verdict not in ("ok", "improvement") or judged.past_threshold:
+        return judged
+    back = 1  # tonight
+    for r, d in zip(reversed(series), reversed(decided), strict=True):
+        if d == "reject" or r.status == "failed" or r.value is None:
+            continue
+        if d == "accept" or r.verdict != "regression":
+            return judged  # no regression standing: a person decided, or there was none
+        if not _back(r, policy):
+            since = r.night
+            break
+        back += 1
+    else:
+        return judged
+    if back >= RECOVERY_NIGHTS:
+        return dataclasses.replace(
+            judged,
+            verdict="recovered",
+            reason=f"back within the threshold {back} nights running after the regression of "
+            f"{since}; {judged.reason}",
+        )
+    return dataclasses.replace(
+        judged,
+        verdict="regression",
+        since=since,
+        reason=f"still in regression since {since}: back within the threshold {back} of "
+        f"{RECOVERY_NIGHTS} nights (or `orch baseline accept|reject`); {judged.reason}",
+    )
 
 
 def judge_night(

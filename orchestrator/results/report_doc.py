@@ -274,6 +274,7 @@ VERDICT_TONES: dict[str, Tone] = {
     "suspicious": "bad",
     "could_not_measure": "muted",
     "insufficient_data": "muted",
+    "recovered": "good",
     "improvement": "good",
     "ok": "good",
 }

@@ -217,6 +217,26 @@ def test_accepting_a_night_starts_the_baseline_again_from_it() -> None:
     assert accepted[7].baseline_nights == tuple(night_id(i) for i in (4, 5, 6))
 
 
+def test_a_regression_stands_until_two_nights_back_within_the_threshold() -> None:
+    """Issue 24: a called regression never goes back to exit 0 on one good night; two nights
+    running back within the threshold are ``recovered``; a step that stays stays regression."""
+    back = judged([NORMAL] * 3 + [scaled(0.9)] * 2 + [NORMAL] * 3)
+    assert [v.verdict for v in back][3:] == [
+        *("suspicious", "regression"),
+        "regression",  # back within the threshold 1 of 2 nights: still exit 1
+        *("recovered", "ok"),
+    ]
+    assert back[5].since == night_id(4) and "still in regression since" in back[5].reason
+    assert back[6].reason.startswith("back within the threshold 2 nights running")
+    assert night_id(6) in back[7].baseline_nights  # the recovered night counts again
+    assert night_id(5) not in back[7].baseline_nights  # the one still in regression does not
+    stays = judged([NORMAL] * 3 + [scaled(0.9)] * 8)
+    assert [v.verdict for v in stays][4:] == ["regression"] * 7
+    # a person's accept of the step ends it at once: the next good night is just ok
+    accepted = judged([NORMAL] * 3 + [scaled(0.9)] * 2 + [NORMAL], decisions={4: "accept"})
+    assert accepted[5].verdict == "improvement"  # +11% on the accepted normal, no regression
+
+
 @pytest.mark.parametrize(
     ("decisions", "baseline_nights"),
     [
