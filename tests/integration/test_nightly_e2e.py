@@ -407,7 +407,13 @@ def test_a_replay_of_the_history_judges_every_night_as_orch_nightly_did(historie
         assert [[m["verdict"] for m in c["metrics"]] for c in now["cases"]] == [
             [m["verdict"] for m in c["metrics"]] for c in then.doc["cases"]
         ]
-    default = a.orch("history", "replay", str(history))
+    default = a.orch("history", "replay", str(history), "--json")
     assert default.returncode == 0, default.stderr
-    assert "replayed under the default policy" in default.stdout
-    assert "judged otherwise than recorded" in default.stdout
+    strict = json.loads(default.stdout)["nights"]  # 3 baseline nights, alpha 0.01, 10% latency
+    assert strict[0]["verdict"] == strict[1]["verdict"] == "insufficient_data"
+    differ = sum(n["verdict"] != n["recorded_verdict"] for n in strict)
+    text = a.orch("history", "replay", str(history))
+    assert text.stdout.rstrip().endswith(
+        f"{len(nights)} nights replayed; {differ} judged otherwise than recorded"
+    ), text.stdout
+    assert differ >= 1
