@@ -462,28 +462,36 @@ def _persisting(
 ) -> MetricVerdict:
     """A case in regression stays there, exit 1, night after night, until a person accepts or
     rejects its nights, or it has been back within the threshold RECOVERY_NIGHTS nights running:
-    the last of them is ``recovered``. A regression that went back to exit 0 on its first good
-    night would be forgotten while the change may still be there."""
-    if judged.verdict not in ("ok", "improvement") or judged.past_threshold:
+    the last of them is ``recovered``. A night still past the threshold whose test was not
+    significant is no recovery either. A regression that went back to exit 0 on one good night
+    would be forgotten while the change may still be there."""
+    if judged.verdict not in ("ok", "improvement"):
         return judged
-    back = 1  # tonight
-    for r, d in zip(reversed(series), reversed(decided), strict=True):
-        if d == "reject" or r.status == "failed" or r.value is None:
-            continue
-        if d == "accept" or r.verdict != "regression":
-            return judged  # no regression standing: a person decided, or there was none
-        if not _back(r, policy):
-            since = r.night
+    recent = [
+        (r, d)
+        for r, d in zip(series, decided, strict=True)
+        if d != "reject" and r.status != "failed" and r.value is not None
+    ]
+    if not recent or recent[-1][1] == "accept" or recent[-1][0].verdict != "regression":
+        return judged  # no regression standing: none, or a person decided
+    since = recent[-1][0].night
+    for r, d in reversed(recent):  # where the violating run began
+        if d == "accept" or r.verdict not in VIOLATIONS:
             break
-        back += 1
-    else:
-        return judged
+        since = r.night
+    back = 0
+    if not judged.past_threshold:
+        back = 1  # tonight
+        for r, d in reversed(recent):
+            if d == "accept" or r.verdict != "regression" or not _back(r, policy):
+                break
+            back += 1
     if back >= RECOVERY_NIGHTS:
         return dataclasses.replace(
             judged,
             verdict="recovered",
-            reason=f"back within the threshold {back} nights running after the regression of "
-            f"{since}; {judged.reason}",
+            reason=f"back within the threshold {back} nights running after the regression "
+            f"since {since}; {judged.reason}",
         )
     return dataclasses.replace(
         judged,

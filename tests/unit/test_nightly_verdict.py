@@ -226,12 +226,16 @@ def test_a_regression_stands_until_two_nights_back_within_the_threshold() -> Non
         "regression",  # back within the threshold 1 of 2 nights: still exit 1
         *("recovered", "ok"),
     ]
-    assert back[5].since == night_id(4) and "still in regression since" in back[5].reason
+    assert back[5].since == night_id(3) and "still in regression since" in back[5].reason
     assert back[6].reason.startswith("back within the threshold 2 nights running")
     assert night_id(6) in back[7].baseline_nights  # the recovered night counts again
     assert night_id(5) not in back[7].baseline_nights  # the one still in regression does not
     stays = judged([NORMAL] * 3 + [scaled(0.9)] * 8)
     assert [v.verdict for v in stays][4:] == ["regression"] * 7
+    # a night still past the threshold but not significant is no recovery: still regression
+    vague = judged([NORMAL] * 3 + [scaled(0.9)] * 2 + [[100.0, 80.0, 90.0]] + [NORMAL] * 2)
+    assert vague[5].past_threshold and vague[5].p_value is not None and vague[5].p_value > 0.01
+    assert [v.verdict for v in vague][5:] == ["regression", "regression", "recovered"]
     # a person's accept of the step ends it at once: the next good night is just ok
     accepted = judged([NORMAL] * 3 + [scaled(0.9)] * 2 + [NORMAL], decisions={4: "accept"})
     assert accepted[5].verdict == "improvement"  # +11% on the accepted normal, no regression
