@@ -182,6 +182,18 @@ def gpu_window(gpu: int, samples: Sequence[GpuSample], start: float, end: float)
     counter = [(s.t, float(s.energy_mj)) for s in samples if s.energy_mj is not None]
     first, last = _counter_at(counter, power, start), _counter_at(counter, power, end)
     counted = (last - first) / 1000.0 if first is not None and last is not None else None
+    if counted is not None and counted <= 0 < end - start:
+        # a counter that stood still or went back (a driver reload, a reset): not a figure
+        problems.append(
+            f"GPU {gpu}: the energy counter did not advance over the window ({counted:.1f} J): "
+            "the power integral is the figure"
+        )
+        counted = None
+    elif counted is None and counter:
+        problems.append(
+            f"GPU {gpu}: the energy counter's reads do not cover the window: the power "
+            "integral is the figure"
+        )
     if counted is not None and integral is not None and counted > 0:
         off = abs(integral - counted) / counted
         if off > MAX_DISAGREEMENT:
@@ -189,8 +201,12 @@ def gpu_window(gpu: int, samples: Sequence[GpuSample], start: float, end: float)
                 f"GPU {gpu}: the energy counter ({counted:.1f} J) and the power integral "
                 f"({integral:.1f} J) differ by {off:.1%} (> {MAX_DISAGREEMENT:.0%})"
             )
-    elif counted is None:
+    elif counted is None and not counter:
         problems.append(f"GPU {gpu}: {NO_COUNTER}")
+    if counted is None and integral is None:
+        problems.append(
+            f"GPU {gpu}: no energy figure (neither counter nor power covers the window)"
+        )
     inside = [s for s in samples if start <= s.t <= end]
     watts = [s.power_w for s in inside if s.power_w is not None]
     clocks = [s.sm_mhz for s in inside if s.sm_mhz is not None]
@@ -212,6 +228,22 @@ def gpu_window(gpu: int, samples: Sequence[GpuSample], start: float, end: float)
         max_gap_s=gap,
         problems=tuple(problems),
     )
+
+
+def _together(samples: Sequence[GpuSample], start: float, end: float) -> list[float]:
+    """The board power of all the run's GPUs together at each read in the window: each GPU's
+    latest power at that moment (nvidia-smi stamps each GPU's line on its own, so reads of
+    one moment differ by milliseconds), once every GPU has one."""
+    latest: dict[int, float] = {}
+    gpus = {s.gpu for s in samples}
+    out = []
+    for s in sorted(samples, key=lambda s: s.t):
+        if s.power_w is None:
+            continue
+        latest[s.gpu] = s.power_w
+        if start <= s.t <= end and len(latest) == len(gpus):
+            out.append(sum(latest.values()))
+    return out
 
 
 def _busy(sample: GpuSample) -> bool:
@@ -275,11 +307,7 @@ def window_energy(
     window = end - start
     power = energy / window if energy is not None and window > 0 else None
     means = [g.power_mean_w for g in gpus]
-    # the board power of all the run's GPUs together at each reading (one read covers them all)
-    together: dict[float, float] = defaultdict(float)
-    for s in samples:
-        if start <= s.t <= end and s.power_w is not None:
-            together[s.t] += s.power_w
+    together = _together(samples, start, end)
     throttled, reasons = _throttling(gpus, window)
     return Energy(
         window_s=window,
@@ -292,7 +320,7 @@ def window_energy(
         power_mean_w=sum(m for m in means if m is not None)
         if means and None not in means
         else None,
-        power_max_w=max(together.values()) if together else None,
+        power_max_w=max(together) if together else None,
         sm_mhz_mean=_mean([g.sm_mhz_mean for g in gpus]),
         sm_mhz_busy=_mean([g.sm_mhz_busy for g in gpus]),
         throttled_share=throttled,

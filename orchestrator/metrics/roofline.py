@@ -16,7 +16,10 @@ layers, its recurrent state). So::
 - ``S``: recurrent-state bytes per sequence of linear-attention layers (Gated DeltaNet: value
   heads x key dim x value dim, in the state's dtype).
 - ``B``: sequences decoding together, by Little's law from the measurement: completed requests
-  per second x mean time each spent decoding (end-to-end latency minus TTFT).
+  per second x mean time each spent decoding (end-to-end latency minus TTFT). Data-parallel
+  replicas each read their own weights for their share of the batch; an MoE's batch reads
+  E (1 - (1 - k/E)^B) of its E experts per layer (k per token) where one token reads k. A
+  pipeline-parallel server has no figure: its stages read in turn, not at once.
 - ``C``: mean context of a decoding sequence: mean prompt tokens + half the mean output tokens.
 - step time: the median time between two token chunks of a request (one engine step per chunk,
   speculative or not).
@@ -94,6 +97,10 @@ class DecodeShape:
     window_kv_bytes_per_token: int = 0  # sliding-window layers, up to ``window`` tokens
     window: int | None = None
     state_bytes_per_sequence: int = 0  # linear-attention layers' recurrent state
+    # an MoE: ``weight_bytes`` holds the experts one token uses; a batch touches more of them
+    experts: int = 0
+    experts_per_token: int = 0
+    expert_bytes: int = 0  # one expert, over every layer
 
     def step_bytes(self, batch: float, context: float) -> float:
         windowed = min(context, self.window) if self.window else context
@@ -102,7 +109,16 @@ class DecodeShape:
             + windowed * self.window_kv_bytes_per_token
             + self.state_bytes_per_sequence
         )
-        return self.weight_bytes + batch * per_sequence
+        return self.weight_bytes + self.more_experts(batch) + batch * per_sequence
+
+    def more_experts(self, batch: float) -> float:
+        """Bytes of the experts a batch reads beyond one token's: with E experts and k per
+        token routed at random, a batch of B touches E (1 - (1 - k/E)^B) of them per layer."""
+        e, k = self.experts, self.experts_per_token
+        if not (e > k > 0) or batch <= 1:
+            return 0.0
+        touched = e * (1 - (1 - k / e) ** batch)
+        return max(0.0, touched - k) * self.expert_bytes
 
 
 def _pos_int(value: Any) -> int | None:
@@ -113,7 +129,7 @@ def bytes_per_parameter(text: Mapping[str, Any]) -> float:
     """A weight's bytes: the quantization's bits, else the checkpoint's dtype (bf16: 2)."""
     quant = text.get("quantization_config")
     if isinstance(quant, Mapping):
-        bits = _pos_int(quant.get("bits")) or _pos_int(quant.get("w_bit"))
+        bits = _pos_int(quant.get("bits")) or _pos_int(quant.get("w_bit")) or _group_bits(quant)
         if bits:
             return bits / 8
         method = str(quant.get("quant_method", "")).lower()
@@ -122,6 +138,20 @@ def bytes_per_parameter(text: Mapping[str, Any]) -> float:
         if "fp4" in method or "mxfp4" in method:
             return 0.5
     return _dtype_bytes(text.get("torch_dtype") or text.get("dtype"), default=2.0)
+
+
+def _group_bits(quant: Mapping[str, Any]) -> int | None:
+    """The weights' bits of a compressed-tensors checkpoint (``config_groups``: the widest)."""
+    groups = quant.get("config_groups")
+    if not isinstance(groups, Mapping):
+        return None
+    bits = [
+        _pos_int(g.get("weights", {}).get("num_bits"))
+        for g in groups.values()
+        if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping)
+    ]
+    known = [b for b in bits if b]
+    return max(known) if known else None
 
 
 def _dtype_bytes(dtype: Any, *, default: float) -> float:
@@ -222,7 +252,14 @@ def decode_shape(
         state_bytes = _dtype_bytes(text.get("mamba_ssm_dtype"), default=4.0)
         state = int(linear * v_heads * k_dim * v_dim * state_bytes)
     window = _pos_int(text.get("sliding_window")) if sliding else None
+    experts = _pos_int(text.get("num_experts")) or _pos_int(text.get("n_routed_experts")) or 0
+    per_token = _pos_int(text.get("num_experts_per_tok")) or 0
+    width = _pos_int(text.get("moe_intermediate_size")) or 0
+    expert = int(3 * hidden * width * (full + sliding + linear) * weight) if experts else 0
     return DecodeShape(
+        experts=experts if per_token and width else 0,
+        experts_per_token=per_token,
+        expert_bytes=expert,
         weight_bytes=int(params * weight),
         kv_bytes_per_token=full * per_layer + (0 if window else sliding * per_layer),
         window_kv_bytes_per_token=sliding * per_layer if window else 0,
@@ -242,6 +279,7 @@ class RooflineInputs:
     gpus: int
     bandwidth_gb_s: float  # per GPU
     bandwidth_source: str  # "table: RTX A6000" | "hosts.yaml"
+    replicas: int = 1  # data-parallel copies of the model, each reading its own weights
 
 
 @dataclass(frozen=True)
@@ -280,7 +318,8 @@ def roofline_point(
         return None
     batch = max(1.0, completed / duration_s * decode_ms_mean / 1000.0)
     context = prompt_tokens / completed + output_tokens / completed / 2.0
-    step_bytes = inputs.shape.step_bytes(batch, context)
+    replicas = max(1, inputs.replicas)  # each steps with its share of the batch
+    step_bytes = replicas * inputs.shape.step_bytes(batch / replicas, context)
     achieved = step_bytes / (step_ms / 1000.0) / GB
     peak = inputs.gpus * inputs.bandwidth_gb_s
     return RooflinePoint(

@@ -467,7 +467,13 @@ def build_result(
                 argv=job.plan.argv,
             ),
             warnings=warnings,
-            roofline=roofline_inputs(job, gpu_name=settings.gpu_name, gpu_count=settings.gpu_count),
+            roofline=roofline_inputs(
+                job,
+                gpu_name=settings.gpu_name,
+                gpu_count=settings.gpu_count,
+                pipeline=settings.parallelism.pipeline if settings.parallelism else 1,
+                replicas=settings.parallelism.data if settings.parallelism else 1,
+            ),
             causes=lambda: causes_for_run(
                 run, list(job.doctor), drafter=job.drafter, env=job.plan.env
             ),

@@ -22,13 +22,19 @@ from orchestrator.runner.state import RunJob
 
 
 def roofline_inputs(
-    job: RunJob, *, gpu_name: str | None, gpu_count: int | None
+    job: RunJob,
+    *,
+    gpu_name: str | None,
+    gpu_count: int | None,
+    pipeline: int = 1,
+    replicas: int = 1,
 ) -> RooflineInputs | None:
-    """None on a CPU host, without the model's config, or for a GPU neither hosts.yaml nor
-    the table gives a bandwidth for (the result then has no roofline, rather than a guess)."""
+    """None on a CPU host, without the model's config, for a pipeline-parallel server (its
+    stages read in turn), or for a GPU neither hosts.yaml nor the table gives a bandwidth for
+    (the result then has no roofline, rather than a guess)."""
     host, run = job.plan.host, job.plan.run
     target: ModelConfig | None = job.target
-    if host.cpu_only or target is None or not gpu_count:
+    if host.cpu_only or target is None or not gpu_count or pipeline > 1:
         return None
     shape = decode_shape(
         target.text, kv_cache_dtype=engine_for(run).run_flag(run, "--kv-cache-dtype")
@@ -37,12 +43,12 @@ def roofline_inputs(
         return None
     declared = host.gpus.bandwidth_gb_s if host.gpus else None
     if declared:
-        return RooflineInputs(shape, gpu_count, declared, "hosts.yaml")
+        return RooflineInputs(shape, gpu_count, declared, "hosts.yaml", replicas)
     found = table_bandwidth(gpu_name or (host.gpus.model if host.gpus else None))
     if found is None:
         return None
     bandwidth, key = found
-    return RooflineInputs(shape, gpu_count, bandwidth, f"table: {key}")
+    return RooflineInputs(shape, gpu_count, bandwidth, f"table: {key}", replicas)
 
 
 def roofline_figure(

@@ -147,9 +147,11 @@ int nvmlInit_v2(void) {
     refresh();
     for (long i = 0; i < gpu_count; i++) {
         gpus[i].index = i;
-        gpus[i].energy_mj = 1.0e9 * (double)(i + 1); /* "since the driver loaded" */
-        gpus[i].updated = t;
-        gpus[i].power_mw = power_of(gpus[i].running);
+        if (gpus[i].updated == 0.0) { /* once per process: a counter never goes back */
+            gpus[i].energy_mj = 1.0e9 * (double)(i + 1); /* "since the driver loaded" */
+            gpus[i].updated = t;
+            gpus[i].power_mw = power_of(gpus[i].running);
+        }
     }
     return 0;
 }

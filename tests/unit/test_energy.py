@@ -132,3 +132,32 @@ def test_a_last_read_just_before_the_window_ends_still_covers_it() -> None:
     plain = [s._replace(energy_mj=None) for s in data]
     e = window_energy(plain, 100.0, 110.0, output_tokens=10, total_tokens=10)
     assert e.energy_source == "integral" and e.energy_j == pytest.approx(2000.0)
+
+
+def test_a_counter_that_went_back_is_no_figure() -> None:
+    """A driver reload resets the counter: a delta of 0 or less is no energy. The integral is
+    the figure, and the window is flagged."""
+    data = [
+        s._replace(energy_mj=5_000_000 - 1000 * i) for i, s in enumerate(samples(0, 99.0, 111.0))
+    ]
+    e = window_energy(data, 100.0, 110.0, output_tokens=1, total_tokens=1)
+    assert e.energy_source == "integral" and e.energy_j == pytest.approx(2000.0, rel=1e-6)
+    assert not e.valid and "did not advance over the window" in e.problems[0]
+
+
+def test_a_gpu_without_counter_or_power_is_flagged() -> None:
+    data = samples(0, 99.0, 111.0) + [
+        s._replace(power_w=None, energy_mj=None) for s in samples(1, 99.0, 111.0)
+    ]
+    e = window_energy(data, 100.0, 110.0, output_tokens=1, total_tokens=1)
+    assert e.energy_j is None and not e.valid
+    assert any("GPU 1: no energy figure" in p for p in e.problems)
+
+
+def test_the_boards_peak_adds_the_gpus_reads_of_one_moment() -> None:
+    """nvidia-smi stamps each GPU's line on its own: reads of one moment a few ms apart still
+    add up to all the boards' power (200 + 100 W), not one GPU's."""
+    gpu0 = samples(0, 99.0, 111.0, counter=False)
+    gpu1 = [s._replace(t=s.t + 0.003) for s in samples(1, 99.0, 111.0, counter=False, watts=100.0)]
+    e = window_energy(gpu0 + gpu1, 100.0, 110.0, output_tokens=1, total_tokens=1)
+    assert e.power_max_w == pytest.approx(300.0)

@@ -166,3 +166,37 @@ def test_hosts_yaml_overrides_the_bandwidth(tmp_path: Path) -> None:
     hosts.write_text("hosts:\n  c: {gpus: {count: 1, bandwidth_gb_s: 0}}\n")
     with pytest.raises(Exception, match="bandwidth_gb_s"):
         load_inventory(hosts)
+
+
+def test_a_batch_reads_more_of_an_moes_experts() -> None:
+    """64 experts, 4 per token: one sequence reads 4 per layer, a batch of 8 about
+    64 (1 - (60/64)^8) = 25.2 of them."""
+    moe = {"hidden_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8,
+           "num_key_value_heads": 2, "vocab_size": 1000, "num_experts": 64,
+           "num_experts_per_tok": 4, "moe_intermediate_size": 256}  # fmt: skip
+    shape = decode_shape(moe)
+    assert shape is not None and shape.expert_bytes == 3 * 1024 * 256 * 4 * 2
+    assert shape.more_experts(1) == 0.0
+    touched = 64 * (1 - (60 / 64) ** 8)
+    assert shape.step_bytes(8, 0) - shape.weight_bytes == pytest.approx(
+        (touched - 4) * shape.expert_bytes
+    )
+
+
+def test_data_parallel_replicas_each_read_their_weights() -> None:
+    shape = DecodeShape(weight_bytes=10**9, kv_bytes_per_token=1000)
+    common = {"step_ms": 10.0, "completed": 100, "duration_s": 10.0, "decode_ms_mean": 400.0,
+              "prompt_tokens": 0, "output_tokens": 0}  # fmt: skip
+    one = roofline_point(RooflineInputs(shape, 2, 768.0, "x"), **common)
+    two = roofline_point(RooflineInputs(shape, 2, 768.0, "x", replicas=2), **common)
+    assert one is not None and two is not None
+    assert two.bytes_per_step == pytest.approx(2 * one.bytes_per_step)  # batch 4: no context
+
+
+def test_compressed_tensors_weights_count_their_bits() -> None:
+    base = {"hidden_size": 1024, "num_hidden_layers": 2, "num_attention_heads": 8,
+            "vocab_size": 1000, "torch_dtype": "bfloat16"}  # fmt: skip
+    fp8 = {**base, "quantization_config": {"quant_method": "compressed-tensors",
+           "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "float"}}}}}  # fmt: skip
+    bf16, q = decode_shape(base), decode_shape(fp8)
+    assert bf16 and q and q.weight_bytes * 2 == bf16.weight_bytes
