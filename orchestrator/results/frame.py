@@ -26,7 +26,7 @@ import pandas as pd
 from orchestrator.errors import OrchError
 from orchestrator.metrics import catalogue
 from orchestrator.results.model import RunResult
-from orchestrator.results.report import gpu_count, load_results
+from orchestrator.results.report import energy_problems, gpu_count, load_results
 from orchestrator.results.store import set_aside_name
 
 IDENTITY = [
@@ -69,6 +69,7 @@ FIGURES = [
     "acceptance_source",
     "acceptance_per_position",
     "slo_met",
+    "energy_problems",  # why the energy figures are flagged ("; "-joined), None when sound
 ]
 # the workload a row measured (``workload_duration_s``: the time budget asked for, not the
 # measured window ``duration_s``); prompts_sha256 is None for random prompts and older results
@@ -93,9 +94,9 @@ TEXT_COLUMNS = (
     *("results_dir", "folder", "run", "host", "key", "config", "engine", "method"),
     *("draft_model", "model", "gpu_name", "engine_version", "orch_version", "load_kind"),
     *("origin", "verdict", "error", "acceptance_source", "acceptance_per_position"),
-    *("prompts", "prompts_sha256", "api"),
+    *("prompts", "prompts_sha256", "api", "energy_problems"),
 )
-OBJECT_FIGURES = ("acceptance_source", "acceptance_per_position")
+OBJECT_FIGURES = ("acceptance_source", "acceptance_per_position", "energy_problems")
 INTEGER_COLUMNS = (
     "num_draft_tokens",
     "tensor_parallel",
@@ -164,6 +165,7 @@ def measurement_row(result: RunResult, results_dir: str) -> dict[str, object]:
         "acceptance_source": acc.source if acc else None,
         "acceptance_per_position": list(acc.per_position) if acc and acc.per_position else None,
         "slo_met": slo.met if slo else None,
+        "energy_problems": energy_problems(result),
     }
     row.update(catalogue.values(result))
     row.update(workload_columns(result))

@@ -80,7 +80,11 @@ HISTORICAL_COLUMNS = [
     "prompts_sha256",
 ]
 
-CSV_COLUMNS = [*HISTORICAL_COLUMNS, *(n for n in catalogue.NAMES if n not in HISTORICAL_COLUMNS)]
+CSV_COLUMNS = [
+    *HISTORICAL_COLUMNS,
+    *(n for n in catalogue.NAMES if n not in HISTORICAL_COLUMNS),
+    "energy_problems",  # since issue 23: why the energy columns are flagged, empty when sound
+]
 
 # Decimals kept per float column (trailing zeros dropped). Fixed-point, never an exponent:
 # a spreadsheet or `column -t` shows 12345.67 tok/s, not 1.235e+04. A metric's are the
@@ -125,6 +129,13 @@ def derived(result: RunResult) -> Derived:
     )
 
 
+def energy_problems(result: RunResult) -> str | None:
+    """What flags the measurement's energy figures, in one text; None when they are sound
+    (or there are none): a table or a filter tells flagged J/token from sound ones by it."""
+    problems = result.energy.problems if result.energy else ()
+    return "; ".join(problems) if problems else None
+
+
 def summary_row(result: RunResult) -> dict[str, CsvValue]:
     """One run's CSV row (times in ms, None where unknown): the catalogued metrics and, around
     them, what identifies the measurement and how it was made."""
@@ -146,6 +157,7 @@ def summary_row(result: RunResult) -> dict[str, CsvValue]:
         "acceptance_length_client": acc.client if acc else None,
         "acceptance_disagreement": acc.disagrees if acc else False,
         "collapse": result.collapse is not None,
+        "energy_problems": energy_problems(result) or "",
         "error": result.error.message if result.error else "",
         "draft_model": spec.draft_model,
         "tensor_parallel": settings.tensor_parallel,

@@ -39,7 +39,7 @@ DESIGN_COLUMNS = [
     "gpu_throttled_pct",
     # the metric catalogue's diagnostics, then what is not a figure of merit
     *("engine_gen_tok_s", "client_lag_ms_p99", "loop_delay_ms_p99"),
-    *("acceptance_source", "acceptance_per_position", "slo_met"),
+    *("acceptance_source", "acceptance_per_position", "slo_met", "energy_problems"),
     # issue 20: the workload, so that rows of different workloads can be told apart
     *("prompts", "prompts_sha256", "num_prompts", "workload_duration_s", "input_len"),
     *("max_tokens", "api", "temperature", "ignore_eos", "burstiness", "seed"),

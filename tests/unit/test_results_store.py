@@ -150,7 +150,8 @@ def test_summary_row_and_csv(tmp_path) -> None:
     # measured here), goodput share, failure rate (1 of 9 sent), the energy and clocks (no GPU
     # telemetry here)
     appended = [line.split(",")[len(HISTORICAL_COLUMNS) :] for line in lines[1:]]
-    assert CSV_COLUMNS[len(HISTORICAL_COLUMNS) :][-8:] == [
+    assert CSV_COLUMNS[-1] == "energy_problems"  # empty: no GPU telemetry here
+    assert CSV_COLUMNS[len(HISTORICAL_COLUMNS) : -1][-8:] == [
         "goodput_fraction",
         "failure_rate",
         "j_per_output_token",
@@ -161,8 +162,8 @@ def test_summary_row_and_csv(tmp_path) -> None:
         "gpu_throttled_pct",
     ]
     assert CSV_COLUMNS[len(HISTORICAL_COLUMNS) :][1:3] == ["roofline_pct", "decode_gb_s"]
-    assert appended[0] == ["0", *[""] * 14, "0.1111", *[""] * 6]
-    assert appended[1] == [""] * 22
+    assert appended[0] == ["0", *[""] * 14, "0.1111", *[""] * 7]
+    assert appended[1] == [""] * 23
 
 
 @pytest.mark.parametrize(

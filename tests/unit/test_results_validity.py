@@ -264,6 +264,8 @@ def test_failed_requests_allowed_by_the_threshold_flag_the_energy_per_token() ->
         "the completed requests' tokens (J/token is high)",
     )
     assert "telemetry_unsound" in [w.kind for w in result.warnings]
+    # and the DataFrame and summary.csv say so beside the figures
+    assert frame_of([("r", result)])["energy_problems"].tolist() == [result.energy.problems[0]]
 
 
 def test_another_process_on_the_engines_gpus_flags_the_energy() -> None:
