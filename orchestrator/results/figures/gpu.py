@@ -14,9 +14,9 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from orchestrator.remote.wire import GpuSample
-from orchestrator.results.figures.style import Series, keyed_series, legend, note, pyplot, title
+from orchestrator.results.figures.style import Series, note, title
 from orchestrator.results.figures.style import png as to_png
-from orchestrator.results.figures.timeline import Span, shade
+from orchestrator.results.figures.timeline import Span, rows_figure, shade
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -66,22 +66,18 @@ def gpu_figure(
 ) -> Figure:
     """The figure (the caller closes it): a row per server, ``samples`` keyed as the timeline's
     are; ``spans`` (``gpu_spans``) shades its measured windows."""
-    plt = pyplot()
-    series = keyed_series(list(samples), colors)
-    rows = max(1, len(series))
-    fig, axes = plt.subplots(rows, 2, squeeze=False, sharex=True, layout="constrained",
-                             figsize=(12.0, 1.2 + 2.4 * rows))  # fmt: skip
-    for (left, right), s in zip(axes, series, strict=False):
-        _panel(left, s, samples[s.key], "power_w", (spans or {}).get(s.key, ()))
-        _panel(right, s, samples[s.key], "sm_mhz", (spans or {}).get(s.key, ()))
-    if not series:
-        note(axes[0][0], "no GPU telemetry", ticks=False)
-    for ax in axes[-1]:
-        ax.set_xlabel("seconds since the server's first GPU sample")
-    legend(fig, series)
     stat = "every sample" + ("; shaded: measured windows" if spans else "")
-    fig.suptitle(title("GPU power and SM clock over time", setup, stat))
-    return fig
+    return rows_figure(
+        samples,
+        _panel,
+        ("power_w", "sm_mhz"),
+        spans=spans,
+        colors=colors,
+        row_height=2.4,
+        empty="no GPU telemetry",
+        xlabel="seconds since the server's first GPU sample",
+        heading=title("GPU power and SM clock over time", setup, stat),
+    )
 
 
 def gpu_plot(

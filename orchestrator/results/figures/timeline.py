@@ -12,7 +12,7 @@ own clock (whole seconds; vLLM prints no year, a new year is recognised by time 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -150,6 +150,40 @@ def _panel(ax: Any, s: Series, events: Sequence[Event], what: str, spans: Sequen
     shade(ax, spans, labelled=what == "acceptance")
 
 
+Panel = Callable[[Any, Series, Sequence[Any], str, Sequence[Span]], None]
+
+
+def rows_figure(
+    data: Mapping[str, Sequence[Any]],
+    panel: Panel,
+    fields: tuple[str, str],
+    *,
+    spans: Mapping[str, Sequence[Span]] | None,
+    colors: Mapping[str, str] | None,
+    row_height: float,
+    empty: str,
+    xlabel: str,
+    heading: str,
+) -> Figure:
+    """A row per server (``data``'s keys), ``panel`` drawing each of its two ``fields`` from
+    its items, its ``spans`` shaded: the shape the timeline and the GPU series share."""
+    plt = pyplot()
+    series = keyed_series(list(data), colors)
+    rows = max(1, len(series))
+    fig, axes = plt.subplots(rows, 2, squeeze=False, sharex=True, layout="constrained",
+                             figsize=(12.0, 1.2 + row_height * rows))  # fmt: skip
+    for (left, right), s in zip(axes, series, strict=False):
+        for ax, field in ((left, fields[0]), (right, fields[1])):
+            panel(ax, s, data[s.key], field, (spans or {}).get(s.key, ()))
+    if not series:
+        note(axes[0][0], empty, ticks=False)
+    for ax in axes[-1]:
+        ax.set_xlabel(xlabel)
+    legend(fig, series)
+    fig.suptitle(heading)
+    return fig
+
+
 def timeline_figure(
     events: Mapping[str, Sequence[Event]],
     *,
@@ -161,22 +195,18 @@ def timeline_figure(
     ("vllm dflash", or "<configuration> · <folder label>" in a compare) holding its
     ``events.jsonl`` objects; ``spans`` (same keys) shades its measurements
     (``measurement_spans``)."""
-    plt = pyplot()
-    series = keyed_series(list(events), colors)
-    rows = max(1, len(series))
-    fig, axes = plt.subplots(rows, 2, squeeze=False, sharex=True, layout="constrained",
-                             figsize=(12.0, 1.2 + 2.6 * rows))  # fmt: skip
-    for (left, right), s in zip(axes, series, strict=False):
-        _panel(left, s, events[s.key], "acceptance", (spans or {}).get(s.key, ()))
-        _panel(right, s, events[s.key], "throughput", (spans or {}).get(s.key, ()))
-    if not series:
-        note(axes[0][0], "no log events", ticks=False)
-    for ax in axes[-1]:
-        ax.set_xlabel("seconds since the server's first log event")
-    legend(fig, series)
     stat = "each log line's own interval figure" + ("; shaded: measurements" if spans else "")
-    fig.suptitle(title("Acceptance length and generation throughput over time", setup, stat))
-    return fig
+    return rows_figure(
+        events,
+        _panel,
+        ("acceptance", "throughput"),
+        spans=spans,
+        colors=colors,
+        row_height=2.6,
+        empty="no log events",
+        xlabel="seconds since the server's first log event",
+        heading=title("Acceptance length and generation throughput over time", setup, stat),
+    )
 
 
 def timeline_plot(
