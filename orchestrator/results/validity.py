@@ -42,6 +42,7 @@ WarningKind = Literal[
     "short_log_window",  # the window is shorter than the engine's stats interval
     "cache_not_reset",  # the prefix cache was not emptied before the point
     "connection_dropped",  # measured again after the connection to the host dropped
+    "measured_again",  # measured again after an attempt failed only for a saturated client
     "stop_failed",  # the server may still run
     "cap_bound",  # an open loop's concurrency cap, i.e. the server's pace, held requests back
     "telemetry_missing",  # the GPUs could not be sampled (no NVML, no nvidia-smi)

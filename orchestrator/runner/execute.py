@@ -17,6 +17,8 @@ A connection that drops while the load generator runs (the engine still the one 
 launched, checked after reconnecting) is measured again once from a fresh warm-up: the cut
 attempt's records move to ``requests.attempt-1.jsonl``, the result carries a warning saying so,
 and server.log goes on from its byte offset; a second drop fails the run.
+A measurement failed only for a saturated client is measured once more on the warm server
+(``measured_again``); its first attempt's records are set aside the same way.
 
 Engines print their secrets (vLLM's ``non-default args: {... 'api_key': [...]}``, SGLang's
 ``server_args=ServerArgs(... api_key=...)``), and error messages may quote them: every line,
@@ -56,7 +58,8 @@ from orchestrator.results.store import (
     write_json,
     write_text,
 )
-from orchestrator.runner.assemble import build_result
+from orchestrator.results.validity import FAILING_KINDS
+from orchestrator.runner.assemble import MEASUREMENT_FAILED, build_result
 from orchestrator.runner.progress import (
     LatestAcceptance,
     LiveThroughput,
@@ -400,8 +403,13 @@ def _met_at(results: list[RunResult], value: float) -> bool | None:
 
 
 async def _measure_one(session: _Session, m: Measurement, *, hold: bool = False) -> bool:
-    """Measure ``m``; False when the server is gone and the sweep must stop."""
-    job, state = session.job, session.state
+    """Measure ``m``; False when the server is gone and the sweep must stop.
+
+    A measurement failed only because the client was saturated is measured once more (the
+    server is alive and warm; the prefix cache is reset first): a stall of the load
+    generator's host is the instrument's fault, not the engine's, and a second saturated
+    attempt fails the point. The set-aside attempt's records keep their own files."""
+    job = session.job
     assert session.server is not None
     folder = job.run_dir / m.folder if m.folder else job.run_dir
     label = m.point.label + (f" #{m.point.repeat}" if m.point.repeats > 1 else "")
@@ -410,20 +418,75 @@ async def _measure_one(session: _Session, m: Measurement, *, hold: bool = False)
     )
     if not session.warmed:
         session.phase(RunPhase.WARM_UP)
+    carried: list[RunWarning] = []
+    again = False
+    while True:
+        result, loadgen, alive = await _measure_attempt(session, m, folder, carried, again)
+        if not (alive and not again and _saturated_only(result)):
+            break
+        assert result.error is not None
+        aside = [_set_aside_file(folder / "requests.jsonl")]
+        if m.folder:
+            aside.append(_set_aside_file(folder / "events.jsonl"))
+        again = True
+        carried.append(_measured_again(result.error.message, aside))
+        session.phase(RunPhase.MEASURING, "client saturated: measuring again")
+    if loadgen is not None:
+        _write_scrapes(folder, loadgen, session.state.secrets)
+    if result.error is not None and result.error.type == MEASUREMENT_FAILED:
+        result = await _judged_failed(session, result)
+    result = result.masked(session.state.secrets)
+    if hold:
+        session.pending = _Pending(m, result)
+    else:
+        _write_result(session, m, result)
+    session.done += 1
+    return alive
+
+
+def _saturated_only(result: RunResult) -> bool:
+    """Failed by the verdict policy for the client's saturation and nothing else."""
+    failing = {w.kind for w in result.warnings if w.kind in FAILING_KINDS}
+    error = result.error
+    return (
+        error is not None and error.kind == "client_saturated" and failing == {"client_saturated"}
+    )
+
+
+def _measured_again(why: str, aside: list[Path]) -> RunWarning:
+    names = ", ".join(p.name for p in aside)
+    return RunWarning(
+        kind="measured_again",
+        message=f"measured again: the first attempt failed ({why}); its records are in {names}",
+        details={"reason": "client_saturated", "first": why, "files": [p.name for p in aside]},
+    )
+
+
+async def _measure_attempt(
+    session: _Session,
+    m: Measurement,
+    folder: Path,
+    carried: list[RunWarning],
+    again: bool,
+) -> tuple[RunResult, LoadgenResult | None, bool]:
+    """One attempt at ``m``: its result (not yet masked nor written), the load generator's
+    result and whether the server is still alive."""
+    job, state = session.job, session.state
+    assert session.server is not None
     state.begin_measurement(AppendLog(folder / "events.jsonl") if m.folder else None)
     requests = AppendLog(folder / "requests.jsonl")
     started = time.time()
     loadgen: LoadgenResult | None = None
     error: RunError | None = None
-    warnings: list[RunWarning] = []
+    warnings: list[RunWarning] = list(carried)
     alive = True
     try:
-        loadgen, requests = await _attempts(session, m, folder, requests, warnings)
+        loadgen, requests = await _attempts(session, m, folder, requests, warnings, again)
         await session.server.check_serving(when="while measuring")
         if loadgen.cache_reset is not None and loadgen.cache_reset != "ok":
             why = f"prefix cache not reset before this point: {loadgen.cache_reset}"
             warnings.append(RunWarning(kind="cache_not_reset", message=why))
-        elif loadgen.cache_reset is None and session.done > 0:
+        elif loadgen.cache_reset is None and (session.done > 0 or again):
             note = session.server.engine.cache_reset_note(m.run, job.plan.env)
             if note:
                 warnings.append(RunWarning(kind="cache_not_reset", message=note))
@@ -443,8 +506,6 @@ async def _measure_one(session: _Session, m: Measurement, *, hold: bool = False)
     lost = requests.error
     if lost is not None and error is None and loadgen is None:
         error = run_error(lost)
-    if loadgen is not None:
-        _write_scrapes(folder, loadgen, state.secrets)
     times = RunTimes.from_epoch(
         started_at=session.started if not session.warmed else started,
         ended_at=time.time(),
@@ -463,15 +524,7 @@ async def _measure_one(session: _Session, m: Measurement, *, hold: bool = False)
         lost=lost,
         warnings=warnings,
     )
-    if error is None and result.error is not None:  # the verdict policy failed it
-        result = await _judged_failed(session, result)
-    result = result.masked(state.secrets)
-    if hold:
-        session.pending = _Pending(m, result)
-    else:
-        _write_result(session, m, result)
-    session.done += 1
-    return alive
+    return result, loadgen, alive
 
 
 def _write_scrapes(folder: Path, loadgen: LoadgenResult, secrets: Secrets) -> None:
@@ -491,16 +544,18 @@ async def _attempts(
     folder: Path,
     requests: AppendLog,
     warnings: list[RunWarning],
+    again: bool = False,
 ) -> tuple[LoadgenResult, AppendLog]:
     """The load generator's run at ``m``; a dropped connection (the engine still the one this
-    run launched) measures again once from a fresh warm-up, the cut attempt set aside."""
+    run launched) measures again once from a fresh warm-up, the cut attempt set aside.
+    ``again``: an earlier attempt at ``m`` sent its prompts (the prefix cache is reset)."""
     server, state = session.server, session.state
     assert server is not None
     host = session.job.plan.host.name
     attempt = 1
     while True:
         try:
-            loadgen = await _drive_load(session, m, server, requests, retry=attempt > 1)
+            loadgen = await _drive_load(session, m, server, requests, retry=again or attempt > 1)
             return loadgen, requests
         except HostUnreachable as exc:  # the connection dropped (an AgentError is not this)
             if attempt >= LOADGEN_ATTEMPTS:
@@ -510,7 +565,7 @@ async def _attempts(
             # is still alive and still the one answering (else its death is the error)
             await _still_serving(server, exc)
             session.agent = server.agent
-            requests = _set_aside(requests, folder, attempt)
+            requests, aside = _set_aside(requests, folder)
             state.restart_window()
             attempt += 1
             session.warmed = False  # a fresh warm-up
@@ -519,7 +574,7 @@ async def _attempts(
                     kind="connection_dropped",
                     message=f"the connection to {host} dropped while measuring; the server "
                     f"kept running; measured again from a fresh warm-up (attempt {attempt}; the "
-                    f"first attempt's records are in requests.attempt-{attempt - 1}.jsonl)",
+                    f"first attempt's records are in {aside.name})",
                 )
             )
             session.phase(
@@ -680,20 +735,35 @@ async def _still_serving(server: Server, dropped: HostUnreachable) -> None:
         raise dropped from again
 
 
-def _set_aside(requests: AppendLog, run_dir: Path, attempt: int) -> AppendLog:
-    """Close the interrupted attempt's ``requests.jsonl``, move it to
-    ``requests.attempt-<n>.jsonl`` (never over an existing file) and open a new one."""
+def _set_aside(requests: AppendLog, run_dir: Path) -> tuple[AppendLog, Path]:
+    """Close the interrupted attempt's ``requests.jsonl``, set it aside (``_set_aside_file``)
+    and open a new one."""
     requests.close()
     if requests.error is not None:  # lines were lost: the run fails on it, not later
         raise requests.error
     path = run_dir / "requests.jsonl"
-    aside = run_dir / f"requests.attempt-{attempt}.jsonl"
+    aside = _set_aside_file(path)
+    return AppendLog(path), aside
+
+
+def _set_aside_file(path: Path) -> Path:
+    """Move an attempt's ``path`` to ``<stem>.attempt-<n><suffix>``, the first ``n`` free: a
+    point measured again keeps every attempt, and nothing is overwritten."""
+    n = 1
+    while True:
+        aside = path.with_name(f"{path.stem}.attempt-{n}{path.suffix}")
+        try:
+            os.link(path, aside)  # fails if ``aside`` exists
+            break
+        except FileExistsError:
+            n += 1
+        except OSError as exc:
+            raise write_error(aside, exc) from exc
     try:
-        os.link(path, aside)  # fails if ``aside`` exists: nothing is overwritten
         os.unlink(path)
     except OSError as exc:
-        raise write_error(aside, exc) from exc
-    return AppendLog(path)
+        raise write_error(path, exc) from exc
+    return aside
 
 
 async def _died_meanwhile(server: Server, exc: OrchError) -> None:

@@ -4,10 +4,12 @@ its streams is failed in `orch run` (its repeats stay out of the point's figures
 loop held back by its own concurrency cap is the server's pace, not a saturated client.
 
 The client is made to fall behind for real, not mocked: 128 streams against a simulator whose
-every decode step takes 5 ms, one token a chunk, is 25.6k chunks/s, more than one client core
-reads one at a time (benchmarks/saturation.py flagged every such run); its chunks are read
-together and the policy reads that as a saturated client. Four streams at the same step are
-800 chunks/s, which it keeps up with (the benchmark saw no shared read at twice that, busy)."""
+every decode step takes 3 ms, one token a chunk, is 42.7k chunks/s, more than one client core
+reads one at a time (benchmarks/saturation.py flagged every such run at 5 ms); its chunks are
+read together and the policy reads that as a saturated client, twice: orch measures a point
+saturated once again before it fails it (at 5 ms a second attempt was sometimes just under the
+limit). Four streams at the same step are 1.3k chunks/s, which it keeps up with (the benchmark
+saw no shared read at 1.6k, busy)."""
 
 from __future__ import annotations
 
@@ -30,7 +32,7 @@ from tests.fixtures.sshd import free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
 
-STEP_MS = "5"  # the simulator's fixed decode step
+STEP_MS = "3"  # the simulator's fixed decode step
 # streams: a load the client times, one it cannot on one core. The calm point serves the same
 # number of requests as the flooded one: 4 streams, not 1, keep it a few seconds, not 40
 CALM, FLOODED = 4, 128
@@ -102,6 +104,10 @@ def test_a_saturated_sweep_point_is_failed_in_orch_run(tmp_path: Path) -> None:
         kinds = {w.kind for w in r.warnings}
         assert "client_saturated" in kinds and "requests_failed" not in kinds
         assert r.error is not None and r.error.message.startswith("client saturated: ")
+        # measured twice: the first attempt's records set aside, named by the result
+        again = [w for w in r.warnings if w.kind == "measured_again"]
+        assert len(again) == 1 and "requests.attempt-1.jsonl" in again[0].message
+        assert (folder / r.run.folder / "requests.attempt-1.jsonl").is_file()
     # the calm point was measured on the same server, by the same policy (on a machine busy
     # enough to starve the client its only possible failure is that same finding)
     assert all(r.requests is not None and r.requests.completed > 0 for r in calm)

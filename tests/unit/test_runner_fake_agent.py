@@ -39,6 +39,7 @@ from orchestrator.remote.wire import (
     LaunchSpec,
     LoadgenResult,
     PhaseEvent,
+    RequestFailure,
     RequestRecord,
     StatusResult,
     StopOutcome,
@@ -361,7 +362,12 @@ def test_readiness_polls_for_hours_at_the_interval(monkeypatch: pytest.MonkeyPat
 
 def job_for(tmp_path: Path, run: RunSpec) -> RunJob:
     plan = PlannedLaunch(
-        run=run, host=FAKE_HOST, argv=["vllm", "serve", MODEL], env_masked={}, port=8000
+        run=run,
+        host=FAKE_HOST,
+        argv=["vllm", "serve", MODEL],
+        env_masked=dict(run.env),
+        port=8000,
+        env=dict(run.env),
     )
     return RunJob(
         key="r1@fake",
@@ -439,9 +445,11 @@ def drop_agent(*loadgens: Stream) -> FakeAgent:
     )
 
 
-def run_job(tmp_path: Path, agent: FakeAgent) -> tuple[Any, RunJob, RecordingObserver]:
+def run_job(
+    tmp_path: Path, agent: FakeAgent, run: RunSpec | None = None
+) -> tuple[Any, RunJob, RecordingObserver]:
     observer = RecordingObserver()
-    job = job_for(tmp_path, make_run())
+    job = job_for(tmp_path, run or make_run())
 
     async def scenario() -> Any:
         async with ServerRegistry() as registry:
@@ -526,6 +534,93 @@ def test_a_dropped_connection_with_the_engine_dead_fails_with_its_death(tmp_path
     assert result.error.type == "EngineError"
     assert "died while measuring" in result.error.message
     assert len(agent.specs("loadgen")) == 1  # not measured again against a dead server
+    assert not (job.run_dir / "requests.attempt-1.jsonl").exists()
+
+
+def read_together(index: int) -> RequestRecord:
+    """A measured request whose chunks all came in one read: a saturated client's."""
+    return dataclasses.replace(measured(index), chunks=(Chunk(0.5, 1), Chunk(0.5, 1)))
+
+
+def loadgen_stream(*records: RequestRecord) -> Stream:
+    done = LoadgenResult(
+        requests=len(records), completed=len(records), failed=0, duration_s=1.0, started_at=1.7e9
+    )
+    return Stream([PhaseEvent(phase="measure"), *records, done])
+
+
+def test_a_measurement_failed_only_for_a_saturated_client_is_measured_again(
+    tmp_path: Path,
+) -> None:
+    agent = drop_agent(
+        loadgen_stream(read_together(0), read_together(1)), loadgen_stream(measured(0), measured(1))
+    )
+    result, job, observer = run_job(tmp_path, agent)
+
+    assert result.error is None, result.error
+    assert result.verdict == "ok"
+    first, second = agent.specs("loadgen")
+    assert (first.cache_reset, second.cache_reset) == (None, None)
+    # vLLM resets its prefix cache only in dev mode: the second attempt says it was not
+    assert [w.kind for w in result.warnings] == ["measured_again", "cache_not_reset"]
+    again = result.warnings[0]
+    assert again.kind == "measured_again"
+    assert again.message.startswith(
+        "measured again: the first attempt failed (client saturated: 100.0% of token chunks"
+    )
+    assert again.message.endswith("its records are in requests.attempt-1.jsonl")
+    assert again.details["reason"] == "client_saturated"
+    aside = (job.run_dir / "requests.attempt-1.jsonl").read_text().splitlines()
+    kept = (job.run_dir / "requests.jsonl").read_text().splitlines()
+    assert [json.loads(line)["chunks"] for line in aside] == [[[0.5, 1], [0.5, 1]]] * 2
+    assert [json.loads(line)["chunks"] for line in kept] == [[[0.1, 1], [0.5, 1]]] * 2
+    assert result.requests.client_lag is not None
+    assert result.requests.client_lag.shared_read_pct == 0.0  # the figures are the second's
+    assert observer.phases(job.key)[-1] == RunPhase.DONE
+    summary = json.loads((job.run_dir / "summary.json").read_text())
+    assert [w["kind"] for w in summary["warnings"]] == ["measured_again", "cache_not_reset"]
+
+
+def test_the_second_attempt_starts_from_an_empty_prefix_cache(tmp_path: Path) -> None:
+    agent = drop_agent(
+        loadgen_stream(read_together(0), read_together(1)), loadgen_stream(measured(0), measured(1))
+    )
+    run = make_run(env={"VLLM_SERVER_DEV_MODE": "1"})
+    result, _, _ = run_job(tmp_path, agent, run)
+
+    first, second = agent.specs("loadgen")
+    assert first.cache_reset is None  # the server's first measurement: nothing to reset
+    assert second.cache_reset is not None and second.cache_reset.path == "/reset_prefix_cache"
+    assert [w.kind for w in result.warnings] == ["measured_again"]
+
+
+def test_a_second_saturated_attempt_fails_the_measurement(tmp_path: Path) -> None:
+    saturated = loadgen_stream(read_together(0), read_together(1))
+    agent = drop_agent(saturated, saturated, loadgen_stream(measured(0), measured(1)))
+    result, job, observer = run_job(tmp_path, agent)
+
+    assert result.error is not None
+    assert result.error.kind == "client_saturated"
+    assert len(agent.specs("loadgen")) == 2  # never a third attempt
+    kinds = {w.kind for w in result.warnings}
+    assert kinds == {"measured_again", "client_saturated", "cache_not_reset"}
+    assert (job.run_dir / "requests.attempt-1.jsonl").exists()
+    assert not (job.run_dir / "requests.attempt-2.jsonl").exists()
+    assert observer.phases(job.key)[-1] == RunPhase.FAILED
+
+
+def test_a_measurement_failed_for_its_requests_is_not_measured_again(tmp_path: Path) -> None:
+    failed = dataclasses.replace(
+        measured(1), status=500, error="boom", failure=RequestFailure.HTTP_STATUS
+    )
+    done = LoadgenResult(requests=2, completed=1, failed=1, duration_s=1.0, started_at=1.7e9)
+    both = Stream([PhaseEvent(phase="measure"), read_together(0), failed, done])
+    agent = drop_agent(both, loadgen_stream(measured(0)))
+    result, job, _ = run_job(tmp_path, agent)
+
+    assert result.error is not None  # a failed request and a saturated client
+    assert {"requests_failed", "client_saturated"} <= {w.kind for w in result.warnings}
+    assert len(agent.specs("loadgen")) == 1  # a failed request is the engine's: no retry
     assert not (job.run_dir / "requests.attempt-1.jsonl").exists()
 
 
