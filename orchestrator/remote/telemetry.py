@@ -454,8 +454,15 @@ class Sampler:
 
     def latest(self, gpus: int) -> Tuple[Optional[float], Optional[float]]:
         """(power of all GPUs together, their mean SM clock) at the newest read, for the live
-        progress; (None, None) before the first read or when the GPU does not say."""
-        read = self.samples[-gpus:] if gpus > 0 else []
+        progress; (None, None) before the first read or when the GPU does not say. Each
+        GPU's newest sample: nvidia-smi's lines may arrive one GPU ahead of the others, and
+        the last ``gpus`` samples would then count one GPU twice."""
+        newest: Dict[int, GpuSample] = {}
+        for sample in reversed(self.samples[-4 * gpus :] if gpus > 0 else []):
+            newest.setdefault(sample.gpu, sample)
+            if len(newest) == gpus:
+                break
+        read = list(newest.values())
         power = [s.power_w for s in read if s.power_w is not None]
         clocks = [s.sm_mhz for s in read if s.sm_mhz is not None]
         return (

@@ -202,3 +202,16 @@ def test_no_nvidia_smi_lines_is_no_fallback(
         TelemetryUnavailable, match="nvidia-smi exited with status 9 before its first sample"
     ):
         open_reader([0], str(fake_nvml["current"]))
+
+
+def test_the_live_read_takes_each_gpus_newest_sample() -> None:
+    """nvidia-smi's GPU 0 line of the next read may come before GPU 1's: the live figure adds
+    GPU 0's newest and GPU 1's newest, never GPU 0 twice."""
+    sampler = Sampler.__new__(Sampler)
+    sampler.samples = [
+        GpuSample(1.0, 0, None, 200.0, 1740, None, None, None, None, None),
+        GpuSample(1.0, 1, None, 100.0, 1740, None, None, None, None, None),
+        GpuSample(1.5, 0, None, 210.0, 1410, None, None, None, None, None),
+    ]
+    assert sampler.latest(2) == (310.0, 1575)
+    assert Sampler.latest(sampler, 0) == (None, None)
