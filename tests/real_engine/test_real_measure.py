@@ -36,13 +36,22 @@ from orchestrator.runner.summarize import (
 )
 from tests.fixtures.cli import finish, orch_in_process, orch_process
 from tests.fixtures.procs import describe
-from tests.fixtures.realvllm import CpuHost, RealVllm, engine_pids, engine_slot, start_cpu_host
+from tests.fixtures.realvllm import (
+    HOST_ENV,
+    CpuHost,
+    RealVllm,
+    engine_pids,
+    engine_slot,
+    start_cpu_host,
+)
 from tests.fixtures.sshd import SshdFactory, free_port
 
 pytestmark = [pytest.mark.integration, pytest.mark.timeout(900)]
 
 REL = 0.02  # issue 21: orch's acceptance figures vs vLLM's own
 RUN_TIMEOUT_S = 800.0
+# a window that may hold no stats line: 3 of the host's VLLM_LOG_STATS_INTERVAL (0.5 s)
+SHORT_WINDOW_S = 3 * float(HOST_ENV["VLLM_LOG_STATS_INTERVAL"])
 NUM_DRAFT = {"ngram": 4, "draft": 3, "self-draft": 3, "eagle3-random": 3}
 
 
@@ -297,10 +306,21 @@ def vllm_log_figure(server_log: Path, first: int = 1, last: int | None = None) -
 @pytest.mark.parametrize("run", SPEC_RUNS)
 def test_log_acceptance_is_vllms_own_lines(measured: Measured, run: str) -> None:
     """Way 2, per point: orch's figure from the stats lines it names (provenance) equals what
-    vLLM printed on those lines (streamed live into server.log)."""
+    vLLM printed on those lines (streamed live into server.log). A window shorter than a few
+    stats intervals may hold none of vLLM's lines (it prints one after an interval with work):
+    orch must then say so, not guess; most windows hold some."""
     server_log = measured.run_dir(run) / "server.log"
+    figures = 0
     for result in measured.of(run):
-        assert result.acceptance is not None and result.provenance.log_lines, result.acceptance
+        assert result.acceptance is not None, result.warnings
+        if result.acceptance.log is None:
+            kinds = {w.kind for w in result.warnings}
+            window = result.loadgen.duration_s if result.loadgen else None
+            assert "acceptance_log_missing" in kinds, result.warnings
+            assert window is not None and window < SHORT_WINDOW_S, (window, result.warnings)
+            continue
+        figures += 1
+        assert result.provenance.log_lines, result.provenance
         first, last = result.provenance.log_lines
         own = vllm_log_figure(server_log, first, last)
         assert own is not None, f"{run}: no SpecDecoding line in lines {first}-{last}"
@@ -309,6 +329,7 @@ def test_log_acceptance_is_vllms_own_lines(measured: Measured, run: str) -> None
         near(result.acceptance.log, own, f"{run} {result.point} log", rel=0.10)
         # the same stats lines' throughput, read live ("CPU KV cache" wording and all)
         assert (result.engine_metrics.generation_throughput_mean or 0) > 0, result.engine_metrics
+    assert figures >= (len(measured.of(run)) + 1) // 2, f"{run}: {figures} windows had log lines"
 
 
 @pytest.mark.parametrize("run", SPEC_RUNS)
