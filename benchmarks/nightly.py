@@ -32,7 +32,7 @@ import numpy
 from scipy import stats
 
 from benchmarks.common import Bench, Target, arguments
-from orchestrator.config.nightly_terms import metric
+from orchestrator.config.nightly_terms import EXIT_CODES, metric
 from orchestrator.nightly.cases import NightAttributes
 from orchestrator.nightly.verdict import Policy, replay
 from tests.fixtures.nightly_histories import row
@@ -187,21 +187,25 @@ def first_cumulative_past_threshold(scenario: Scenario) -> int:
     return NIGHTS
 
 
+ALARMS = ("regression", "drift")  # exit 1: what a history is caught (or falsely flagged) by
+PASSING = {v for v, code in EXIT_CODES.items() if code == 0}  # exit 0
+
+
 def count(scenario: Scenario, verdicts: Sequence[str], out: Figures) -> None:
     out.histories += 1
     start = first_cumulative_past_threshold(scenario) if scenario.changed else NIGHTS
     if scenario.blip:
         start = NIGHTS  # a blip is never a regression
-    out.false_regression += "regression" in verdicts[:start]
+    out.false_regression += any(v in ALARMS for v in verdicts[:start])
     out.suspicious += "suspicious" in verdicts[: CHANGE_AT if not scenario.changed else start]
     if not scenario.changed:
         return
-    called = next((i for i, v in enumerate(verdicts) if i >= start and v == "regression"), None)
+    called = next((i for i, v in enumerate(verdicts) if i >= start and v in ALARMS), None)
     for last in out.caught:
         out.caught[last] += called is not None and called <= last
     if called is not None:
         out.called += 1
-        out.back_to_ok += any(v == "ok" for v in verdicts[called + 1 :])
+        out.back_to_ok += any(v in PASSING for v in verdicts[called + 1 :])
 
 
 def run(seeds: int, repeats: int) -> dict[tuple[str, str], Figures]:

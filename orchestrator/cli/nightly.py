@@ -335,9 +335,11 @@ def nights_table(playbook: str, nights: list[NightListing]) -> Table:
 VERDICT_STYLE = {
     "failure": "bold red",
     "regression": "bold red",
+    "drift": "bold red",
     "suspicious": "yellow",
     "could_not_measure": "magenta",
     "insufficient_data": "dim",
+    "inconclusive": "yellow",
     "recovered": "green",
     "improvement": "green",
     "ok": "green",

@@ -66,6 +66,11 @@ def policy_of(spec: NightlySpec) -> Policy:
         min_baseline_nights=spec.min_baseline_nights,
         min_repeats=spec.min_repeats,
         alpha=spec.alpha,
+        confirm_alpha=spec.confirm_alpha,
+        run_alpha=spec.run_alpha,
+        run_nights=spec.run_nights,
+        drift_nights=spec.drift_nights,
+        drift_alpha=spec.drift_alpha,
         thresholds=Thresholds(dict(spec.thresholds)),
     )
 

@@ -18,10 +18,12 @@ Direction = catalogue.Direction  # which way is better
 Status = Literal["measured", "failed", "insufficient"]
 Verdict = Literal[
     "failure",  # an acceptance collapse: always, whatever the history
-    "regression",  # a second consecutive violating night
+    "regression",  # a run of worse nights the night model cannot explain
+    "drift",  # a slow trend past the threshold, no night of it bad enough alone
     "suspicious",  # one violating night
     "could_not_measure",  # the case's runs failed: infrastructure, never a regression
     "insufficient_data",  # too few baseline nights or repeats: never a silent pass
+    "inconclusive",  # past the threshold, not significant: the interval says how unsure
     "recovered",  # a regression back within the threshold two nights running
     "improvement",
     "ok",
@@ -33,28 +35,46 @@ VerdictCounts = tuple[tuple[Verdict, int], ...]  # (verdict, how many), worst fi
 VERDICT_ORDER: tuple[Verdict, ...] = (
     "failure",
     "regression",
+    "drift",
     "suspicious",
     "could_not_measure",
     "insufficient_data",
+    "inconclusive",
     "recovered",
     "improvement",
     "ok",
 )
-VIOLATIONS: frozenset[Verdict] = frozenset({"suspicious", "regression"})
+VIOLATIONS: frozenset[Verdict] = frozenset({"suspicious", "regression", "drift"})
 
-# 0 no regression, 1 regression (or a collapse), 2 suspicious only, 3 could not measure. A
-# regression outranks everything (it is what a nightly is for); a suspicious night outranks
-# a case that could not be measured, whose reason is in nightly.md either way.
+# 0 no regression, 1 regression, drift (or a collapse), 2 suspicious only, 3 could not
+# measure. A regression outranks everything (it is what a nightly is for); a suspicious night
+# outranks a case that could not be measured, whose reason is in nightly.md either way. An
+# inconclusive figure exits 0: nothing is established, and nightly.md says how unsure it is.
 EXIT_CODES: dict[Verdict, int] = {
     "failure": 1,
     "regression": 1,
+    "drift": 1,
     "suspicious": 2,
     "could_not_measure": 3,
     "insufficient_data": 3,
+    "inconclusive": 0,
     "recovered": 0,
     "improvement": 0,
     "ok": 0,
 }
+
+
+# The nightly policy's defaults (issue 24: benchmarks/nightly.py measured them), one
+# declaration for the playbook's ``nightly:`` section and the verdict's ``Policy``.
+BASELINE_NIGHTS = 20  # the baseline: the median of this many last nights that count
+MIN_BASELINE_NIGHTS = 3  # fewer: insufficient_data
+MIN_REPEATS = 2  # fewer values in a night: insufficient_data
+ALPHA = 0.001  # one night: suspicious below this p
+CONFIRM_ALPHA = 0.01  # two nights in a row, each below this p: regression
+RUN_ALPHA = 0.0001  # three or more nights, their mean (the worst left out) below this p
+RUN_NIGHTS = 10  # the longest run of recent nights tested together
+DRIFT_NIGHTS = 30  # the nights a trend is looked for over
+DRIFT_ALPHA = 0.0002  # Kendall's one-sided p below which the trend is one
 
 
 def worst(verdicts: list[Verdict] | tuple[Verdict, ...]) -> Verdict:

@@ -29,6 +29,7 @@ from pydantic import (
 )
 from yaml.nodes import MappingNode, Node, SequenceNode
 
+from orchestrator.config import nightly_terms as terms
 from orchestrator.config.errors import did_you_mean, unwrap, validate
 from orchestrator.config.hostconfig import HostConfig, expand_env
 from orchestrator.config.inventory import (
@@ -228,16 +229,41 @@ class NightlySpec(StrictModel):
     """How `orch nightly` judges a night of this playbook (defaults: the nightly's own)."""
 
     baseline_nights: Annotated[int, Field(ge=1, le=365)] = Field(
-        7, description="The baseline is the median of this many last accepted nights."
+        terms.BASELINE_NIGHTS,
+        description="The baseline: the median of this many last nights that count; their "
+        "spread is how far nights ordinarily move.",
     )
     min_baseline_nights: Annotated[int, Field(ge=1, le=365)] = Field(
-        3, description="Fewer accepted nights before this one: insufficient_data."
+        terms.MIN_BASELINE_NIGHTS, description="Fewer nights that count: insufficient_data."
     )
     min_repeats: Annotated[int, Field(ge=2)] = Field(
-        2, description="Fewer values in a night (workload.repeat): insufficient_data."
+        terms.MIN_REPEATS,
+        description="Fewer values in a night (workload.repeat): insufficient_data.",
     )
     alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
-        0.01, description="p-value below which a one-sided Welch t-test calls a change significant."
+        terms.ALPHA,
+        description="p below which one night past the threshold is suspicious (against the "
+        "nights' spread, and tonight's repeats against the baseline's).",
+    )
+    confirm_alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
+        terms.CONFIRM_ALPHA,
+        description="p below which each of two nights in a row past the threshold makes a "
+        "regression.",
+    )
+    run_alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
+        terms.RUN_ALPHA,
+        description="p below which 3 or more recent nights together (their mean, the worst "
+        "left out) make a regression.",
+    )
+    run_nights: Annotated[int, Field(ge=2, le=365)] = Field(
+        terms.RUN_NIGHTS, description="The longest run of recent nights tested together."
+    )
+    drift_nights: Annotated[int, Field(ge=10, le=365)] = Field(
+        terms.DRIFT_NIGHTS, description="The nights a slow trend (drift) is looked for over."
+    )
+    drift_alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
+        terms.DRIFT_ALPHA,
+        description="Kendall's one-sided p below which a trend past the threshold is a drift.",
     )
     thresholds: dict[MetricName, Threshold] = Field(
         default_factory=dict,

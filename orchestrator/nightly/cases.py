@@ -291,6 +291,24 @@ def changed_attributes(last_good: NightAttributes, first_bad: NightAttributes) -
     return changes
 
 
+MODE_FIELDS = ("sm_clock_mhz", "power_limit_w")  # the GPUs' operating mode, as measured
+
+
+def same_mode(a: NightAttributes, b: NightAttributes) -> bool:
+    """Whether two nights ran the GPUs in one operating mode: their busy SM clock and power
+    limit within the tolerances a change is named past (unknown on either night: the same)."""
+    for name in MODE_FIELDS:
+        before, after = getattr(a, name), getattr(b, name)
+        if before is not None and after is not None and _differ(name, before, after):
+            return False
+    return True
+
+
+def mode_changes(a: NightAttributes, b: NightAttributes) -> list[Change]:
+    """The operating-mode attributes that differ from ``a`` to ``b``."""
+    return [c for c in changed_attributes(a, b) if c.name in MODE_FIELDS]
+
+
 def _text(value: object) -> str | None:
     if value is None:
         return None

@@ -28,9 +28,11 @@ SECTIONS: tuple[Verdict, ...] = tuple(v for v in VERDICT_ORDER if v != "ok")  # 
 HEADINGS: dict[Verdict, str] = {
     "failure": "Failures (acceptance collapse)",
     "regression": "Regressions",
+    "drift": "Drift (a slow trend past the threshold)",
     "suspicious": "Suspicious (one violating night)",
     "could_not_measure": "Could not measure",
     "insufficient_data": "Insufficient data",
+    "inconclusive": "Inconclusive (past the threshold, not significant)",
     "recovered": "Recovered (back within the threshold two nights running)",
     "improvement": "Improvements",
     "ok": "OK",
@@ -156,6 +158,8 @@ def _violation_lines(case: CaseVerdict, m: MetricVerdict) -> list[str]:
         f"({change_text(m)}; threshold {_threshold(m)}; p={_p(m)}; {m.n} repeats)"
     )
     lines = [head, f"  - case {md_code(case.case_id)} {md_text(case.case.label)}"]
+    if m.reason and m.verdict in ("regression", "drift", "inconclusive"):
+        lines.append(f"  - why: {md_text(m.reason)}")
     if m.since:
         nights = len(m.violating_nights)
         good = f", last good {md_code(m.last_good)}" if m.last_good else ""

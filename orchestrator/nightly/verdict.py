@@ -1,30 +1,42 @@
-"""The verdict of a night, per case and metric, against the baseline of the nights before it.
+"""The verdict of a night, per case and metric, against a model of its nights (issue 24).
 
-The rules (issue 11), for one case's metric on one night:
+For one case's metric on one night:
 
-- baseline = the median of the metric's values on the last ``baseline_nights`` (7) nights that
-  count (below); fewer than ``min_baseline_nights`` (3) of them: ``insufficient_data``;
-- the night *violates* when it is worse than the baseline by more than the metric's practical
-  threshold (``Thresholds``: 5% throughput, 10% latency, 5% acceptance, +0.01 failure rate)
-  **and** a one-sided Welch t-test of the night's repeats against the baseline nights' repeats
-  (pooled) gives p < ``alpha`` (0.01). Both: a difference too small to matter is never an
-  alarm, and one inside the noise is never called;
-- two consecutive violating nights = ``regression`` (the first is ``suspicious``); nights that
-  could not measure the case, and rejected nights, are skipped when counting consecutive ones;
-- better by more than the threshold and significant = ``improvement``; otherwise ``ok``;
+- the **baseline** is the last ``baseline_nights`` (20) nights that count (below), in tonight's
+  GPU operating mode (busy SM clock, power limit: ``cases.same_mode``); fewer than
+  ``min_baseline_nights`` (3): ``insufficient_data``, naming a change of mode when nights of
+  another mode would have been enough (a mode change is never judged as the software's);
+- the **night model** (``model.NightModel``): the baseline's median and how far a night's mean
+  ordinarily moves from it (between nights and within them, robust to one bad night);
+- **suspicious**: tonight worse than the baseline by more than the metric's practical threshold
+  (``Thresholds``: 5% throughput and acceptance, 10% latency, +0.01 failure rate) with p <
+  ``alpha`` (0.001) against the night model (tonight's own scattered repeats widen it);
+- **regression**: a run of the last nights, tonight last, that the model cannot explain: two
+  nights each at p < ``confirm_alpha`` (0.01), or 3 to ``run_nights`` (10) nights whose mean
+  with the worst left out is at p < ``run_alpha`` (0.0001), each run against the nights before
+  it, its estimate past the threshold (short of it by at most one standard error, and a fifth
+  of it); also a suspicious night right after a violating one;
+- **drift**: over the last ``drift_nights`` (30), a trend the worse way (Kendall, p <
+  ``drift_alpha``, 0.0002) whose Theil-Sen line changed by more than the threshold; the night
+  it began is where a flat-then-sloped fit bends;
+- **inconclusive**: past the threshold but not significant: the change, its 95% interval and
+  the repeats a night would need to decide it (or that only more nights can), never ``ok``;
+- better by more than the threshold and significant: ``improvement``; otherwise ``ok``;
 - fewer than ``min_repeats`` (2) values tonight: ``insufficient_data``, never a silent pass;
 - an acceptance collapse fails the case's acceptance figures (``failure``) whatever the history;
 - a case whose measurements all failed (host down, engine died) is ``could_not_measure``: an
   infrastructure failure is never reported as a performance regression.
 
-Which nights count in a baseline: a night judged ``ok``, ``improvement`` or ``insufficient_data``
-for the metric (stored as ``accepted`` when the night is settled); never a violating, failed or
-collapsed one, so a regression stays one night after night instead of becoming the norm. A
-person's decision wins: ``reject`` takes a night out of every baseline; ``accept`` puts it in
-and starts the baseline again from it (the nights before it no longer count; accepted nights
-in a row all count), which is how an intended change (a new engine version, slower on purpose)
-becomes the new normal. Until
-``min_baseline_nights`` nights count again, the metric is ``insufficient_data``.
+A regression persists: every night after it is ``regression`` (exit 1) until a person accepts
+or rejects its nights, or it is back within the threshold ``RECOVERY_NIGHTS`` (2) nights running
+(then ``recovered``).
+
+Which nights count in a baseline: a night judged ``ok``, ``improvement``, ``inconclusive``,
+``recovered`` or ``insufficient_data`` (stored as ``accepted`` when the night is settled); never
+a violating, failed or collapsed one, so a regression stays one night after night instead of
+becoming the norm. A person's decision wins: ``reject`` takes a night out of every baseline;
+``accept`` puts it in and starts the baseline again from it (accepted nights in a row all count,
+and seed the new normal at once: the next night is judged against them, however few).
 """
 
 from __future__ import annotations
@@ -33,145 +45,58 @@ import dataclasses
 import math
 import statistics
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy
 from scipy import special as scipy_special
 
+from orchestrator.config import nightly_terms as terms
 from orchestrator.config.nightly_terms import (
-    POSITION_PREFIX,
     VIOLATIONS,
     Decision,
-    Direction,
-    Status,
     Verdict,
     is_acceptance,
     metric,
-    worst,
 )
-from orchestrator.nightly.cases import CaseKey, Change, NightAttributes, changed_attributes
-from orchestrator.nightly.changepoint import (
-    NOT_INSTALLED,
-    Locate,
-    available,
-    change_points,
-    nearest,
-)
+from orchestrator.nightly.cases import changed_attributes, same_mode
+from orchestrator.nightly.changepoint import Locate, change_points
 from orchestrator.nightly.history import DecisionRecord, HistoryRow
-
-
-@dataclass(frozen=True)
-class Thresholds:
-    """Practical thresholds by metric name (a fraction, or a difference for ``failure_rate``),
-    over the defaults of ``nightly_terms.METRICS``. ``acceptance_pos`` sets every position at once,
-    ``acceptance_pos_<k>`` one position."""
-
-    overrides: Mapping[str, float] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        for name, value in self.overrides.items():
-            if name != POSITION_PREFIX.rstrip("_"):
-                metric(name)  # ValueError naming the known metrics
-            if not (isinstance(value, int | float) and math.isfinite(value) and value >= 0):
-                raise ValueError(f"threshold of {name}: {value!r} is not a number >= 0")
-
-    def for_metric(self, name: str) -> float:
-        if name in self.overrides:
-            return float(self.overrides[name])
-        group = POSITION_PREFIX.rstrip("_")
-        if name.startswith(POSITION_PREFIX) and group in self.overrides:
-            return float(self.overrides[group])
-        return metric(name).threshold
-
-
-@dataclass(frozen=True)
-class Policy:
-    """How a night is judged; the defaults are the issue's."""
-
-    baseline_nights: int = 7
-    min_baseline_nights: int = 3
-    min_repeats: int = 2
-    alpha: float = 0.01
-    thresholds: Thresholds = field(default_factory=Thresholds)
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_baseline_nights <= self.baseline_nights:
-            raise ValueError(
-                f"baseline of {self.baseline_nights} nights, at least {self.min_baseline_nights}: "
-                "need 1 <= min_baseline_nights <= baseline_nights"
-            )
-        if self.min_repeats < 2:
-            raise ValueError(f"min_repeats {self.min_repeats}: a t-test needs at least 2 repeats")
-        if not 0 < self.alpha < 1:
-            raise ValueError(f"alpha {self.alpha}: a p-value threshold between 0 and 1, e.g. 0.01")
-
-
-# Verdicts of a night that may count in later baselines (a person's decision aside).
-NORMAL: frozenset[Verdict] = frozenset({"ok", "improvement", "insufficient_data", "recovered"})
-RECOVERY_NIGHTS = 2  # a regression is over after this many nights back within the threshold
-
-
-@dataclass(frozen=True)
-class MetricVerdict:
-    """One metric of one case on one night, with the figures that decided it.
-
-    ``change``: value / baseline - 1 (the difference for an absolute metric), signed as
-    measured; ``p_value``: the one-sided Welch p in the direction of the change."""
-
-    metric: str
-    direction: Direction
-    unit: str
-    verdict: Verdict
-    reason: str
-    value: float | None = None
-    spread: float | None = None
-    n: int = 0
-    baseline: float | None = None
-    baseline_nights: tuple[str, ...] = ()
-    change: float | None = None
-    threshold: float | None = None
-    absolute: bool = False
-    p_value: float | None = None
-    since: str | None = None  # the first night of the current run of violating nights
-    violating_nights: tuple[str, ...] = ()
-    last_good: str | None = None  # the last baseline night before ``since``
-    changes: tuple[Change, ...] = ()  # attributes changed from last_good to since
-    change_point: str | None = None  # the night Otava locates the shift at
-    change_point_note: str | None = None
-
-    @property
-    def worse_by(self) -> float | None:
-        """How much worse than the baseline (a fraction, or a difference if ``absolute``);
-        negative when better."""
-        if self.change is None:
-            return None
-        return self.change if self.direction == "lower" else -self.change
-
-    @property
-    def past_threshold(self) -> bool:
-        """Worse than the baseline by more than the threshold (significant or not)."""
-        worse = self.worse_by
-        return worse is not None and self.threshold is not None and worse > self.threshold
-
-
-@dataclass(frozen=True)
-class CaseVerdict:
-    """A case's verdicts on one night (its worst metric's verdict is ``verdict``)."""
-
-    case: CaseKey
-    status: Status
-    collapse: bool
-    note: str | None
-    attributes: NightAttributes
-    metrics: tuple[MetricVerdict, ...]
-
-    @property
-    def case_id(self) -> str:
-        return self.case.id
-
-    @property
-    def verdict(self) -> Verdict:
-        return worst([m.verdict for m in self.metrics])
+from orchestrator.nightly.judged import (
+    DEFAULT_POLICY,
+    pct,
+    plain,
+    relative_change,
+    worse_of,
+)
+from orchestrator.nightly.judged import (
+    NORMAL as NORMAL,
+)
+from orchestrator.nightly.judged import (
+    RECOVERY_NIGHTS as RECOVERY_NIGHTS,
+)
+from orchestrator.nightly.judged import (
+    CaseVerdict as CaseVerdict,
+)
+from orchestrator.nightly.judged import (
+    MetricVerdict as MetricVerdict,
+)
+from orchestrator.nightly.judged import (
+    Policy as Policy,
+)
+from orchestrator.nightly.judged import (
+    Thresholds as Thresholds,
+)
+from orchestrator.nightly.runs import (
+    drift_verdict,
+    located,
+    run_regression,
+    too_few,
+)
+from orchestrator.nightly.runs import (
+    night_model as night_model,
+)
+from orchestrator.nightly.runs import (
+    own_se as own_se,
+)
 
 
 def welch_p(night: Sequence[float], base: Sequence[float], worse_when: str) -> float:
@@ -191,27 +116,6 @@ def welch_p(night: Sequence[float], base: Sequence[float], worse_when: str) -> f
     df = (va + vb) ** 2 / (va**2 / (len(a) - 1) + vb**2 / (len(b) - 1))
     below = float(scipy_special.stdtr(df, t))  # P(T <= t)
     return below if worse_when == "less" else float(scipy_special.stdtr(df, -t))
-
-
-def new_night_p(value: float, nights: Sequence[float], worse_when: str) -> float:
-    """One-sided p that a night's mean ``value`` is a new draw from the baseline nights' own
-    spread (a Student-t prediction interval: t = (value - mean) / (s * sqrt(1 + 1/k)), k - 1
-    degrees of freedom); 0.0 (no objection) with fewer than 3 nights to estimate it.
-
-    Welch's test over tonight's repeats sees only the spread within a night: when whole nights
-    move together (a restart, the neighbours, clocks), a night off by its share of that is
-    'significant' to it. A violation must also stand out from how far nights ordinarily move,
-    so the reported p is the larger of the two."""
-    k = len(nights)
-    if k < 3:
-        return 0.0
-    mean, sd = statistics.fmean(nights), statistics.stdev(nights)
-    diff = value - mean
-    if sd == 0:
-        return 0.0 if (diff < 0 if worse_when == "less" else diff > 0) else 1.0
-    t = diff / (sd * math.sqrt(1 + 1 / k))
-    below = float(scipy_special.stdtr(k - 1, t))
-    return below if worse_when == "less" else float(scipy_special.stdtr(k - 1, -t))
 
 
 def _decision(decisions: Mapping[str, DecisionRecord | Decision], night: str) -> Decision | None:
@@ -250,66 +154,89 @@ def counts_in_baseline(row: HistoryRow, decision: Decision | None) -> bool:
 
 def joins_baseline(judged: MetricVerdict) -> bool:
     """Whether a night's figure counts in later baselines without a person's decision: judged
-    ``ok``, ``improvement`` or ``insufficient_data``, and not worse than its baseline by more
-    than the threshold. A night past the threshold whose t-test was not significant is not a
-    violation (its verdict stays ``ok``), but it is no evidence of normal either: counted, a
-    real step that the test misses on some nights would slip into the baseline and become
-    the norm without ever being called."""
-    return judged.verdict in NORMAL and not judged.past_threshold
-
-
-def _pct(x: float, absolute: bool) -> str:
-    return f"{x:+.4f}" if absolute else f"{x * 100:+.1f}%"
-
-
-def _change(value: float, baseline: float, absolute: bool) -> float:
-    """value - baseline for an absolute metric, else relative to the baseline (a baseline of
-    0: no change if the value is 0 too, else an infinite one)."""
-    diff = value - baseline
-    if absolute:
-        return diff
-    if baseline == 0:
-        return math.copysign(math.inf, diff) if diff else 0.0
-    return diff / abs(baseline)
+    ``ok``, ``improvement``, ``inconclusive``, ``recovered`` or ``insufficient_data``. A night
+    past the threshold that was not significant counts too: leaving the worse nights out would
+    narrow the spread and lift the center, and call the next ordinary night a regression; a real
+    step that slipped in is still caught by the runs of nights, each tested against the nights
+    before it."""
+    return judged.verdict in NORMAL
 
 
 def _compare(row: HistoryRow, base: Sequence[HistoryRow], policy: Policy) -> MetricVerdict:
-    """The figures of a night against its baseline rows (verdict ok/violation/improvement;
-    the caller names a violation suspicious or regression)."""
+    """Tonight against its baseline rows alone (verdict ok, suspicious, inconclusive or
+    improvement; the caller makes a regression of a run): against the night model from 3
+    nights on (and tonight's repeats against the baseline nights), with fewer against the
+    baseline's repeats."""
     info = metric(row.metric)
     assert row.value is not None
-    baseline = statistics.median([r.value for r in base if r.value is not None])
-    change = _change(row.value, baseline, info.absolute)
+    model = night_model(base)
+    baseline = (
+        model.center if model else statistics.median([r.value for r in base if r.value is not None])
+    )
+    change = relative_change(row.value, baseline, info.absolute)
     worse_by = change if info.direction == "lower" else -change
     threshold = policy.thresholds.for_metric(row.metric)
     pooled = baseline_sample(base)
     worse_when, better_when = (
         ("greater", "less") if info.direction == "lower" else ("less", "greater")
     )
-    nights = [r.value for r in base if r.value is not None]
-    if worse_by > 0:
-        p = max(welch_p(row.values, pooled, worse_when), new_night_p(row.value, nights, worse_when))
-        verdict: Verdict = "suspicious" if worse_by > threshold and p < policy.alpha else "ok"
-    else:
-        p = max(
-            welch_p(row.values, pooled, better_when), new_night_p(row.value, nights, better_when)
-        )
-        verdict = "improvement" if -worse_by > threshold and p < policy.alpha else "ok"
+    worse = worse_of(row.value, baseline, info.direction)
+    if model is not None:
+        p = model.night_p(worse if worse_by > 0 else -worse, own_se(row))
+    else:  # too few nights for a spread: tonight's repeats against the baseline's
+        p = welch_p(row.values, pooled, worse_when if worse_by > 0 else better_when)
     reason = (
-        f"{_pct(change, info.absolute)} vs baseline {baseline:.6g} (median of {len(base)} "
-        f"nights), threshold {_pct(threshold, info.absolute).lstrip('+')}, p={p:.2g}"
+        f"{pct(change, info.absolute)} vs baseline {baseline:.6g} (median of {len(base)} "
+        f"nights), threshold {pct(threshold, info.absolute).lstrip('+')}, p={p:.2g}"
     )
-    if verdict == "ok" and abs(worse_by) > threshold:
+    verdict: Verdict = "ok"
+    interval, repeats = None, None
+    if worse_by > threshold:
+        verdict = "suspicious" if p < policy.alpha else "inconclusive"
+        if verdict == "inconclusive":
+            reason += f": past the threshold, not significant (p >= {policy.alpha:g}); "
+            if model is None:
+                reason += f"{len(base)} baseline nights give no night-to-night spread yet"
+            else:
+                interval = _change_interval(model.interval(worse), baseline, info)
+                repeats = model.repeats_to_decide(worse, policy.alpha, row.spread)
+                reason += _undecided(interval, info.absolute, repeats, row.n)
+    elif -worse_by > threshold and p < policy.alpha:
+        verdict = "improvement"
+    elif -worse_by > threshold:
         reason += f": past the threshold, not significant (p >= {policy.alpha:g})"
     return dataclasses.replace(
-        _plain(row, verdict, reason),
+        plain(row, verdict, reason),
         baseline=baseline,
         baseline_nights=tuple(r.night for r in base),
         change=change,
         threshold=threshold,
         absolute=info.absolute,
         p_value=p,
+        interval=interval,
+        repeats_needed=repeats,
     )
+
+
+def _change_interval(
+    worse: tuple[float, float], baseline: float, info: terms.Metric
+) -> tuple[float, float]:
+    """An interval of how much worse, as an interval of the change (signed as measured)."""
+    sign = 1.0 if info.direction == "lower" else -1.0
+    ends = [relative_change(baseline + sign * w, baseline, info.absolute) for w in worse]
+    return min(ends), max(ends)
+
+
+def _undecided(interval: tuple[float, float], absolute: bool, repeats: int | None, n: int) -> str:
+    lo, hi = (pct(x, absolute) for x in interval)
+    if repeats is None:
+        more = "more repeats would not decide it (the nights themselves move that much): the "
+        more += "next nights will"
+    elif repeats <= n:
+        more = f"{repeats} repeats a night decide such a change when nights are this steady"
+    else:
+        more = f"about {repeats} repeats a night (not {n}) would have decided it"
+    return f"95% interval {lo} to {hi}; {more}"
 
 
 def baseline_sample(base: Sequence[HistoryRow]) -> list[float]:
@@ -323,36 +250,6 @@ def baseline_sample(base: Sequence[HistoryRow]) -> list[float]:
     if len(nights) >= 2:
         return nights
     return [v for r in base for v in r.values]
-
-
-def _plain(row: HistoryRow, verdict: Verdict, reason: str) -> MetricVerdict:
-    info = metric(row.metric)
-    return MetricVerdict(
-        metric=row.metric,
-        direction=info.direction,
-        unit=info.unit,
-        verdict=verdict,
-        reason=reason,
-        value=row.value,
-        spread=row.spread,
-        n=row.n,
-    )
-
-
-def _located(
-    points: Sequence[HistoryRow], first_bad: HistoryRow, find: Locate
-) -> tuple[str | None, str]:
-    """The night Otava locates the shift that began the violating run (``first_bad`` on) at,
-    over ``points`` (the metric's measured nights, tonight last), and a note saying how."""
-    if find is change_points and not available():
-        return None, NOT_INSTALLED
-    measured = [r for r in points if r.value is not None]
-    found = find([float(r.value) for r in measured if r.value is not None])
-    start = next((i for i, r in enumerate(measured) if r.night == first_bad.night), len(measured))
-    index = nearest(found or (), start)
-    if index is None:
-        return None, f"no change point in the last {len(points)} nights (Apache Otava)"
-    return measured[index].night, f"Apache Otava, over the last {len(points)} nights"
 
 
 def _violation(
@@ -390,7 +287,7 @@ def _violation(
         for r, d in zip(series, decided, strict=True)
         if d != "reject" and r.status != "failed" and r.value is not None
     ]
-    where, note = _located([*measured, row], first_bad, find)
+    where, note = located([*measured, row], first_bad, find)
     return dataclasses.replace(
         judged, verdict="regression", change_point=where, change_point_note=note
     )
@@ -412,36 +309,64 @@ def _new_normal(decided: Sequence[Decision | None]) -> int:
     return start
 
 
+def _usable(row: HistoryRow, decision: Decision | None) -> bool:
+    """Whether a past night's figure may be part of a run or a trend: measured whole (no
+    failed repeat, no collapse) and not rejected."""
+    return (
+        decision != "reject"
+        and row.status != "failed"
+        and row.value is not None
+        and not row.failed_repeats
+        and not row.collapse
+    )
+
+
+def _comparable(past: HistoryRow, tonight: HistoryRow) -> bool:
+    """Whether a past night may judge tonight's figure: a speed (a throughput, a latency) only
+    in the same GPU operating mode; acceptance and the failure rate do not depend on it."""
+    if is_acceptance(tonight.metric) or metric(tonight.metric).absolute:
+        return True
+    return same_mode(past.attributes, tonight.attributes)
+
+
 def judge_metric(
     series: Sequence[HistoryRow],
     decisions: Mapping[str, DecisionRecord | Decision],
     row: HistoryRow,
-    policy: Policy = Policy(),
+    policy: Policy = DEFAULT_POLICY,
     find: Locate = change_points,
 ) -> MetricVerdict:
     """``row`` (tonight) against ``series``: the same case and metric on earlier nights, oldest
     first, as settled (with their verdicts)."""
     if row.status == "failed":
-        return _plain(row, "could_not_measure", f"every measurement failed: {row.note or '-'}")
+        return plain(row, "could_not_measure", f"every measurement failed: {row.note or '-'}")
     if row.collapse and is_acceptance(row.metric):
-        return _plain(row, "failure", f"acceptance collapse: {row.note or '-'}")
+        return plain(row, "failure", f"acceptance collapse: {row.note or '-'}")
     if row.value is None or row.n < policy.min_repeats:
-        return _plain(row, "insufficient_data", f"{row.n} values (need {policy.min_repeats})")
+        return plain(row, "insufficient_data", f"{row.n} values (need {policy.min_repeats})")
     decided = [_decided(decisions, r) for r in series]
     start = _new_normal(decided)
-    pairs = zip(series[start:], decided[start:], strict=True)
-    base = [r for r, d in pairs if counts_in_baseline(r, d)][-policy.baseline_nights :]
+    pairs = list(zip(series[start:], decided[start:], strict=True))
+    counted = [r for r, d in pairs if counts_in_baseline(r, d)]
+    pool = [r for r in counted if _comparable(r, row)]
+    base = pool[-policy.baseline_nights :]
     # nights a person accepted seed the new normal at once: the night after them is judged
     # against them, however few (a blind exit-3 night would follow every accepted change)
     seeded = start < len(decided) and decided[start] == "accept"
     need = 1 if seeded else policy.min_baseline_nights
     if len(base) < need:
-        reason = f"{len(base)} baseline nights (need {policy.min_baseline_nights})"
-        return _plain(row, "insufficient_data", reason)
+        return too_few(row, base, counted, policy)
     judged = _compare(row, base, policy)
-    if judged.verdict != "suspicious":
-        return _persisting(judged, series, decided, policy)
-    return _violation(judged, series, decided, row, base, find)
+    measured = [r for r, d in pairs if _usable(r, d) and _comparable(r, row)]
+    run = run_regression(judged, row, measured, pool, policy, find)
+    if run is not None:
+        return run
+    if judged.verdict == "suspicious":
+        return _violation(judged, series, decided, row, base, find)
+    drift = drift_verdict(judged, row, measured, policy, find)
+    if drift is not None:
+        return drift
+    return _persisting(judged, series, decided, policy)
 
 
 def _back(row: HistoryRow, policy: Policy) -> bool:
@@ -449,7 +374,7 @@ def _back(row: HistoryRow, policy: Policy) -> bool:
     if row.value is None or row.baseline is None:
         return False
     info = metric(row.metric)
-    change = _change(row.value, row.baseline, info.absolute)
+    change = relative_change(row.value, row.baseline, info.absolute)
     worse_by = change if info.direction == "lower" else -change
     return worse_by <= policy.thresholds.for_metric(row.metric)
 
@@ -465,7 +390,7 @@ def _persisting(
     the last of them is ``recovered``. A night still past the threshold whose test was not
     significant is no recovery either. A regression that went back to exit 0 on one good night
     would be forgotten while the change may still be there."""
-    if judged.verdict not in ("ok", "improvement"):
+    if judged.verdict not in ("ok", "improvement", "inconclusive"):
         return judged
     recent = [
         (r, d)
@@ -506,7 +431,7 @@ def judge_night(
     past: Sequence[HistoryRow],
     decisions: Mapping[str, DecisionRecord | Decision],
     tonight: Sequence[HistoryRow],
-    policy: Policy = Policy(),
+    policy: Policy = DEFAULT_POLICY,
     find: Locate = change_points,
 ) -> list[CaseVerdict]:
     """Every case of ``tonight`` against the ``past`` rows (any order; rows of tonight's night
@@ -597,7 +522,7 @@ def settle(tonight: Sequence[HistoryRow], cases: Sequence[CaseVerdict]) -> list[
 
 def replay(
     nights: Sequence[Sequence[HistoryRow]],
-    policy: Policy = Policy(),
+    policy: Policy = DEFAULT_POLICY,
     decisions: Mapping[str, DecisionRecord | Decision] | None = None,
     find: Locate = change_points,
 ) -> list[list[CaseVerdict]]:

@@ -271,9 +271,11 @@ TREND_NOTE = (
 VERDICT_TONES: dict[str, Tone] = {
     "failure": "bad",
     "regression": "bad",
+    "drift": "bad",
     "suspicious": "bad",
     "could_not_measure": "muted",
     "insufficient_data": "muted",
+    "inconclusive": "muted",
     "recovered": "good",
     "improvement": "good",
     "ok": "good",

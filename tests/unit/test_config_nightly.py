@@ -10,6 +10,7 @@ import pytest
 from orchestrator.config import load_playbook
 from orchestrator.config.errors import ConfigValidationError
 from orchestrator.errors import ConfigError
+from orchestrator.nightly.verdict import Policy
 
 # the body of `nightly:` starts on line 5
 HEAD = "name: nb\nruns:\n  - {name: a, engine: vllm, model: m}\n"
@@ -29,11 +30,21 @@ def playbook_file(tmp_path: Path, nightly: str = "") -> Path:
 def test_without_a_nightly_section_the_nightlys_own_defaults(tmp_path: Path) -> None:
     spec = load_playbook(playbook_file(tmp_path)).nightly
     assert spec.model_dump() == {
-        "baseline_nights": 7,
+        "baseline_nights": 20,
         "min_baseline_nights": 3,
         "min_repeats": 2,
-        "alpha": 0.01,
+        "alpha": 0.001,
+        "confirm_alpha": 0.01,
+        "run_alpha": 0.0001,
+        "run_nights": 10,
+        "drift_nights": 30,
+        "drift_alpha": 0.0002,
         "thresholds": {},
+    }
+    # one declaration: the verdict's own policy has the same defaults
+    policy = Policy()
+    assert {k: getattr(policy, k) for k in spec.model_dump() if k != "thresholds"} == {
+        k: v for k, v in spec.model_dump().items() if k != "thresholds"
     }
 
 
@@ -299,5 +310,6 @@ def test_an_unknown_key_lists_the_settings_there_are(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as caught:
         load_playbook(playbook_file(tmp_path, "  baselines: 3\n"))
     assert caught.value.hint == (
-        "allowed keys here: baseline_nights, min_baseline_nights, min_repeats, alpha, thresholds"
+        "allowed keys here: baseline_nights, min_baseline_nights, min_repeats, alpha, "
+        "confirm_alpha, run_alpha, run_nights, drift_nights, drift_alpha, thresholds"
     )

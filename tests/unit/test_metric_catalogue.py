@@ -219,7 +219,7 @@ def test_the_nightly_judges_by_the_metrics_direction(m: Metric) -> None:
     def verdict(sign: int) -> str:
         move = sign * 3 * m.nightly
         tonight = [v + move if m.absolute else v * (1 + move) for v in base]
-        nights = [base] * 3 + [tonight]
+        nights = [base] * 5 + [tonight]  # 5 nights: the default alpha's t-test decides
         history = [[row(i, m.name, values)] for i, values in enumerate(nights)]
         out = replay(history, Policy(), {}, find=lambda values: None)  # type: ignore[arg-type]
         return out[-1][0].metrics[0].verdict

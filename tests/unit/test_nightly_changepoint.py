@@ -13,7 +13,7 @@ import pytest
 
 from orchestrator.nightly import changepoint
 from orchestrator.nightly.changepoint import NOT_INSTALLED, change_points, nearest
-from orchestrator.nightly.verdict import replay
+from orchestrator.nightly.verdict import Policy, replay
 from tests.fixtures.nightly_histories import night_id, row
 
 
@@ -73,7 +73,7 @@ def test_without_otava_there_is_no_change_point_and_the_report_says_why(
         [row(i, "output_tok_s", [90.0, 91.0, 89.0] if i >= 3 else [100.0, 101.0, 99.0])]
         for i in range(5)
     ]
-    verdict = replay(nights)[4][0].metrics[0]
+    verdict = replay(nights, Policy(alpha=0.01))[4][0].metrics[0]  # 3 nights: a loose alpha
     assert (verdict.verdict, verdict.change_point, verdict.change_point_note) == (
         "regression",
         None,

@@ -85,7 +85,11 @@ def test_the_playbooks_settings_are_the_policy(tmp_path: Path) -> None:
     playbook = load_playbook(write_playbook(tmp_path / "pb.yaml", nightly_section=section))
     policy = nightly.policy_of(playbook.nightly)
     assert policy == Policy(
-        10, 4, 3, 0.05, Thresholds({"output_tok_s": 0.02, "acceptance_pos": 0.1})
+        baseline_nights=10,
+        min_baseline_nights=4,
+        min_repeats=3,
+        alpha=0.05,
+        thresholds=Thresholds({"output_tok_s": 0.02, "acceptance_pos": 0.1}),
     )
     assert policy.thresholds.for_metric("acceptance_pos_2") == 0.1
     assert policy.thresholds.for_metric("ttft_ms_p99") == 0.10  # the default stays
@@ -630,11 +634,11 @@ def night_results(out: tuple[float, ...]) -> list[RunResult]:
 
 
 def night_run(root: Path, out: tuple[float, ...], *, recorded: bool) -> Path:
-    """Nights 0-2 steady, judged and appended; night 3's folder with ``out``, its rows already
+    """Nights 0-4 steady, judged and appended; night 5's folder with ``out``, its rows already
     in the history when ``recorded`` (so that appending them fails)."""
-    for i in range(3):
+    for i in range(5):
         judge_results(write_sweep(root / night_id(i), night_results(STEADY)), find=no_change_point)
-    folder = write_sweep(root / night_id(3), night_results(out))
+    folder = write_sweep(root / night_id(5), night_results(out))
     if recorded:
         judge_results(folder, find=no_change_point)
     return folder

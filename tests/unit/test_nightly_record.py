@@ -190,8 +190,8 @@ def test_the_client_version_is_major_minor(version: str | None, kept: str) -> No
 def test_one_night_end_to_end(tmp_path: Path) -> None:
     root = tmp_path / "results"
     steady = [100.0, 101.0, 99.0]
-    for i in range(4):
-        values = steady if i < 3 else [90.0, 91.0, 89.0]
+    for i in range(6):  # 5 steady nights: the default alpha's t-test decides
+        values = steady if i < 5 else [90.0, 91.0, 89.0]
         results = [spec_repeat(k + 1, v) for k, v in enumerate(values)]
         folder = night_folder(root, f"2026120{i + 1}T030000Z-nightly", results)
         verdict = judge_results(folder, find=lambda values: None)
@@ -200,13 +200,13 @@ def test_one_night_end_to_end(tmp_path: Path) -> None:
     out = next(m for m in case.metrics if m.metric == "output_tok_s")
     assert (out.verdict, out.baseline, out.since) == ("suspicious", 100.0, folder.name)
     store = History(root, "nightly")
-    assert len(store.nights()) == 4 and store.path.parent == root / "history"
+    assert len(store.nights()) == 6 and store.path.parent == root / "history"
     md, js = write_nightly(verdict, folder)
     assert (md.name, js.name) == (MD_FILE, JSON_FILE)
     text = md.read_text()
     assert text.startswith("# Nightly: SUSPICIOUS (exit 2)\n")
     assert "- **output_tok_s** 100.0 tok/s → 90.0 tok/s (-10.0%; threshold 5%; p=" in text
-    assert f"  - since `{folder.name}` (1 night), last good `20261203T030000Z-nightly`" in text
+    assert f"  - since `{folder.name}` (1 night), last good `20261205T030000Z-nightly`" in text
     obj = json.loads(js.read_text())
     assert (obj["verdict"], obj["exit_code"], obj["night"]) == ("suspicious", 2, folder.name)
     assert obj["cases"][0]["case_id"] == case.case_id
