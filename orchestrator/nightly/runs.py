@@ -173,6 +173,7 @@ def drift_verdict(
     if worse_total <= judged.threshold:
         return None
     began = nights[onset(values)]
+    where, note = located(nights, began, find)
     good = next((r for r in reversed(nights) if r.night_time < began.night_time), None)
     per_night = found.slope if info.absolute else found.slope / abs(found.start)
     reason = (
@@ -189,4 +190,6 @@ def drift_verdict(
         violating_nights=tuple(r.night for r in nights if r.night_time >= began.night_time),
         last_good=good.night if good else None,
         changes=tuple(changed_attributes(good.attributes, began.attributes)) if good else (),
+        change_point=where,
+        change_point_note=note,
     )

@@ -389,7 +389,8 @@ def _persisting(
     rejects its nights, or it has been back within the threshold RECOVERY_NIGHTS nights running:
     the last of them is ``recovered``. A night still past the threshold whose test was not
     significant is no recovery either. A regression that went back to exit 0 on one good night
-    would be forgotten while the change may still be there."""
+    would be forgotten while the change may still be there. A night after a suspicious one
+    that does not confirm it says that it clears it."""
     if judged.verdict not in ("ok", "improvement", "inconclusive"):
         return judged
     recent = [
@@ -397,6 +398,11 @@ def _persisting(
         for r, d in zip(series, decided, strict=True)
         if d != "reject" and r.status != "failed" and r.value is not None
     ]
+    if recent and recent[-1][1] is None and recent[-1][0].verdict == "suspicious":
+        last = recent[-1][0].night  # said, so that a red night is never silently forgotten
+        return dataclasses.replace(
+            judged, reason=f"clears the suspicious night {last} (not confirmed); {judged.reason}"
+        )
     if not recent or recent[-1][1] == "accept" or recent[-1][0].verdict != "regression":
         return judged  # no regression standing: none, or a person decided
     since = recent[-1][0].night

@@ -105,9 +105,12 @@ def test_a_run_of_moderately_bad_nights_is_a_regression_since_its_first() -> Non
 
 def test_a_one_night_blip_is_not_a_regression() -> None:
     levels = noisy(20) + [80.0] + noisy(5, seed=2)
-    verdicts = [v.verdict for v in judged(levels)]
+    out = judged(levels)
+    verdicts = [v.verdict for v in out]
     assert verdicts[20] == "suspicious"
     assert "regression" not in verdicts and "drift" not in verdicts
+    # the next night says that it clears it: a red night is never silently forgotten
+    assert out[21].reason.startswith(f"clears the suspicious night {night_id(20)}")
 
 
 def test_a_slow_drift_is_drift_with_the_night_it_began() -> None:

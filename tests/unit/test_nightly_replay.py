@@ -13,7 +13,7 @@ from orchestrator.commands.nightly import policy_file
 from orchestrator.errors import ConfigError
 from orchestrator.nightly.history import DecisionRecord
 from orchestrator.nightly.replay import by_night, replay_history
-from orchestrator.nightly.verdict import Policy, replay
+from orchestrator.nightly.verdict import Policy, Thresholds, replay
 from tests.fixtures.cli import orch_in_process
 from tests.fixtures.nightly_histories import (
     THROUGHPUT_STEP,
@@ -80,7 +80,7 @@ def test_the_policy_comes_from_a_playbook_or_its_section(tmp_path: Path) -> None
     nested.write_text("nightly:\n  alpha: 0.02\n")
     assert policy_file(nested).alpha == 0.02
     playbook = Path(__file__).parents[2] / "playbooks" / "nightly.yaml"
-    assert policy_file(playbook).alpha == 0.01
+    assert policy_file(playbook) == Policy(thresholds=Thresholds({"ttft_ms_p99": 0.15}))
     bad = tmp_path / "bad.yaml"
     bad.write_text("nightly:\n  alpha: 2\n")
     with pytest.raises(ConfigError, match=r"bad.yaml:2:.*nightly.alpha"):
