@@ -13,8 +13,8 @@ blip, or a drift from night 0. Three rules judge every history night by night:
   more than 5% the worse way, in the manner of Hunter.
 
 Per scenario and rule: the share of histories with a false regression (before any change, or
-ever in a quiet one), with a suspicious night (orch), caught as a regression by nights 21, 22,
-24 and 29, and, of those called, the share that went back to exit 0 while the change was still
+ever in a quiet one), with a suspicious night (orch), caught (a regression, or a drift) by nights
+21, 22, 23, 24 and 29, and, of those called, the share that went back to exit 0 while the change was still
 there. The issue's targets are checked on orch's rows.
 
     python -m benchmarks.nightly                 # 200 seeds, 3 and 5 repeats
@@ -171,7 +171,7 @@ class Figures:
     histories: int = 0
     false_regression: int = 0
     suspicious: int = 0
-    caught: dict[int, int] = field(default_factory=lambda: {21: 0, 22: 0, 24: 0, 29: 0})
+    caught: dict[int, int] = field(default_factory=lambda: {21: 0, 22: 0, 23: 0, 24: 0, 29: 0})
     called: int = 0
     back_to_ok: int = 0
 
@@ -234,10 +234,11 @@ def targets(found: dict[tuple[str, str], Figures]) -> list[Target]:
         Target("-10% step caught by night 22", f("-10% step").pct(f("-10% step").caught[22]), 95, "%", at_most=False),
         Target("-10% step caught by night 24", f("-10% step").pct(f("-10% step").caught[24]), 99, "%", at_most=False),
         Target("-20% step caught by night 21", f("-20% step").pct(f("-20% step").caught[21]), 99, "%", at_most=False),
-        Target("-5% step at 1% noise caught by night 22", f("-5% step, 1% night noise").pct(f("-5% step, 1% night noise").caught[22]), 90, "%", at_most=False),
+        Target("-5% step at 1% noise caught by night 23", f("-5% step, 1% night noise").pct(f("-5% step, 1% night noise").caught[23]), 90, "%", at_most=False),
         Target("-5% step at 3% noise caught by night 29", f("-5% step").pct(f("-5% step").caught[29]), 80, "%", at_most=False),
-        Target("TTFT p99 +15% caught by night 22", f("TTFT p99 +15% step").pct(f("TTFT p99 +15% step").caught[22]), 90, "%", at_most=False),
+        Target("TTFT p99 +15% caught by night 23", f("TTFT p99 +15% step").pct(f("TTFT p99 +15% step").caught[23]), 90, "%", at_most=False),
         Target("drift caught by night 29", f("drift -0.3%/night").pct(f("drift -0.3%/night").caught[29]), 80, "%", at_most=False),
+        Target("drift: called before its total passed 5%", f("drift -0.3%/night").pct(f("drift -0.3%/night").false_regression), 0, "%"),
         Target("-10% step: called, then exit 0 while it persists", f("-10% step").pct(f("-10% step").back_to_ok, f("-10% step").called), 0, "%"),
     ]  # fmt: skip
     return out
@@ -257,6 +258,7 @@ def main() -> None:
             "suspicious %",
             "by night 21 %",
             "by 22 %",
+            "by 23 %",
             "by 24 %",
             "by 29 %",
             "back to exit 0 %",
@@ -276,7 +278,11 @@ def main() -> None:
                     rule,
                     f.pct(f.false_regression),
                     f.pct(f.suspicious) if rule == "orch" else None,
-                    *((f.pct(f.caught[n]) for n in (21, 22, 24, 29)) if changed else (None,) * 4),
+                    *(
+                        (f.pct(f.caught[n]) for n in (21, 22, 23, 24, 29))
+                        if changed
+                        else (None,) * 5
+                    ),
                     f.pct(f.back_to_ok, f.called) if changed and f.called else None,
                 ]
             )

@@ -57,7 +57,10 @@ def test_a_history_is_counted_against_its_change() -> None:
     found = Figures()
     count(step, ["ok"] * 22 + ["regression"] + ["ok"] + ["regression"] * 6, found)
     assert (found.histories, found.false_regression, found.called, found.back_to_ok) == (1, 0, 1, 1)
-    assert found.caught == {21: 0, 22: 1, 24: 1, 29: 1}
+    assert found.caught == {21: 0, 22: 1, 23: 1, 24: 1, 29: 1}
+    drifted = Figures()  # a drift (exit 1) catches a change as a regression does
+    count(step, ["ok"] * 21 + ["drift"] * 9, drifted)
+    assert (drifted.called, drifted.caught[21], drifted.back_to_ok) == (1, 1, 0)
     quiet = Figures()
     count(STILL, ["ok"] * 5 + ["suspicious"] + ["regression"] + ["ok"] * 23, quiet)
     assert (quiet.false_regression, quiet.suspicious, quiet.called) == (1, 1, 0)
@@ -68,4 +71,4 @@ def test_every_scenario_and_rule_runs_and_the_targets_read_orchs_rows() -> None:
     assert len(found) == 3 * len(SCENARIOS)
     assert all(f.histories == 2 for f in found.values())
     checked = targets(found)
-    assert len(checked) == 14 and all(0 <= t.value <= 100 for t in checked)
+    assert len(checked) == 15 and all(0 <= t.value <= 100 for t in checked)
