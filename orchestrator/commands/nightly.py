@@ -84,13 +84,12 @@ def repeat_notes(playbook: Playbook) -> list[str]:
         if repeat < spec.min_repeats:
             notes.append(
                 f"run {run.name}: workload.repeat is {repeat}; a night needs at least "
-                f"{spec.min_repeats} to be judged (its figures will be insufficient_data); 5 "
-                "repeats catch a 10% step the night after it in 98% of simulated histories"
+                f"{spec.min_repeats} to be judged (its figures will be insufficient_data); use 5"
             )
         elif repeat < 5:
             notes.append(
                 f"run {run.name}: workload.repeat is {repeat}; with fewer than 5 repeats a "
-                "10% step is often called a night or more late (see the README's nightly section)"
+                "night's own scatter weighs more in its verdict (see the README's nightly section)"
             )
     return notes
 

@@ -101,10 +101,9 @@ def test_repeats_too_few_to_judge_or_to_judge_on_time_are_noted(tmp_path: Path) 
     playbook = load_playbook(write_playbook(tmp_path / "pb.yaml", nightly_section=section))
     assert nightly.repeat_notes(playbook) == [
         "run two: workload.repeat is 2; a night needs at least 3 to be judged (its figures will "
-        "be insufficient_data); 5 repeats catch a 10% step the night after it in 98% of "
-        "simulated histories",
-        "run four: workload.repeat is 4; with fewer than 5 repeats a 10% step is often called a "
-        "night or more late (see the README's nightly section)",
+        "be insufficient_data); use 5",
+        "run four: workload.repeat is 4; with fewer than 5 repeats a night's own scatter weighs "
+        "more in its verdict (see the README's nightly section)",
     ]
 
 
@@ -469,10 +468,10 @@ def test_orch_nightly_that_could_not_launch_still_writes_its_night(
     assert doc["files"] == [str(folder / "nightly.md"), str(folder / "nightly.json")]
     assert summary.read_text() == (tmp_path / folder / "nightly.md").read_text() + "\n"
     assert flat(done.stderr) == flat(
-        "note: run two: workload.repeat is 2; with fewer than 5 repeats a 10% step is often "
-        "called a night or more late (see the README's nightly section)\n"
-        "note: run four: workload.repeat is 4; with fewer than 5 repeats a 10% step is often "
-        "called a night or more late (see the README's nightly section)\n"
+        "note: run two: workload.repeat is 2; with fewer than 5 repeats a night's own scatter "
+        "weighs more in its verdict (see the README's nightly section)\n"
+        "note: run four: workload.repeat is 4; with fewer than 5 repeats a night's own scatter "
+        "weighs more in its verdict (see the README's nightly section)\n"
         "error: the doctor refused to launch\n  hint: fix the configuration"
     )
 
