@@ -242,8 +242,8 @@ class NightlySpec(StrictModel):
     )
     alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
         terms.ALPHA,
-        description="p below which one night past the threshold is suspicious (against the "
-        "nights' spread, and tonight's repeats against the baseline's).",
+        description="p below which one night past the threshold is suspicious (against how "
+        "far nights ordinarily move).",
     )
     confirm_alpha: Annotated[float, Field(gt=0, lt=1)] = Field(
         terms.CONFIRM_ALPHA,

@@ -96,7 +96,8 @@ class MetricVerdict:
     """One metric of one case on one night, with the figures that decided it.
 
     ``change``: value / baseline - 1 (the difference for an absolute metric), signed as
-    measured; ``p_value``: the one-sided Welch p in the direction of the change."""
+    measured; ``p_value``: the one-sided p that decided it (the night model's, a run's, or
+    Kendall's for a drift; Welch's over the repeats below 3 baseline nights)."""
 
     metric: str
     direction: Direction

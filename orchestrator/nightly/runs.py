@@ -86,16 +86,19 @@ def run_regression(
     pool: Sequence[HistoryRow],
     policy: Policy,
     find: Locate,
-) -> MetricVerdict | None:
+) -> tuple[MetricVerdict | None, str | None]:
     """A regression if the last nights, tonight last, form a run the night model cannot explain
-    (the module docstring), each run tested against the nights before it; None if none does."""
+    (the module docstring), each run tested against the nights before it; else None, and what
+    the shortest run past the threshold that the test could not confirm says (None if none
+    was): tonight is then inconclusive, never ok."""
     info = metric(row.metric)
     nights = [*measured[-(policy.run_nights - 1) :], row]
+    unsure: str | None = None
     for r in range(2, len(nights) + 1):
         window = nights[-r:]
         base = [b for b in pool if b.night_time < window[0].night_time][-policy.baseline_nights :]
         if len(base) < max(MIN_RUN_BASELINE, policy.min_baseline_nights):
-            return None  # an older window has fewer nights before it still
+            break  # an older window has fewer nights before it still
         model = night_model(base)
         assert model is not None and judged.threshold is not None
         worse = [worse_of(float(w.value or 0.0), model.center, info.direction) for w in window]
@@ -104,21 +107,27 @@ def run_regression(
         # two nights must pass the threshold; a longer run may fall short of it by one
         # standard error (at most GATE_SHARE of it): a change at the threshold is then caught
         allowance = 0.0 if r == 2 else min(model.se(r - 1), GATE_SHARE * limit)
-        if p >= (policy.confirm_alpha if r == 2 else policy.run_alpha):
-            continue
-        if estimate <= limit - allowance:
-            continue
         run = pct(
             relative_change(model.center + signed(estimate, info), model.center, info.absolute),
             info.absolute,
         )
-        how = "each" if r == 2 else "their mean with the worst left out"
+        how = "their mean" if r == 2 else "their mean with the worst left out"
+        if p >= (policy.confirm_alpha if r == 2 else policy.run_alpha):
+            # past the threshold without one bad night: each of two, or the trimmed mean
+            if unsure is None and (min(worse) if r == 2 else estimate) > limit:
+                unsure = (
+                    f"the last {r} nights {run} ({how}) vs baseline {model.center:.6g}: past "
+                    f"the threshold, not significant (p={p:.2g}); the next nights decide"
+                )
+            continue
+        if estimate <= limit - allowance:
+            continue
         reason = (
             f"the last {r} nights {run} ({how}) vs baseline {model.center:.6g} (median of "
             f"{len(base)} nights before them), p={p:.2g}; tonight {judged.reason}"
         )
-        return _regression(judged, row, window, base, p, reason, measured, find)
-    return None
+        return _regression(judged, row, window, base, p, reason, measured, find), None
+    return None, unsure
 
 
 def signed(worse: float, info: terms.Metric) -> float:

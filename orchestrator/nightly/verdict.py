@@ -165,7 +165,7 @@ def joins_baseline(judged: MetricVerdict) -> bool:
 def _compare(row: HistoryRow, base: Sequence[HistoryRow], policy: Policy) -> MetricVerdict:
     """Tonight against its baseline rows alone (verdict ok, suspicious, inconclusive or
     improvement; the caller makes a regression of a run): against the night model from 3
-    nights on (and tonight's repeats against the baseline nights), with fewer against the
+    nights on (tonight's own scattered repeats widen it), with fewer against the
     baseline's repeats."""
     info = metric(row.metric)
     assert row.value is not None
@@ -264,8 +264,8 @@ def _violation(
     too, with the nights of the run, the last good night, what changed and the change point."""
     chain = []  # the violating nights just before tonight, newest first
     for r, d in zip(reversed(series), reversed(decided), strict=True):
-        if d == "reject" or r.status == "failed":
-            continue
+        if d == "reject" or r.status == "failed" or r.verdict in UNJUDGED:
+            continue  # a night that judged nothing breaks no run of violating nights
         if d == "accept" or r.verdict not in VIOLATIONS:
             break
         chain.append(r)
@@ -314,7 +314,7 @@ def _usable(row: HistoryRow, decision: Decision | None) -> bool:
     failed repeat, no collapse) and not rejected."""
     return (
         decision != "reject"
-        and row.status != "failed"
+        and row.status == "measured"
         and row.value is not None
         and not row.failed_repeats
         and not row.collapse
@@ -358,7 +358,7 @@ def judge_metric(
         return too_few(row, base, counted, policy)
     judged = _compare(row, base, policy)
     measured = [r for r, d in pairs if _usable(r, d) and _comparable(r, row)]
-    run = run_regression(judged, row, measured, pool, policy, find)
+    run, unsure = run_regression(judged, row, measured, pool, policy, find)
     if run is not None:
         return run
     if judged.verdict == "suspicious":
@@ -366,7 +366,17 @@ def judge_metric(
     drift = drift_verdict(judged, row, measured, policy, find)
     if drift is not None:
         return drift
-    return _persisting(judged, series, decided, policy)
+    final = _persisting(judged, series, decided, policy)
+    if final.verdict == "ok" and unsure is not None:  # recent nights past it: never "ok"
+        return dataclasses.replace(
+            final, verdict="inconclusive", reason=f"{unsure}; {final.reason}"
+        )
+    return final
+
+
+# Verdicts that judged nothing of the figure: they neither end nor break a run of bad nights.
+UNJUDGED: frozenset[Verdict] = frozenset({"could_not_measure", "insufficient_data"})
+STANDING: tuple[Verdict, ...] = ("regression", "drift")  # exit 1 until recovered or decided
 
 
 def _back(row: HistoryRow, policy: Policy) -> bool:
@@ -385,26 +395,31 @@ def _persisting(
     decided: Sequence[Decision | None],
     policy: Policy,
 ) -> MetricVerdict:
-    """A case in regression stays there, exit 1, night after night, until a person accepts or
-    rejects its nights, or it has been back within the threshold RECOVERY_NIGHTS nights running:
-    the last of them is ``recovered``. A night still past the threshold whose test was not
-    significant is no recovery either. A regression that went back to exit 0 on one good night
-    would be forgotten while the change may still be there. A night after a suspicious one
-    that does not confirm it says that it clears it."""
+    """A case in regression (or drift) stays there, exit 1, night after night, until a person
+    accepts or rejects its nights, or it has been back within the threshold RECOVERY_NIGHTS
+    nights running: the last of them is ``recovered``. A night still past the threshold is no
+    recovery, and a night that judged nothing (could not measure, insufficient data, another
+    GPU mode) neither ends it nor counts toward its end: a regression that went back to exit 0
+    on one such night would be forgotten while the change may still be there. A night after a
+    suspicious one that does not confirm it says that it clears it."""
     if judged.verdict not in ("ok", "improvement", "inconclusive"):
         return judged
     recent = [
         (r, d)
         for r, d in zip(series, decided, strict=True)
-        if d != "reject" and r.status != "failed" and r.value is not None
+        if d != "reject"
+        and r.status != "failed"
+        and r.value is not None
+        and r.verdict not in UNJUDGED
     ]
     if recent and recent[-1][1] is None and recent[-1][0].verdict == "suspicious":
         last = recent[-1][0].night  # said, so that a red night is never silently forgotten
         return dataclasses.replace(
             judged, reason=f"clears the suspicious night {last} (not confirmed); {judged.reason}"
         )
-    if not recent or recent[-1][1] == "accept" or recent[-1][0].verdict != "regression":
-        return judged  # no regression standing: none, or a person decided
+    if not recent or recent[-1][1] == "accept" or recent[-1][0].verdict not in STANDING:
+        return judged  # nothing standing: none, or a person decided
+    kind = recent[-1][0].verdict
     since = recent[-1][0].night
     for r, d in reversed(recent):  # where the violating run began
         if d == "accept" or r.verdict not in VIOLATIONS:
@@ -414,21 +429,21 @@ def _persisting(
     if not judged.past_threshold:
         back = 1  # tonight
         for r, d in reversed(recent):
-            if d == "accept" or r.verdict != "regression" or not _back(r, policy):
+            if d == "accept" or r.verdict not in STANDING or not _back(r, policy):
                 break
             back += 1
     if back >= RECOVERY_NIGHTS:
         return dataclasses.replace(
             judged,
             verdict="recovered",
-            reason=f"back within the threshold {back} nights running after the regression "
+            reason=f"back within the threshold {back} nights running after the {kind} "
             f"since {since}; {judged.reason}",
         )
     return dataclasses.replace(
         judged,
-        verdict="regression",
+        verdict=kind,
         since=since,
-        reason=f"still in regression since {since}: back within the threshold {back} of "
+        reason=f"still in {kind} since {since}: back within the threshold {back} of "
         f"{RECOVERY_NIGHTS} nights (or `orch baseline accept|reject`); {judged.reason}",
     )
 

@@ -16,7 +16,7 @@ from orchestrator.nightly.cases import Change, NightAttributes
 from orchestrator.nightly.history import HistoryRow
 from orchestrator.nightly.model import NightModel, onset, robust_sd, trend
 from orchestrator.nightly.report import HEADINGS, NightlyVerdict, render_markdown
-from orchestrator.nightly.verdict import CaseVerdict, MetricVerdict, replay
+from orchestrator.nightly.verdict import CaseVerdict, MetricVerdict, Policy, replay
 from tests.fixtures.nightly_histories import CASE, night_id, row
 
 NIGHTS = [100.0, 103.0, 97.0, 101.0, 99.0, 102.0, 98.0]
@@ -163,3 +163,32 @@ def test_an_inconclusive_night_says_how_unsure_and_exits_0() -> None:
 
 def test_every_verdict_has_a_heading_and_an_exit_code() -> None:
     assert set(HEADINGS) == set(VERDICT_ORDER) == set(EXIT_CODES)
+
+
+def test_a_regression_stands_through_a_night_that_judged_nothing() -> None:
+    # a -20% step called, then a night of one repeat (insufficient_data), then a night back
+    # within the threshold: still a regression (1 of 2 nights back), never exit 0 at once
+    levels = noisy(20) + [80.0, 80.5, 79.5]
+    nights = [[row(i, "output_tok_s", [v, v * 1.01, v * 0.99])] for i, v in enumerate(levels)]
+    nights.append([row(len(levels), "output_tok_s", [80.0])])  # one repeat: not judged
+    nights.append([row(len(levels) + 1, "output_tok_s", [99.0, 100.0, 98.0])])
+    # runs of two nights at most: the run test alone would call the step again tonight
+    policy = Policy(run_nights=2)
+    out = [n[0].metrics[0] for n in replay(nights, policy, find=lambda values: None)]
+    assert [m.verdict for m in out[21:]] == [
+        "regression",
+        "regression",
+        "insufficient_data",
+        "regression",
+    ]
+    assert out[-1].reason.startswith(f"still in regression since {night_id(20)}: back within")
+
+
+def test_recent_nights_past_the_threshold_unconfirmed_are_inconclusive_not_ok() -> None:
+    # nights moving +-3%, then two nights at -6.5% and tonight at -4% (within the threshold
+    # alone): the three together are past it but not significant: inconclusive, exit 0
+    levels = [100.0, 103.0, 97.0, 101.0, 99.0, 104.0, 96.0, 100.0, 102.0, 98.0] * 2
+    levels += [93.5, 93.5, 96.0]
+    last = judged(levels)[-1]
+    assert last.verdict == "inconclusive", last.reason
+    assert last.reason.startswith("the last 3 nights") and "not significant" in last.reason
