@@ -176,15 +176,12 @@ def _compare(row: HistoryRow, base: Sequence[HistoryRow], policy: Policy) -> Met
     change = relative_change(row.value, baseline, info.absolute)
     worse_by = change if info.direction == "lower" else -change
     threshold = policy.thresholds.for_metric(row.metric)
-    pooled = baseline_sample(base)
-    worse_when, better_when = (
-        ("greater", "less") if info.direction == "lower" else ("less", "greater")
-    )
     worse = worse_of(row.value, baseline, info.direction)
     if model is not None:
         p = model.night_p(worse if worse_by > 0 else -worse, own_se(row))
     else:  # too few nights for a spread: tonight's repeats against the baseline's
-        p = welch_p(row.values, pooled, worse_when if worse_by > 0 else better_when)
+        lower = (info.direction == "higher") == (worse_by > 0)  # the way tonight moved
+        p = welch_p(row.values, baseline_sample(base), "less" if lower else "greater")
     reason = (
         f"{pct(change, info.absolute)} vs baseline {baseline:.6g} (median of {len(base)} "
         f"nights), threshold {pct(threshold, info.absolute).lstrip('+')}, p={p:.2g}"

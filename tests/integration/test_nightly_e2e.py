@@ -413,7 +413,7 @@ def test_a_replay_of_the_history_judges_every_night_as_orch_nightly_did(historie
         ]
     default = a.orch("history", "replay", str(history), "--json")
     assert default.returncode == 0, default.stderr
-    strict = json.loads(default.stdout)["nights"]  # 3 baseline nights, alpha 0.01, 10% latency
+    strict = json.loads(default.stdout)["nights"]  # 3 baseline nights, alpha 0.001, 10% latency
     assert strict[0]["verdict"] == strict[1]["verdict"] == "insufficient_data"
     differ = sum(n["verdict"] != n["recorded_verdict"] for n in strict)
     text = a.orch("history", "replay", str(history))
